@@ -1,0 +1,225 @@
+// PYTORCH_NPU_ALLOC_CONF and PYTORCH_NO_NPU_MEMORY_CACHING.
+//
+// The grammar is PyTorch's (PYTORCH_CUDA_ALLOC_CONF): comma-separated `key:value` pairs, spaces
+// ignored; roundup_power2_divisions also takes a bracketed list `[256:1,512:2,>:8]` whose keys
+// are interval starts in MiB (powers of two) or `>` for every interval after the last one.
+// Unlike PyTorch, which skips keys it does not know, an unknown key is an error here: a typo in
+// an allocator setting otherwise goes unnoticed until a run runs out of memory.
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <string_view>
+
+#include "allocator/allocator_internal.h"
+#include "npu/caching_allocator.h"
+
+namespace npu::alloc {
+namespace {
+
+constexpr std::string_view kVariable = "PYTORCH_NPU_ALLOC_CONF";
+constexpr std::string_view kKnownKeys =
+    "max_split_size_mb, garbage_collection_threshold, expandable_segments, "
+    "roundup_power2_divisions";
+
+[[noreturn]] void reject(const std::string& what) {
+  throw std::invalid_argument(std::string(kVariable) + ": " + what);
+}
+
+// Splits into words and the single-character tokens , : [ ] (as PyTorch's lexer does).
+std::vector<std::string> tokenize(const std::string& conf) {
+  std::vector<std::string> tokens;
+  std::string word;
+  for (char c : conf) {
+    if (c == ',' || c == ':' || c == '[' || c == ']') {
+      if (!word.empty()) tokens.push_back(std::move(word));
+      word.clear();
+      tokens.emplace_back(1, c);
+    } else if (!std::isspace(static_cast<unsigned char>(c))) {
+      word.push_back(c);
+    }
+  }
+  if (!word.empty()) tokens.push_back(std::move(word));
+  return tokens;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
+
+  bool done() const { return pos_ >= tokens_.size(); }
+  const std::string& peek() const {
+    static const std::string kEnd;
+    return done() ? kEnd : tokens_[pos_];
+  }
+  std::string next(const std::string& context) {
+    if (done()) reject("expected a value after '" + context + "' but the setting ended");
+    return tokens_[pos_++];
+  }
+  void expect(const std::string& token, const std::string& context) {
+    std::string got = done() ? std::string("end of setting") : "'" + tokens_[pos_] + "'";
+    if (done() || tokens_[pos_] != token) {
+      reject("expected '" + token + "' after '" + context + "', got " + got);
+    }
+    ++pos_;
+  }
+
+ private:
+  std::vector<std::string> tokens_;
+  size_t pos_ = 0;
+};
+
+size_t toSize(const std::string& text, const std::string& key, const std::string& accepted) {
+  size_t value = 0;
+  auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (err != std::errc() || end != text.data() + text.size()) {
+    reject("bad value '" + text + "' for " + key + "; expected " + accepted);
+  }
+  return value;
+}
+
+double toDouble(const std::string& text, const std::string& key, const std::string& accepted) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size()) {
+    reject("bad value '" + text + "' for " + key + "; expected " + accepted);
+  }
+  return value;
+}
+
+bool isPowerOfTwo(size_t v) { return v != 0 && std::has_single_bit(v); }
+
+void parseMaxSplitSize(Parser& p, AllocatorConfig& c) {
+  const std::string key = "max_split_size_mb";
+  const std::string accepted = "an integer number of MiB >= " + std::to_string(kLargeBuffer >> 20);
+  std::string text = p.next(key);
+  size_t mb = toSize(text, key, accepted);
+  // Below one large segment the limit would stop 20 MiB segments from being split at all.
+  if (mb < (kLargeBuffer >> 20)) {
+    reject("bad value '" + text + "' for " + key + "; expected " + accepted);
+  }
+  mb = std::min(mb, std::numeric_limits<size_t>::max() / kMiB);
+  c.max_split_size = mb * kMiB;
+}
+
+void parseGarbageCollectionThreshold(Parser& p, AllocatorConfig& c) {
+  const std::string key = "garbage_collection_threshold";
+  const std::string accepted = "a fraction strictly between 0.0 and 1.0";
+  std::string text = p.next(key);
+  double v = toDouble(text, key, accepted);
+  if (!(v > 0.0 && v < 1.0)) {
+    reject("bad value '" + text + "' for " + key + "; expected " + accepted);
+  }
+  c.garbage_collection_threshold = v;
+}
+
+void parseExpandableSegments(Parser& p, AllocatorConfig& c) {
+  const std::string key = "expandable_segments";
+  std::string text = p.next(key);
+  if (text == "True") {
+    c.expandable_segments = true;
+  } else if (text == "False") {
+    c.expandable_segments = false;
+  } else {
+    reject("bad value '" + text + "' for " + key + "; expected True or False");
+  }
+}
+
+void parseRoundupPower2Divisions(Parser& p, AllocatorConfig& c) {
+  const std::string key = "roundup_power2_divisions";
+  const std::string accepted_div = "a power of two (or 0 to disable rounding for the interval)";
+  std::vector<size_t> divisions(kRoundupPower2Intervals, 0);
+  if (p.peek() != "[") {
+    // One value for every interval (PyTorch's original form); 0 is not allowed here.
+    std::string text = p.next(key);
+    size_t v = toSize(text, key, "a power of two or a list such as [256:1,512:2,>:8]");
+    if (!isPowerOfTwo(v)) {
+      reject("bad value '" + text + "' for " + key + "; expected a power of two");
+    }
+    std::fill(divisions.begin(), divisions.end(), v);
+    c.roundup_power2_divisions = std::move(divisions);
+    return;
+  }
+  p.expect("[", key);
+  bool first = true;
+  size_t last_index = 0;
+  while (p.peek() != "]") {
+    std::string bound = p.next(key + ":[");
+    p.expect(":", bound);
+    std::string text = p.next(bound);
+    size_t v = toSize(text, key, accepted_div);
+    if (v != 0 && !isPowerOfTwo(v)) {
+      reject("bad division '" + text + "' for " + key + " interval '" + bound + "'; expected " +
+             accepted_div);
+    }
+    if (bound == ">") {
+      std::fill(divisions.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                        last_index + 1, divisions.size())),
+                divisions.end(), v);
+    } else {
+      size_t mb = toSize(bound, key,
+                         "interval starts in MiB that are powers of two, or '>' for the rest");
+      if (!isPowerOfTwo(mb)) {
+        reject("bad interval '" + bound + "' for " + key +
+               "; expected interval starts in MiB that are powers of two, or '>' for the rest");
+      }
+      size_t index = std::min<size_t>(std::bit_width(mb) - 1, kRoundupPower2Intervals - 1);
+      // The first interval named also covers every smaller size.
+      if (first) std::fill(divisions.begin(), divisions.begin() + index, v);
+      first = false;
+      divisions[index] = v;
+      last_index = index;
+    }
+    if (p.peek() == ",") {
+      p.expect(",", text);
+    } else if (p.peek() != "]") {
+      p.expect("]", text);  // throws with the offending token (or the missing bracket)
+    }
+  }
+  p.expect("]", key);
+  c.roundup_power2_divisions = std::move(divisions);
+}
+
+bool truthy(const char* value) {
+  if (value == nullptr) return false;
+  std::string v(value);
+  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return !(v.empty() || v == "0" || v == "false" || v == "off" || v == "no");
+}
+
+}  // namespace
+
+AllocatorConfig AllocatorConfig::parse(const std::string& conf) {
+  AllocatorConfig c;
+  Parser p(tokenize(conf));
+  while (!p.done()) {
+    std::string key = p.next("");
+    if (key == ",") continue;  // tolerate empty entries ("a:1,,b:2", a trailing comma)
+    const bool known = key == "max_split_size_mb" || key == "garbage_collection_threshold" ||
+                       key == "expandable_segments" || key == "roundup_power2_divisions";
+    if (!known) reject("unknown key '" + key + "'; expected one of " + std::string(kKnownKeys));
+    p.expect(":", key);
+    if (key == "max_split_size_mb") {
+      parseMaxSplitSize(p, c);
+    } else if (key == "garbage_collection_threshold") {
+      parseGarbageCollectionThreshold(p, c);
+    } else if (key == "expandable_segments") {
+      parseExpandableSegments(p, c);
+    } else {
+      parseRoundupPower2Divisions(p, c);
+    }
+    if (!p.done()) p.expect(",", key);
+  }
+  return c;
+}
+
+AllocatorConfig AllocatorConfig::fromEnvironment() {
+  const char* conf = std::getenv(kVariable.data());
+  AllocatorConfig c = conf ? parse(conf) : AllocatorConfig{};
+  c.caching_disabled = truthy(std::getenv("PYTORCH_NO_NPU_MEMORY_CACHING"));
+  return c;
+}
+
+}  // namespace npu::alloc

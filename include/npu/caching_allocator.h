@@ -1,0 +1,145 @@
+// SimNPU caching allocator: torch_npu's / PyTorch CUDA's caching allocator over the runtime's
+// device memory. C++ (the adapter wraps it in a c10::DeviceAllocator); no PyTorch in here.
+//
+// Semantics follow PyTorch's CUDACachingAllocator: small (<= 1 MiB) and large pools, 512-byte
+// rounding, splitting and merging, per-stream free lists, record_stream, statistics with
+// current/peak/allocated/freed, empty_cache, snapshots, per-process memory fraction,
+// PYTORCH_NPU_ALLOC_CONF and PYTORCH_NO_NPU_MEMORY_CACHING.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "npu/runtime.h"
+
+#define NPU_ALLOC_API __attribute__((visibility("default")))
+
+namespace npu::alloc {
+
+// One statistic. current and peak are levels; allocated and freed are running sums of the
+// increases and decreases of current.
+struct Stat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;
+  int64_t freed = 0;
+};
+
+enum StatType : int { kAggregate = 0, kSmallPool = 1, kLargePool = 2, kNumStatTypes = 3 };
+using StatArray = Stat[kNumStatTypes];
+
+// Mirrors c10::CachingDeviceAllocator::DeviceStats field for field, so the adapter copies it.
+struct DeviceStats {
+  StatArray allocation;            // COUNT: allocations requested by client code
+  StatArray segment;               // COUNT: segments obtained from the runtime
+  StatArray active;                // COUNT: active blocks (allocated or used by a stream)
+  StatArray inactive_split;        // COUNT: free blocks inside segments that are split
+  StatArray allocated_bytes;       // SUM: bytes allocated to clients (rounded sizes)
+  StatArray reserved_bytes;        // SUM: bytes reserved from the runtime
+  StatArray active_bytes;          // SUM: bytes in active blocks
+  StatArray inactive_split_bytes;  // SUM: bytes in inactive split blocks
+  StatArray requested_bytes;       // SUM: bytes requested by clients (unrounded)
+  int64_t num_alloc_retries = 0;   // COUNT: runtime malloc failures that flushed the cache
+  int64_t num_ooms = 0;            // COUNT: out-of-memory errors raised
+  Stat oversize_allocations;       // COUNT: blocks above max_split_size handed out
+  Stat oversize_segments;          // COUNT: segments above max_split_size
+  int64_t num_sync_all_streams = 0;
+  int64_t num_device_alloc = 0;    // COUNT: runtime malloc / map calls
+  int64_t num_device_free = 0;     // COUNT: runtime free / unmap calls
+  int64_t max_split_size = 0;      // SIZE: blocks above this are never split
+};
+
+struct BlockInfo {
+  size_t size = 0;
+  size_t requested_size = 0;
+  bool allocated = false;
+  bool active = false;
+};
+
+struct SegmentInfo {
+  int device = 0;
+  uintptr_t address = 0;
+  size_t total_size = 0;
+  size_t requested_size = 0;
+  size_t allocated_size = 0;
+  size_t active_size = 0;
+  npuStream_t stream = nullptr;
+  bool is_large = false;
+  bool is_expandable = false;
+  std::vector<BlockInfo> blocks;
+};
+
+// Parsed PYTORCH_NPU_ALLOC_CONF.
+struct AllocatorConfig {
+  size_t max_split_size = SIZE_MAX;            // max_split_size_mb (MiB in the variable)
+  double garbage_collection_threshold = 0.0;   // 0 = off; else in (0, 1)
+  bool expandable_segments = false;
+  std::vector<size_t> roundup_power2_divisions; // per power-of-two interval, 0 = off
+  bool caching_disabled = false;               // PYTORCH_NO_NPU_MEMORY_CACHING=1
+
+  // Throws std::invalid_argument naming the bad key or value and the accepted forms.
+  static AllocatorConfig parse(const std::string& conf);
+  static AllocatorConfig fromEnvironment();
+};
+
+// Thrown when an allocation cannot be satisfied even after freeing cached blocks. what() is
+// torch_npu's message: "NPU out of memory. Tried to allocate ... (NPU d; ... total capacity;
+// ... already allocated; ... free; ... reserved in total by PyTorch) If reserved memory is >>
+// allocated memory try setting max_split_size_mb to avoid fragmentation."
+class NPU_ALLOC_API OutOfMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown for misuse: freeing a pointer the allocator does not own (double free), a bad device.
+class NPU_ALLOC_API AllocatorError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Process-wide allocator, one state per device. Thread-safe.
+class NPU_ALLOC_API CachingAllocator {
+ public:
+  // The instance configured from the environment on first use.
+  static CachingAllocator& instance();
+  explicit CachingAllocator(AllocatorConfig config);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Memory for `stream` on `device`; size 0 returns nullptr. Throws OutOfMemoryError.
+  void* allocate(size_t size, int device, npuStream_t stream);
+  // nullptr is a no-op; an unknown pointer throws AllocatorError.
+  void free(void* ptr);
+  // The block holding ptr is in use by `stream` too: when freed it is not reused until the
+  // work queued on `stream` at free time has finished.
+  void recordStream(void* ptr, npuStream_t stream);
+  // Returns every unused cached segment to the runtime (waits for pending stream uses).
+  void emptyCache();
+
+  DeviceStats getStats(int device) const;
+  void resetPeakStats(int device);
+  void resetAccumulatedStats(int device);
+  std::vector<SegmentInfo> snapshot() const;
+
+  // Caps this process's reserved memory on `device` at fraction * capacity.
+  void setMemoryFraction(double fraction, int device);
+  double getMemoryFraction(int device) const;
+
+  // Base address and size of the allocation holding ptr (for data_ptr -> device lookups).
+  bool findAllocation(const void* ptr, int* device, void** base, size_t* size) const;
+
+  const AllocatorConfig& config() const;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+// Formats a byte count as PyTorch does in OOM messages ("20.00 MiB", "1.50 GiB").
+NPU_ALLOC_API std::string formatSize(uint64_t bytes);
+
+}  // namespace npu::alloc

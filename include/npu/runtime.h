@@ -1,0 +1,176 @@
+/*
+ * SimNPU runtime: the simulated counterpart of the CANN runtime (aclrt*).
+ *
+ * A flat C API whose names mirror CUDA's runtime (cudaMalloc -> npuMalloc, ...), so that
+ * anyone who knows one knows the other. No PyTorch in here or below.
+ *
+ * Model:
+ *  - A process sees NPU_SIM_DEVICE_COUNT simulated devices (8 by default), filtered and
+ *    renumbered by ASCEND_RT_VISIBLE_DEVICES. The current device is per host thread.
+ *  - Device memory lives in the host address space, but it is a separate resource: each
+ *    device has an exact HBM capacity (NPU_SIM_HBM_GB, 64 by default) and pages are only
+ *    committed when touched, and returned to the OS on free.
+ *  - A stream is a FIFO of tasks run by its own worker thread; npuLaunchTask returns at once
+ *    (ASCEND_LAUNCH_BLOCKING=1 makes it wait). Events mark points in a stream.
+ *  - A task that fails stores its error (with the task name) in its stream. The stream then
+ *    skips its remaining work tasks (event records still complete, so nobody hangs) until the
+ *    error is reported by npuStreamSynchronize / npuStreamQuery / npuDeviceSynchronize. The
+ *    error is also kept as the process's pending error, returned by npuGetLastError.
+ *
+ * Every call returns npuSuccess or an error code; npuGetLastErrorMessage() gives the detailed
+ * message of the last error on the calling thread.
+ */
+#ifndef NPU_RUNTIME_H_
+#define NPU_RUNTIME_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(NPU_RUNTIME_BUILD)
+#define NPU_API __attribute__((visibility("default")))
+#else
+#define NPU_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum npuError_t {
+  npuSuccess = 0,
+  npuErrorInvalidValue = 1,         /* bad argument: null pointer, bad size, bad flag */
+  npuErrorMemoryAllocation = 2,     /* device (or host) memory exhausted */
+  npuErrorInvalidDevice = 3,        /* device index out of range */
+  npuErrorNoDevice = 4,             /* no device visible (ASCEND_RT_VISIBLE_DEVICES) */
+  npuErrorInvalidDevicePointer = 5, /* pointer is not (or no longer) device memory */
+  npuErrorInvalidMemcpyDirection = 6,
+  npuErrorInvalidResourceHandle = 7, /* bad stream or event handle */
+  npuErrorNotReady = 8,              /* query: work still pending (not a failure) */
+  npuErrorLaunchFailure = 9,         /* a task failed while running on a stream */
+  npuErrorNotSupported = 10,
+  npuErrorInitialization = 11,
+  npuErrorUnknown = 99
+} npuError_t;
+
+typedef struct npuStream_st* npuStream_t; /* NULL means the current device's default stream */
+typedef struct npuEvent_st* npuEvent_t;
+
+typedef enum npuMemcpyKind {
+  npuMemcpyHostToHost = 0,
+  npuMemcpyHostToDevice = 1,
+  npuMemcpyDeviceToHost = 2,
+  npuMemcpyDeviceToDevice = 3,
+  npuMemcpyDefault = 4 /* infer the direction from the pointers */
+} npuMemcpyKind;
+
+typedef struct npuDeviceProp {
+  char name[64];        /* "Ascend910B2" */
+  char soc_version[64]; /* "Ascend910B2" */
+  size_t total_memory;  /* bytes of HBM */
+  int cube_core_num;    /* AI Cube cores */
+  int vector_core_num;  /* AI Vector cores */
+  int physical_id;      /* id before ASCEND_RT_VISIBLE_DEVICES renumbering */
+  int major;            /* capability, as torch.npu.get_device_capability reports */
+  int minor;
+} npuDeviceProp;
+
+typedef enum npuMemoryType {
+  npuMemoryTypeUnregistered = 0, /* ordinary host memory */
+  npuMemoryTypeHost = 1,         /* pinned host memory from npuMallocHost */
+  npuMemoryTypeDevice = 2
+} npuMemoryType;
+
+typedef struct npuPointerAttributes {
+  npuMemoryType type;
+  int device;       /* -1 for host memory */
+  void* base;       /* start of the allocation holding the pointer (NULL if unregistered) */
+  size_t size;      /* size of that allocation */
+} npuPointerAttributes;
+
+/* ---- errors ---------------------------------------------------------------------------- */
+NPU_API npuError_t npuGetLastError(void);  /* returns and clears the pending error */
+NPU_API npuError_t npuPeekAtLastError(void);
+NPU_API const char* npuGetErrorName(npuError_t error);   /* "npuErrorInvalidValue" */
+NPU_API const char* npuGetErrorString(npuError_t error); /* one-line description */
+/* Detailed message of the last error returned on this thread, e.g. naming the argument or
+ * the failed task; "" if none. Valid until the next runtime call on this thread. */
+NPU_API const char* npuGetLastErrorMessage(void);
+
+/* ---- devices --------------------------------------------------------------------------- */
+NPU_API npuError_t npuGetDeviceCount(int* count);
+NPU_API npuError_t npuSetDevice(int device);
+NPU_API npuError_t npuGetDevice(int* device);
+NPU_API npuError_t npuGetDeviceProperties(npuDeviceProp* prop, int device);
+NPU_API npuError_t npuDeviceSynchronize(void); /* waits for every stream of the current device */
+/* Percentage (0-100) of the wall time since the previous call during which the streams of
+ * `device` were running tasks (0 on the first call). */
+NPU_API npuError_t npuDeviceGetUtilization(int device, int* percent);
+NPU_API npuError_t npuDeviceGetStreamPriorityRange(int* least, int* greatest);
+/* Non-zero when ASCEND_RT_VISIBLE_DEVICES was set but invalid; the message names it. */
+NPU_API const char* npuGetVisibleDevicesWarning(void);
+
+/* ---- memory ---------------------------------------------------------------------------- */
+NPU_API npuError_t npuMalloc(void** ptr, size_t size); /* on the current device */
+NPU_API npuError_t npuFree(void* ptr);                 /* NULL is a no-op */
+NPU_API npuError_t npuMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+NPU_API npuError_t npuMallocHost(void** ptr, size_t size); /* pinned host memory */
+NPU_API npuError_t npuFreeHost(void* ptr);
+NPU_API npuError_t npuPointerGetAttributes(npuPointerAttributes* attr, const void* ptr);
+
+/* Virtual memory, as cuMemAddressReserve / cuMemMap: reserve an address range that costs
+ * no capacity, then map (commit capacity for) and unmap pieces of it. Granularity is
+ * npuMemGetGranularity() bytes; offsets and sizes must be multiples of it. */
+NPU_API size_t npuMemGetGranularity(void);
+NPU_API npuError_t npuMemAddressReserve(void** ptr, size_t size); /* current device */
+NPU_API npuError_t npuMemAddressFree(void* ptr);  /* unmaps what is still mapped */
+NPU_API npuError_t npuMemMap(void* ptr, size_t size);
+NPU_API npuError_t npuMemUnmap(void* ptr, size_t size);
+
+NPU_API npuError_t npuMemcpy(void* dst, const void* src, size_t count, npuMemcpyKind kind);
+NPU_API npuError_t npuMemcpyAsync(void* dst, const void* src, size_t count, npuMemcpyKind kind,
+                                  npuStream_t stream);
+NPU_API npuError_t npuMemset(void* ptr, int value, size_t count);
+NPU_API npuError_t npuMemsetAsync(void* ptr, int value, size_t count, npuStream_t stream);
+
+/* ---- streams --------------------------------------------------------------------------- */
+NPU_API npuError_t npuStreamCreate(npuStream_t* stream);
+/* Lower numbers are higher priority, as in CUDA: 0 (normal) or -1 (high). */
+NPU_API npuError_t npuStreamCreateWithPriority(npuStream_t* stream, unsigned int flags,
+                                               int priority);
+NPU_API npuError_t npuStreamDestroy(npuStream_t stream); /* finishes pending work first */
+NPU_API npuError_t npuStreamSynchronize(npuStream_t stream);
+NPU_API npuError_t npuStreamQuery(npuStream_t stream); /* npuSuccess, npuErrorNotReady, error */
+NPU_API npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int flags);
+NPU_API npuError_t npuStreamGetPriority(npuStream_t stream, int* priority);
+NPU_API npuError_t npuStreamGetDevice(npuStream_t stream, int* device);
+/* The default stream of `device` (never NULL); lets callers hold a concrete handle. */
+NPU_API npuError_t npuGetDefaultStream(int device, npuStream_t* stream);
+
+typedef void (*npuTaskFn)(void* arg);
+/* Enqueues fn(arg) on `stream`. `name` is copied and appears in error messages. A task
+ * reports failure with npuTaskFail (from inside fn); a C++ exception escaping fn is caught
+ * and reported the same way. */
+NPU_API npuError_t npuLaunchTask(npuStream_t stream, const char* name, npuTaskFn fn, void* arg);
+/* Called from inside a running task: marks it failed with `message`. */
+NPU_API void npuTaskFail(const char* message);
+
+/* ---- events ---------------------------------------------------------------------------- */
+#define npuEventDefault 0x0u
+#define npuEventDisableTiming 0x2u
+NPU_API npuError_t npuEventCreate(npuEvent_t* event); /* timing enabled */
+NPU_API npuError_t npuEventCreateWithFlags(npuEvent_t* event, unsigned int flags);
+NPU_API npuError_t npuEventDestroy(npuEvent_t event);
+NPU_API npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream);
+NPU_API npuError_t npuEventQuery(npuEvent_t event); /* npuSuccess if done or never recorded */
+NPU_API npuError_t npuEventSynchronize(npuEvent_t event);
+NPU_API npuError_t npuEventElapsedTime(float* ms, npuEvent_t start, npuEvent_t end);
+
+/* ---- versions -------------------------------------------------------------------------- */
+NPU_API const char* npuGetRuntimeVersion(void); /* plays the role of the CANN version */
+NPU_API const char* npuGetDriverVersion(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NPU_RUNTIME_H_ */

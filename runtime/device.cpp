@@ -1,0 +1,266 @@
+// Simulated devices: configuration from the environment, the device table, the per-thread
+// current device, properties and utilisation.
+#include <pthread.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "npu/registry.h"
+#include "runtime_internal.h"
+
+namespace npu::rt {
+namespace {
+
+constexpr int kMaxDevices = NPU_REGISTRY_MAX_DEVICES;
+
+bool parseInt(const std::string& text, long* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = value;
+  return true;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// ASCEND_RT_VISIBLE_DEVICES, with the real stack's rules: ids ascending, unique and in range.
+// Anything else makes no device visible, and the warning says why and how to fix it.
+void parseVisibleDevices(const char* value, Config& cfg) {
+  std::string text = value;
+  std::string why;
+  std::vector<int> ids;
+  size_t start = 0;
+  while (why.empty()) {
+    size_t comma = text.find(',', start);
+    std::string token = trim(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    long id = 0;
+    if (!parseInt(token, &id)) {
+      why = "'" + token + "' is not a device id";
+    } else if (id < 0 || id >= cfg.physical_count) {
+      why = "device id " + std::to_string(id) + " is out of range [0, " +
+            std::to_string(cfg.physical_count) + ")";
+    } else if (!ids.empty() && id <= ids.back()) {
+      why = "device ids must be ascending and unique (" + std::to_string(id) + " follows " +
+            std::to_string(ids.back()) + ")";
+    } else {
+      ids.push_back(static_cast<int>(id));
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (trim(text).empty()) why = "it is empty";
+  if (why.empty()) {
+    cfg.visible = ids;
+    return;
+  }
+  cfg.visible.clear();
+  cfg.visible_warning = "ASCEND_RT_VISIBLE_DEVICES='" + text + "' is invalid: " + why +
+                        "; no NPU device is visible. Set it to ascending, unique ids below " +
+                        std::to_string(cfg.physical_count) + ", e.g. ASCEND_RT_VISIBLE_DEVICES=0,1";
+}
+
+Config loadConfig() {
+  Config cfg;
+  if (const char* v = std::getenv("NPU_SIM_DEVICE_COUNT")) {
+    long n = 0;
+    if (parseInt(trim(v), &n) && n >= 1 && n <= kMaxDevices) {
+      cfg.physical_count = static_cast<int>(n);
+    } else {
+      cfg.init_error = std::string("NPU_SIM_DEVICE_COUNT='") + v +
+                       "' is invalid: expected an integer from 1 to " + std::to_string(kMaxDevices);
+    }
+  }
+  if (const char* v = std::getenv("NPU_SIM_HBM_GB")) {
+    char* end = nullptr;
+    double gb = std::strtod(v, &end);
+    if (end != v && *end == '\0' && gb > 0 && gb <= 1 << 20) {
+      cfg.hbm_bytes = static_cast<size_t>(gb * double(1ull << 30));
+    } else {
+      cfg.init_error = std::string("NPU_SIM_HBM_GB='") + v +
+                       "' is invalid: expected a positive number of GiB, e.g. NPU_SIM_HBM_GB=64";
+    }
+  }
+  if (!cfg.init_error.empty()) return cfg;
+  if (const char* v = std::getenv("ASCEND_RT_VISIBLE_DEVICES")) {
+    parseVisibleDevices(v, cfg);
+  } else {
+    for (int i = 0; i < cfg.physical_count; ++i) cfg.visible.push_back(i);
+  }
+  const char* blocking = std::getenv("ASCEND_LAUNCH_BLOCKING");
+  cfg.launch_blocking = blocking && std::strcmp(blocking, "1") == 0;
+  return cfg;
+}
+
+// The device table is built once and never freed: stream worker threads may still run while
+// static destructors do at exit, so nothing they touch may be destroyed.
+std::vector<Device*>* g_devices = nullptr;
+std::once_flag g_devices_once;
+thread_local int t_current_device = 0;
+std::atomic<bool> g_used{false};    // a device was touched (streams or memory exist)
+std::atomic<bool> g_forked{false};  // we are a child forked after g_used
+
+void markForkedChild() {
+  if (g_used.load()) g_forked.store(true);
+}
+
+void initDevices() {
+  const Config& cfg = config();
+  g_devices = new std::vector<Device*>();
+  for (size_t i = 0; i < cfg.visible.size(); ++i) {
+    auto* dev = new Device();
+    dev->index = static_cast<int>(i);
+    dev->physical_id = cfg.visible[i];
+    dev->capacity = cfg.hbm_bytes;
+    dev->used_bytes = new std::atomic<uint64_t>(0);
+    dev->busy_ns = new std::atomic<uint64_t>(0);
+    g_devices->push_back(dev);
+  }
+  pthread_atfork(nullptr, nullptr, markForkedChild);
+}
+
+std::vector<Device*>& devices() {
+  std::call_once(g_devices_once, initDevices);
+  return *g_devices;
+}
+
+}  // namespace
+
+const Config& config() {
+  static const Config cfg = loadConfig();
+  return cfg;
+}
+
+uint64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int deviceCount() { return static_cast<int>(devices().size()); }
+
+Device* device(int index) {
+  auto& all = devices();
+  if (index < 0 || index >= static_cast<int>(all.size())) return nullptr;
+  if (!g_used.load(std::memory_order_acquire) && !g_used.exchange(true)) registryAttach(all);
+  return all[index];
+}
+
+npuError_t checkUsable() {
+  if (g_forked.load()) {
+    return fail(npuErrorInitialization,
+                "the NPU runtime was initialised in the parent process before fork(); a forked "
+                "child cannot use it. Use the 'spawn' start method for multiprocessing");
+  }
+  if (!config().init_error.empty()) return fail(npuErrorInitialization, config().init_error);
+  return npuSuccess;
+}
+
+npuError_t invalidDevice(int index) {
+  int count = deviceCount();
+  if (count == 0) {
+    return fail(npuErrorNoDevice, config().visible_warning.empty()
+                                      ? "no NPU device is visible"
+                                      : config().visible_warning);
+  }
+  return fail(npuErrorInvalidDevice, "invalid device index " + std::to_string(index) +
+                                         ": the process sees " + std::to_string(count) +
+                                         " NPU device(s), valid indices are 0.." +
+                                         std::to_string(count - 1));
+}
+
+npuError_t currentDevice(Device** out) {
+  if (npuError_t e = checkUsable()) return e;
+  Device* dev = device(t_current_device);
+  if (!dev) return invalidDevice(t_current_device);
+  *out = dev;
+  return npuSuccess;
+}
+
+}  // namespace npu::rt
+
+using namespace npu::rt;
+
+extern "C" {
+
+npuError_t npuGetDeviceCount(int* count) {
+  if (!count) return fail(npuErrorInvalidValue, "npuGetDeviceCount: count is NULL");
+  *count = 0;
+  if (npuError_t e = checkUsable()) return e;
+  *count = deviceCount();
+  if (*count == 0) return invalidDevice(0);
+  return npuSuccess;
+}
+
+npuError_t npuSetDevice(int index) {
+  if (npuError_t e = checkUsable()) return e;
+  if (!device(index)) return invalidDevice(index);
+  t_current_device = index;
+  return npuSuccess;
+}
+
+npuError_t npuGetDevice(int* index) {
+  if (!index) return fail(npuErrorInvalidValue, "npuGetDevice: device is NULL");
+  *index = t_current_device;
+  return npuSuccess;
+}
+
+npuError_t npuGetDeviceProperties(npuDeviceProp* prop, int index) {
+  if (!prop) return fail(npuErrorInvalidValue, "npuGetDeviceProperties: prop is NULL");
+  if (npuError_t e = checkUsable()) return e;
+  if (index < 0 || index >= deviceCount()) return invalidDevice(index);
+  const Device* dev = devices()[index];  // no registry attach: reading properties is free
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "Ascend910B2");
+  std::snprintf(prop->soc_version, sizeof(prop->soc_version), "Ascend910B2");
+  prop->total_memory = dev->capacity;
+  prop->cube_core_num = 24;
+  prop->vector_core_num = 48;
+  prop->physical_id = dev->physical_id;
+  prop->major = 9;  // torch_npu reports no CUDA-style capability; 9.x names the 910 family
+  prop->minor = 1;
+  return npuSuccess;
+}
+
+npuError_t npuDeviceGetUtilization(int index, int* percent) {
+  if (!percent) return fail(npuErrorInvalidValue, "npuDeviceGetUtilization: percent is NULL");
+  if (npuError_t e = checkUsable()) return e;
+  if (index < 0 || index >= deviceCount()) return invalidDevice(index);
+  Device* dev = devices()[index];
+  std::lock_guard<std::mutex> lock(dev->util_mutex);
+  uint64_t wall = nowNs(), busy = dev->busy_ns->load(std::memory_order_relaxed);
+  uint64_t dwall = wall - dev->util_last_wall_ns, dbusy = busy - dev->util_last_busy_ns;
+  bool have_sample = dev->util_last_wall_ns != 0;
+  if (have_sample && dwall < 1'000'000ull) {  // windows under 1 ms repeat the last answer
+    *percent = dev->util_last_percent;
+    return npuSuccess;
+  }
+  if (have_sample) {
+    uint64_t pct = dbusy * 100 / dwall;
+    dev->util_last_percent = static_cast<int>(pct > 100 ? 100 : pct);
+  }
+  dev->util_last_wall_ns = wall;
+  dev->util_last_busy_ns = busy;
+  *percent = dev->util_last_percent;
+  return npuSuccess;
+}
+
+npuError_t npuDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least) *least = 0;
+  if (greatest) *greatest = -1;
+  return npuSuccess;
+}
+
+const char* npuGetVisibleDevicesWarning(void) { return config().visible_warning.c_str(); }
+
+int npuPhysicalDeviceCount(void) { return config().physical_count; }
+size_t npuPhysicalDeviceMemory(void) { return config().hbm_bytes; }
+
+}  // extern "C"

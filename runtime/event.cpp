@@ -1,0 +1,178 @@
+// Events: markers in a stream that hosts and other streams can wait for, with timestamps.
+//
+// An event counts its records. Recording enqueues a marker carrying the new record number;
+// when the stream reaches it, the event's completed number catches up and the time is taken.
+// Queries and waits compare the two numbers, so re-recording an event is well defined: a wait
+// refers to the record that was last enqueued when the wait was issued, as in CUDA.
+#include <immintrin.h>
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "runtime_internal.h"
+
+struct npuEvent_st {
+  static constexpr uint32_t kAlive = 0x45564e54;  // "EVNT"
+  static constexpr uint32_t kDead = 0xdeadbeef;
+  std::atomic<uint32_t> magic{kAlive};
+  std::atomic<int> refs{1};  // the user's handle + queued tasks naming the event
+  unsigned flags = 0;
+  std::mutex mutex;
+  std::condition_variable cv;
+  uint64_t recorded = 0;                // records enqueued
+  std::atomic<uint64_t> completed{0};   // records reached by their stream
+  uint64_t time_ns = 0;                 // when the latest completed record was reached
+  int waiters = 0;
+};
+
+namespace npu::rt {
+namespace {
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(p));
+  return buf;
+}
+
+npuError_t validateEvent(const char* api, npuEvent_t event) {
+  if (!event) return fail(npuErrorInvalidResourceHandle, std::string(api) + ": event is NULL");
+  if (event->magic.load(std::memory_order_relaxed) != npuEvent_st::kAlive) {
+    return fail(npuErrorInvalidResourceHandle,
+                std::string(api) + ": event " + hex(event) + " was destroyed or never created");
+  }
+  return npuSuccess;
+}
+
+}  // namespace
+
+void eventRetain(npuEvent_st* event) { event->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void eventRelease(npuEvent_st* event) {
+  if (event->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete event;
+}
+
+void eventComplete(npuEvent_st* event, uint64_t seq) {
+  std::lock_guard<std::mutex> lock(event->mutex);
+  if (seq > event->completed.load(std::memory_order_relaxed)) {
+    event->time_ns = nowNs();
+    event->completed.store(seq, std::memory_order_release);
+  }
+  if (event->waiters > 0) event->cv.notify_all();
+}
+
+void eventWait(npuEvent_st* event, uint64_t seq) {
+  for (int i = 0; i < 4000; ++i) {
+    if (event->completed.load(std::memory_order_acquire) >= seq) return;
+    _mm_pause();
+  }
+  std::unique_lock<std::mutex> lock(event->mutex);
+  ++event->waiters;
+  event->cv.wait(lock, [&] { return event->completed.load(std::memory_order_acquire) >= seq; });
+  --event->waiters;
+}
+
+}  // namespace npu::rt
+
+using namespace npu::rt;
+
+extern "C" {
+
+npuError_t npuEventCreate(npuEvent_t* event) {
+  return npuEventCreateWithFlags(event, npuEventDefault);
+}
+
+npuError_t npuEventCreateWithFlags(npuEvent_t* event, unsigned int flags) {
+  if (!event) return fail(npuErrorInvalidValue, "npuEventCreate: event is NULL");
+  if (flags & ~npuEventDisableTiming) {
+    return fail(npuErrorInvalidValue, "npuEventCreateWithFlags: unknown flags " +
+                                          std::to_string(flags) +
+                                          "; use npuEventDefault or npuEventDisableTiming");
+  }
+  *event = new npuEvent_st();
+  (*event)->flags = flags;
+  return npuSuccess;
+}
+
+npuError_t npuEventDestroy(npuEvent_t event) {
+  if (npuError_t e = validateEvent("npuEventDestroy", event)) return e;
+  event->magic.store(npuEvent_st::kDead);
+  eventRelease(event);  // queued tasks that name it keep it alive until they ran
+  return npuSuccess;
+}
+
+npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream) {
+  if (npuError_t e = validateEvent("npuEventRecord", event)) return e;
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task;
+  task.kind = Task::kRecord;
+  task.event = event;
+  std::snprintf(task.name, sizeof(task.name), "event record");
+  {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    task.event_seq = ++event->recorded;
+  }
+  eventRetain(event);
+  return enqueue(s, task);
+}
+
+npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int flags) {
+  if (npuError_t e = validateEvent("npuStreamWaitEvent", event)) return e;
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task;
+  task.kind = Task::kWait;
+  task.event = event;
+  std::snprintf(task.name, sizeof(task.name), "event wait");
+  {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    task.event_seq = event->recorded;
+  }
+  if (task.event_seq == 0) return npuSuccess;  // never recorded: nothing to wait for
+  eventRetain(event);
+  return enqueue(s, task);
+}
+
+npuError_t npuEventQuery(npuEvent_t event) {
+  if (npuError_t e = validateEvent("npuEventQuery", event)) return e;
+  std::lock_guard<std::mutex> lock(event->mutex);
+  return event->completed.load() >= event->recorded ? npuSuccess : npuErrorNotReady;
+}
+
+npuError_t npuEventSynchronize(npuEvent_t event) {
+  if (npuError_t e = validateEvent("npuEventSynchronize", event)) return e;
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    target = event->recorded;
+  }
+  eventWait(event, target);
+  return npuSuccess;
+}
+
+npuError_t npuEventElapsedTime(float* ms, npuEvent_t start, npuEvent_t end) {
+  if (!ms) return fail(npuErrorInvalidValue, "npuEventElapsedTime: ms is NULL");
+  if (npuError_t e = validateEvent("npuEventElapsedTime", start)) return e;
+  if (npuError_t e = validateEvent("npuEventElapsedTime", end)) return e;
+  uint64_t times[2];
+  npuEvent_t events[2] = {start, end};
+  for (int i = 0; i < 2; ++i) {
+    npuEvent_t ev = events[i];
+    const char* which = i == 0 ? "start" : "end";
+    std::lock_guard<std::mutex> lock(ev->mutex);
+    if (ev->flags & npuEventDisableTiming) {
+      return fail(npuErrorInvalidResourceHandle, std::string("npuEventElapsedTime: the ") + which +
+                                                     " event was created with timing disabled");
+    }
+    if (ev->recorded == 0) {
+      return fail(npuErrorInvalidResourceHandle,
+                  std::string("npuEventElapsedTime: the ") + which + " event was never recorded");
+    }
+    if (ev->completed.load() < ev->recorded) return npuErrorNotReady;
+    times[i] = ev->time_ns;
+  }
+  *ms = static_cast<float>((static_cast<double>(times[1]) - static_cast<double>(times[0])) / 1e6);
+  return npuSuccess;
+}
+
+}  // extern "C"

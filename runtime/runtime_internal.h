@@ -1,0 +1,110 @@
+// Internal structures shared by the runtime's translation units. Not installed.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "npu/runtime.h"
+
+// Opaque handle types of the C API are these structs.
+struct npuStream_st;
+struct npuEvent_st;
+
+namespace npu::rt {
+
+// ---- configuration (environment, read once) --------------------------------------------------
+struct Config {
+  int physical_count = 8;           // NPU_SIM_DEVICE_COUNT
+  size_t hbm_bytes = 64ull << 30;   // NPU_SIM_HBM_GB
+  std::vector<int> visible;         // logical index -> physical id (ASCEND_RT_VISIBLE_DEVICES)
+  std::string visible_warning;      // non-empty when ASCEND_RT_VISIBLE_DEVICES was rejected
+  std::string init_error;           // non-empty when the simulator's own variables are bad
+  bool launch_blocking = false;     // ASCEND_LAUNCH_BLOCKING=1
+};
+const Config& config();
+
+// ---- errors ----------------------------------------------------------------------------------
+// Records `error` with `message` as this thread's last error and returns it, so call sites read
+// `return fail(npuErrorInvalidValue, "...")`.
+npuError_t fail(npuError_t error, std::string message);
+// A failure that happened inside a task: kept for npuGetLastError of any thread.
+void setAsyncError(npuError_t error, const std::string& message);
+
+// ---- devices ---------------------------------------------------------------------------------
+struct Device {
+  int index = 0;        // logical, after ASCEND_RT_VISIBLE_DEVICES
+  int physical_id = 0;
+  size_t capacity = 0;  // bytes of HBM
+  // Committed device memory in bytes, and stream busy time; both point into this process's
+  // registry record (so npu-smi reads them live) or into local storage if there is none.
+  std::atomic<uint64_t>* used_bytes = nullptr;
+  std::atomic<uint64_t>* busy_ns = nullptr;
+
+  std::mutex streams_mutex;
+  npuStream_st* default_stream = nullptr;  // created on first use
+  std::vector<npuStream_st*> streams;      // every live stream of the device, default included
+
+  std::mutex util_mutex;  // utilization sampling
+  uint64_t util_last_wall_ns = 0;
+  uint64_t util_last_busy_ns = 0;
+  int util_last_percent = 0;
+};
+
+// Devices visible to this process; nullptr for an invalid index. Initialises lazily.
+Device* device(int index);
+int deviceCount();
+// The calling thread's current device, validated; sets the last error when there is none.
+npuError_t currentDevice(Device** out);
+// The error for a bad device index: names the index and the valid range (or why none is).
+npuError_t invalidDevice(int index);
+uint64_t nowNs();  // steady clock
+
+// Checks that the simulator may be used in this process (not a child forked after use).
+npuError_t checkUsable();
+
+// ---- memory ----------------------------------------------------------------------------------
+// Reserves `bytes` of device capacity; false (and the last error set) if it doesn't fit.
+bool commitCapacity(Device* dev, size_t bytes);
+void releaseCapacity(Device* dev, size_t bytes);
+
+// ---- streams and events ----------------------------------------------------------------------
+struct Task {
+  enum Kind : uint8_t { kWork, kRecord, kWait, kCopy, kMemset };
+  Kind kind = kWork;
+  uintptr_t payload[3] = {};     // kCopy: dst, src, count; kMemset: ptr, value, count
+  npuTaskFn fn = nullptr;
+  void* arg = nullptr;
+  npuEvent_st* event = nullptr;  // kRecord / kWait
+  uint64_t event_seq = 0;        // record number to mark / wait for
+  char name[56] = {};
+};
+
+// Resolves NULL to the current device's default stream; validates the handle.
+npuError_t resolveStream(npuStream_t in, npuStream_st** out);
+// Enqueues a task (a copy of `task`); honours ASCEND_LAUNCH_BLOCKING.
+npuError_t enqueue(npuStream_st* stream, const Task& task);
+npuError_t defaultStream(Device* dev, npuStream_st** out);
+// Enqueues and waits for the task; returns its own error (consumed from the stream).
+npuError_t enqueueAndWait(npuStream_st* stream, const Task& task);
+// Waits until every stream of `dev` is idle, without consuming their errors (used before
+// memory is unmapped, so that no queued task can touch it afterwards).
+void waitDeviceIdle(Device* dev);
+
+// Events are reference counted: the user's handle and every queued task that names the event.
+void eventRetain(npuEvent_st* event);
+void eventRelease(npuEvent_st* event);
+void eventComplete(npuEvent_st* event, uint64_t seq);  // run by the stream worker
+void eventWait(npuEvent_st* event, uint64_t seq);      // run by the stream worker
+
+// ---- registry --------------------------------------------------------------------------------
+// Publishes this process in the registry (idempotent) and points each device's counters into
+// its record.
+void registryAttach(std::vector<Device*>& devices);
+
+}  // namespace npu::rt

@@ -1,0 +1,381 @@
+// Streams: a FIFO of tasks run in order by one worker thread each.
+//
+// How it works:
+//  - enqueue appends under the stream's mutex and wakes the worker only if it sleeps; the worker
+//    spins for a few microseconds after each task before sleeping, so back-to-back launches
+//    (the common case: an op loop) cost no system call and start within a microsecond or two.
+//  - submitted/completed are task sequence numbers; synchronize waits until completed reaches
+//    the value submitted had when it was called, so other threads may keep launching meanwhile.
+//  - a failing task puts the stream into an error state: later work tasks are skipped (their
+//    inputs may be garbage) while event records and waits still run, so nobody waiting on an
+//    event hangs. The error is reported, with the task's name, by the next synchronize or query
+//    and then cleared; npuGetLastError reports it too.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "runtime_internal.h"
+
+struct npuStream_st {
+  static constexpr uint32_t kAlive = 0x5354524d;  // "STRM"
+  static constexpr uint32_t kDead = 0xdeadbeef;
+  std::atomic<uint32_t> magic{kAlive};
+  npu::rt::Device* dev = nullptr;
+  int priority = 0;
+  bool is_default = false;
+
+  std::mutex mutex;
+  std::condition_variable work_cv;  // worker waits for tasks
+  std::condition_variable done_cv;  // hosts wait for completion
+  std::deque<npu::rt::Task> queue;
+  std::atomic<uint64_t> queued{0};     // tasks in the queue (lets the worker spin without a lock)
+  std::atomic<uint64_t> submitted{0};  // sequence number of the last task enqueued
+  std::atomic<uint64_t> completed{0};  // sequence number of the last task finished
+  bool worker_sleeping = false;
+  int host_waiters = 0;
+  bool stopping = false;
+
+  // Error state, under mutex.
+  bool failed = false;
+  std::string error_message;
+  uint64_t skipped = 0;
+
+  std::thread worker;
+};
+
+namespace npu::rt {
+namespace {
+
+thread_local npuStream_st* t_running_stream = nullptr;  // set on worker threads
+thread_local std::string* t_task_failure = nullptr;     // where npuTaskFail writes
+
+constexpr int kSpinIterations = 4000;  // roughly 20-50 us of pause instructions
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(p));
+  return buf;
+}
+
+void recordFailure(npuStream_st* s, const Task& task, const std::string& what) {
+  std::string message = "task '" + std::string(task.name) + "' failed on NPU " +
+                        std::to_string(s->dev->index) + " (stream " + hex(s) + "): " + what;
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    if (!s->failed) {
+      s->failed = true;
+      s->error_message = message;
+    }
+  }
+  setAsyncError(npuErrorLaunchFailure, message);
+}
+
+void runTask(npuStream_st* s, Task& task) {
+  switch (task.kind) {
+    case Task::kRecord:
+      eventComplete(task.event, task.event_seq);
+      eventRelease(task.event);
+      return;
+    case Task::kWait:
+      eventWait(task.event, task.event_seq);
+      eventRelease(task.event);
+      return;
+    default:
+      break;
+  }
+  bool failed;
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    failed = s->failed;
+    if (failed) ++s->skipped;
+  }
+  if (failed) return;
+  uint64_t t0 = nowNs();
+  std::string failure;
+  t_task_failure = &failure;
+  try {
+    if (task.kind == Task::kCopy) {
+      std::memmove(reinterpret_cast<void*>(task.payload[0]),
+                   reinterpret_cast<const void*>(task.payload[1]), task.payload[2]);
+    } else if (task.kind == Task::kMemset) {
+      std::memset(reinterpret_cast<void*>(task.payload[0]), static_cast<int>(task.payload[1]),
+                  task.payload[2]);
+    } else {
+      task.fn(task.arg);
+    }
+  } catch (const std::exception& e) {
+    if (failure.empty()) failure = e.what();
+  } catch (...) {
+    if (failure.empty()) failure = "unknown exception";
+  }
+  t_task_failure = nullptr;
+  s->dev->busy_ns->fetch_add(nowNs() - t0, std::memory_order_relaxed);
+  if (!failure.empty()) recordFailure(s, task, failure);
+}
+
+void workerLoop(npuStream_st* s) {
+  t_running_stream = s;
+  for (;;) {
+    for (int i = 0; i < kSpinIterations && s->queued.load(std::memory_order_acquire) == 0; ++i) {
+      _mm_pause();
+    }
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(s->mutex);
+      while (s->queue.empty()) {
+        if (s->stopping) return;
+        s->worker_sleeping = true;
+        s->work_cv.wait(lock);
+        s->worker_sleeping = false;
+      }
+      task = s->queue.front();
+      s->queue.pop_front();
+      s->queued.fetch_sub(1, std::memory_order_relaxed);
+    }
+    runTask(s, task);
+    s->completed.fetch_add(1, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(s->mutex);
+    if (s->host_waiters > 0) s->done_cv.notify_all();
+  }
+}
+
+npuStream_st* createStream(Device* dev, int priority, bool is_default) {
+  auto* s = new npuStream_st();
+  s->dev = dev;
+  s->priority = priority;
+  s->is_default = is_default;
+  s->worker = std::thread(workerLoop, s);
+  std::lock_guard<std::mutex> lock(dev->streams_mutex);
+  dev->streams.push_back(s);
+  return s;
+}
+
+// Waits until `s` has finished task number `target`.
+void waitFor(npuStream_st* s, uint64_t target) {
+  if (s == t_running_stream) return;  // a task waiting for its own stream would deadlock
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (s->completed.load(std::memory_order_acquire) >= target) return;
+    _mm_pause();
+  }
+  std::unique_lock<std::mutex> lock(s->mutex);
+  ++s->host_waiters;
+  s->done_cv.wait(lock, [&] { return s->completed.load(std::memory_order_acquire) >= target; });
+  --s->host_waiters;
+}
+
+// Reports (and clears) the stream's error state.
+npuError_t takeError(npuStream_st* s) {
+  std::lock_guard<std::mutex> lock(s->mutex);
+  if (!s->failed) return npuSuccess;
+  std::string message = s->error_message;
+  if (s->skipped > 0) {
+    message += "; " + std::to_string(s->skipped) + " later task(s) on the stream were skipped";
+  }
+  s->failed = false;
+  s->skipped = 0;
+  s->error_message.clear();
+  return fail(npuErrorLaunchFailure, message);
+}
+
+npuError_t validateStream(npuStream_t stream) {
+  if (stream->magic.load(std::memory_order_relaxed) != npuStream_st::kAlive) {
+    return fail(npuErrorInvalidResourceHandle,
+                "stream " + hex(stream) + " is not a live stream (destroyed or never created)");
+  }
+  return npuSuccess;
+}
+
+uint64_t push(npuStream_st* s, const Task& task) {
+  std::lock_guard<std::mutex> lock(s->mutex);
+  s->queue.push_back(task);
+  s->queued.fetch_add(1, std::memory_order_release);
+  uint64_t seq = s->submitted.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (s->worker_sleeping) s->work_cv.notify_one();
+  return seq;
+}
+
+}  // namespace
+
+npuError_t defaultStream(Device* dev, npuStream_st** out) {
+  {
+    std::lock_guard<std::mutex> lock(dev->streams_mutex);
+    if (dev->default_stream) {
+      *out = dev->default_stream;
+      return npuSuccess;
+    }
+  }
+  static std::mutex create_mutex;  // one default stream per device, even under a race
+  std::lock_guard<std::mutex> create(create_mutex);
+  if (!dev->default_stream) {
+    npuStream_st* s = createStream(dev, 0, true);
+    std::lock_guard<std::mutex> lock(dev->streams_mutex);
+    dev->default_stream = s;
+  }
+  *out = dev->default_stream;
+  return npuSuccess;
+}
+
+npuError_t resolveStream(npuStream_t in, npuStream_st** out) {
+  if (npuError_t e = checkUsable()) return e;
+  if (in) {
+    if (npuError_t e = validateStream(in)) return e;
+    *out = in;
+    return npuSuccess;
+  }
+  Device* dev = nullptr;
+  if (npuError_t e = currentDevice(&dev)) return e;
+  return defaultStream(dev, out);
+}
+
+npuError_t enqueue(npuStream_st* s, const Task& task) {
+  uint64_t seq = push(s, task);
+  if (!config().launch_blocking) return npuSuccess;
+  waitFor(s, seq);
+  return takeError(s);
+}
+
+npuError_t enqueueAndWait(npuStream_st* s, const Task& task) {
+  uint64_t seq = push(s, task);
+  waitFor(s, seq);
+  return takeError(s);
+}
+
+void waitDeviceIdle(Device* dev) {
+  std::vector<npuStream_st*> streams;
+  {
+    std::lock_guard<std::mutex> lock(dev->streams_mutex);
+    streams = dev->streams;
+  }
+  for (npuStream_st* s : streams) waitFor(s, s->submitted.load(std::memory_order_acquire));
+}
+
+}  // namespace npu::rt
+
+using namespace npu::rt;
+
+extern "C" {
+
+npuError_t npuStreamCreate(npuStream_t* stream) {
+  return npuStreamCreateWithPriority(stream, 0, 0);
+}
+
+npuError_t npuStreamCreateWithPriority(npuStream_t* stream, unsigned int flags, int priority) {
+  if (!stream) return fail(npuErrorInvalidValue, "npuStreamCreate: stream is NULL");
+  Device* dev = nullptr;
+  if (npuError_t e = currentDevice(&dev)) return e;
+  if (priority < -1 || priority > 0) {
+    return fail(npuErrorInvalidValue, "npuStreamCreateWithPriority: priority " +
+                                          std::to_string(priority) +
+                                          " is out of range; use 0 (normal) or -1 (high)");
+  }
+  *stream = createStream(dev, priority, false);
+  return npuSuccess;
+}
+
+npuError_t npuStreamDestroy(npuStream_t stream) {
+  if (!stream) return fail(npuErrorInvalidResourceHandle, "npuStreamDestroy: stream is NULL");
+  if (npuError_t e = validateStream(stream)) return e;
+  if (stream->is_default) {
+    return fail(npuErrorInvalidResourceHandle, "npuStreamDestroy: the default stream cannot be "
+                                               "destroyed");
+  }
+  {
+    std::lock_guard<std::mutex> lock(stream->dev->streams_mutex);
+    auto& all = stream->dev->streams;
+    all.erase(std::remove(all.begin(), all.end(), stream), all.end());
+  }
+  waitFor(stream, stream->submitted.load());
+  {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    stream->stopping = true;
+    stream->work_cv.notify_one();
+  }
+  stream->worker.join();
+  // The struct is kept (a few hundred bytes) so that a stale handle is detected, not a crash.
+  stream->magic.store(npuStream_st::kDead);
+  return npuSuccess;
+}
+
+npuError_t npuStreamSynchronize(npuStream_t stream) {
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  waitFor(s, s->submitted.load(std::memory_order_acquire));
+  return takeError(s);
+}
+
+npuError_t npuStreamQuery(npuStream_t stream) {
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (npuError_t e = takeError(s)) return e;
+  if (s->completed.load(std::memory_order_acquire) < s->submitted.load(std::memory_order_acquire)) {
+    return npuErrorNotReady;
+  }
+  return npuSuccess;
+}
+
+npuError_t npuStreamGetPriority(npuStream_t stream, int* priority) {
+  if (!priority) return fail(npuErrorInvalidValue, "npuStreamGetPriority: priority is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  *priority = s->priority;
+  return npuSuccess;
+}
+
+npuError_t npuStreamGetDevice(npuStream_t stream, int* device) {
+  if (!device) return fail(npuErrorInvalidValue, "npuStreamGetDevice: device is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  *device = s->dev->index;
+  return npuSuccess;
+}
+
+npuError_t npuGetDefaultStream(int index, npuStream_t* stream) {
+  if (!stream) return fail(npuErrorInvalidValue, "npuGetDefaultStream: stream is NULL");
+  if (npuError_t e = checkUsable()) return e;
+  Device* dev = device(index);
+  if (!dev) return invalidDevice(index);
+  return defaultStream(dev, stream);
+}
+
+npuError_t npuDeviceSynchronize(void) {
+  Device* dev = nullptr;
+  if (npuError_t e = currentDevice(&dev)) return e;
+  std::vector<npuStream_st*> streams;
+  {
+    std::lock_guard<std::mutex> lock(dev->streams_mutex);
+    streams = dev->streams;
+  }
+  npuError_t first = npuSuccess;
+  std::string first_message;
+  for (npuStream_st* s : streams) {
+    waitFor(s, s->submitted.load(std::memory_order_acquire));
+    npuError_t e = takeError(s);
+    if (e != npuSuccess && first == npuSuccess) {
+      first = e;
+      first_message = npuGetLastErrorMessage();
+    }
+  }
+  return first == npuSuccess ? npuSuccess : fail(first, first_message);
+}
+
+npuError_t npuLaunchTask(npuStream_t stream, const char* name, npuTaskFn fn, void* arg) {
+  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task;
+  task.kind = Task::kWork;
+  task.fn = fn;
+  task.arg = arg;
+  std::snprintf(task.name, sizeof(task.name), "%s", name ? name : "task");
+  return enqueue(s, task);
+}
+
+void npuTaskFail(const char* message) {
+  if (t_task_failure) *t_task_failure = message && *message ? message : "task failed";
+}
+
+}  // extern "C"

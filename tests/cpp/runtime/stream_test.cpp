@@ -1,0 +1,181 @@
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void sleepTask(void* arg) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(reinterpret_cast<intptr_t>(arg)));
+}
+
+struct Log {
+  std::mutex mutex;
+  std::vector<int> order;
+};
+struct LogEntry {
+  Log* log;
+  int value;
+};
+void appendTask(void* arg) {
+  auto* e = static_cast<LogEntry*>(arg);
+  std::lock_guard<std::mutex> lock(e->log->mutex);
+  e->log->order.push_back(e->value);
+}
+
+void failingTask(void*) { npuTaskFail("the kernel found NaN in its input"); }
+void throwingTask(void*) { throw std::runtime_error("index 12 is out of bounds"); }
+void countTask(void* arg) { static_cast<std::atomic<int>*>(arg)->fetch_add(1); }
+
+std::string lastMessage() { return npuGetLastErrorMessage(); }
+
+}  // namespace
+
+TEST(Stream, LaunchReturnsBeforeTheTaskRuns) {
+  npuStream_t s = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  auto t0 = Clock::now();
+  ASSERT_NPU_OK(npuLaunchTask(s, "sleep", sleepTask, reinterpret_cast<void*>(200)));
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(100));
+  EXPECT_EQ(npuStreamQuery(s), npuErrorNotReady);
+  ASSERT_NPU_OK(npuStreamSynchronize(s));
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(200));
+  EXPECT_EQ(npuStreamQuery(s), npuSuccess);
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(Stream, TasksRunInOrder) {
+  Log log;
+  std::vector<LogEntry> entries;
+  for (int i = 0; i < 100; ++i) entries.push_back({&log, i});
+  for (auto& e : entries) ASSERT_NPU_OK(npuLaunchTask(nullptr, "append", appendTask, &e));
+  ASSERT_NPU_OK(npuDeviceSynchronize());
+  std::vector<int> expected(100);
+  for (int i = 0; i < 100; ++i) expected[i] = i;
+  EXPECT_EQ(log.order, expected);
+}
+
+TEST(Stream, TwoStreamsOrderedByAnEvent) {
+  npuStream_t a = nullptr, b = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&a));
+  ASSERT_NPU_OK(npuStreamCreateWithPriority(&b, 0, -1));
+  int priority = 0;
+  ASSERT_NPU_OK(npuStreamGetPriority(b, &priority));
+  EXPECT_EQ(priority, -1);
+  npuEvent_t ev = nullptr;
+  ASSERT_NPU_OK(npuEventCreate(&ev));
+  Log log;
+  LogEntry first{&log, 1}, second{&log, 2};
+  ASSERT_NPU_OK(npuLaunchTask(a, "sleep", sleepTask, reinterpret_cast<void*>(100)));
+  ASSERT_NPU_OK(npuLaunchTask(a, "first", appendTask, &first));
+  ASSERT_NPU_OK(npuEventRecord(ev, a));
+  ASSERT_NPU_OK(npuStreamWaitEvent(b, ev, 0));
+  ASSERT_NPU_OK(npuLaunchTask(b, "second", appendTask, &second));
+  ASSERT_NPU_OK(npuStreamSynchronize(b));
+  EXPECT_EQ(log.order, (std::vector<int>{1, 2}));
+  ASSERT_NPU_OK(npuEventDestroy(ev));
+  ASSERT_NPU_OK(npuStreamDestroy(a));
+  ASSERT_NPU_OK(npuStreamDestroy(b));
+}
+
+TEST(Stream, WorkOnTwoStreamsOverlaps) {
+  npuStream_t a = nullptr, b = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&a));
+  ASSERT_NPU_OK(npuStreamCreate(&b));
+  auto t0 = Clock::now();
+  ASSERT_NPU_OK(npuLaunchTask(a, "sleep", sleepTask, reinterpret_cast<void*>(200)));
+  ASSERT_NPU_OK(npuLaunchTask(b, "sleep", sleepTask, reinterpret_cast<void*>(200)));
+  ASSERT_NPU_OK(npuStreamSynchronize(a));
+  ASSERT_NPU_OK(npuStreamSynchronize(b));
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(390));
+}
+
+TEST(Stream, TaskErrorSurfacesAtSynchronizeWithItsName) {
+  npuStream_t s = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  std::atomic<int> ran{0};
+  ASSERT_NPU_OK(npuLaunchTask(s, "aten::my_kernel", failingTask, nullptr));
+  ASSERT_NPU_OK(npuLaunchTask(s, "after", countTask, &ran));  // launching still succeeds
+  EXPECT_EQ(npuStreamSynchronize(s), npuErrorLaunchFailure);
+  EXPECT_NE(lastMessage().find("task 'aten::my_kernel' failed"), std::string::npos)
+      << lastMessage();
+  EXPECT_NE(lastMessage().find("NaN in its input"), std::string::npos);
+  EXPECT_NE(lastMessage().find("1 later task(s) on the stream were skipped"), std::string::npos)
+      << lastMessage();
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(npuGetLastError(), npuErrorLaunchFailure);  // also the process's pending error
+  // Reported once; the stream then works again.
+  ASSERT_NPU_OK(npuLaunchTask(s, "after", countTask, &ran));
+  ASSERT_NPU_OK(npuStreamSynchronize(s));
+  EXPECT_EQ(ran.load(), 1);
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(Stream, ExceptionInTaskIsCapturedAndQueryReportsIt) {
+  ASSERT_NPU_OK(npuLaunchTask(nullptr, "aten::index", throwingTask, nullptr));
+  npuError_t e = npuErrorNotReady;
+  for (int i = 0; i < 1000 && e == npuErrorNotReady; ++i) {
+    e = npuStreamQuery(nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(e, npuErrorLaunchFailure);
+  EXPECT_NE(lastMessage().find("'aten::index' failed"), std::string::npos) << lastMessage();
+  EXPECT_NE(lastMessage().find("index 12 is out of bounds"), std::string::npos);
+}
+
+TEST(Stream, LaunchBlockingMakesLaunchesSynchronous) {
+  setenv("ASCEND_LAUNCH_BLOCKING", "1", 1);  // this test runs in its own process
+  auto t0 = Clock::now();
+  ASSERT_NPU_OK(npuLaunchTask(nullptr, "sleep", sleepTask, reinterpret_cast<void*>(100)));
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(100));
+  EXPECT_EQ(npuLaunchTask(nullptr, "aten::bad", failingTask, nullptr), npuErrorLaunchFailure);
+  EXPECT_NE(lastMessage().find("'aten::bad'"), std::string::npos);
+}
+
+TEST(Stream, ConcurrentLaunchFromTwoThreads) {
+  npuStream_t s = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  std::atomic<int> ran{0};
+  auto launcher = [&] {
+    for (int i = 0; i < 5000; ++i) npuLaunchTask(s, "count", countTask, &ran);
+  };
+  std::thread t1(launcher), t2(launcher);
+  t1.join();
+  t2.join();
+  ASSERT_NPU_OK(npuStreamSynchronize(s));
+  EXPECT_EQ(ran.load(), 10000);
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(Stream, BadHandlesAreErrors) {
+  npuStream_t s = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+  EXPECT_EQ(npuStreamSynchronize(s), npuErrorInvalidResourceHandle);
+  EXPECT_EQ(npuLaunchTask(nullptr, "x", nullptr, nullptr), npuErrorInvalidValue);
+  npuStream_t def = nullptr;
+  ASSERT_NPU_OK(npuGetDefaultStream(0, &def));
+  EXPECT_EQ(npuStreamDestroy(def), npuErrorInvalidResourceHandle);
+  EXPECT_EQ(npuStreamCreateWithPriority(&s, 0, 5), npuErrorInvalidValue);
+  EXPECT_EQ(npuGetDefaultStream(42, &def), npuErrorInvalidDevice);
+}
+
+TEST(Stream, UtilizationReflectsBusyTime) {
+  int pct = -1;
+  ASSERT_NPU_OK(npuDeviceGetUtilization(0, &pct));  // first sample
+  ASSERT_NPU_OK(npuLaunchTask(nullptr, "sleep", sleepTask, reinterpret_cast<void*>(200)));
+  ASSERT_NPU_OK(npuDeviceSynchronize());
+  ASSERT_NPU_OK(npuDeviceGetUtilization(0, &pct));
+  EXPECT_GE(pct, 70);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_NPU_OK(npuDeviceGetUtilization(0, &pct));
+  EXPECT_LE(pct, 10);
+}
