@@ -1,0 +1,193 @@
+"""Caching-allocator statistics and controls: torch.cuda.memory's twin for npu."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import torch
+
+import torch_npu._C as _C
+
+
+def _index(device) -> int:
+    from . import _check_index, _get_device_index, _lazy_init
+
+    _lazy_init()
+    return _check_index(_get_device_index(device))
+
+
+def memory_stats_as_nested_dict(device=None) -> dict[str, Any]:
+    """The allocator's statistics as nested dicts (torch.cuda's layout)."""
+    return _C._npu_memoryStats(_index(device))
+
+
+def memory_stats(device=None) -> "collections.OrderedDict[str, Any]":
+    """Flat allocator statistics, keys as torch.cuda.memory_stats names them,
+    e.g. ``allocated_bytes.all.current``, ``num_alloc_retries``."""
+    flat = []
+
+    def add(prefix: str, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                add(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            flat.append((prefix, value))
+
+    add("", memory_stats_as_nested_dict(device))
+    flat.sort()
+    return collections.OrderedDict(flat)
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by tensors on `device` now."""
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device=None) -> int:
+    """Peak of memory_allocated since start or reset_peak_memory_stats."""
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes the caching allocator holds from the device (used plus cached)."""
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device=None) -> int:
+    """Peak of memory_reserved since start or reset_peak_memory_stats."""
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def memory_cached(device=None) -> int:  # deprecated torch.cuda name
+    return memory_reserved(device)
+
+
+def max_memory_cached(device=None) -> int:  # deprecated torch.cuda name
+    return max_memory_reserved(device)
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """Resets every "peak" statistic to its current value."""
+    _C._npu_resetPeakMemoryStats(_index(device))
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    """Resets the "allocated" and "freed" running sums and the retry/OOM counters."""
+    _C._npu_resetAccumulatedMemoryStats(_index(device))
+
+
+def empty_cache() -> None:
+    """Returns every unused cached block to the device (pages go back to the OS)."""
+    from . import is_initialized
+
+    if is_initialized():
+        _C._npu_emptyCache()
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Caps what this process may reserve on `device` at fraction * total memory."""
+    if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    _C._npu_setMemoryFraction(float(fraction), _index(device))
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    return _C._npu_getMemoryFraction(_index(device))
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of device memory, as the runtime sees it."""
+    return tuple(_C._npu_memGetInfo(_index(device)))
+
+
+def memory_snapshot() -> list[dict[str, Any]]:
+    """Every segment the allocator holds, with its blocks (torch.cuda.memory_snapshot)."""
+    from . import is_initialized
+
+    if not is_initialized():
+        return []
+    return _C._npu_memorySnapshot()["segments"]
+
+
+def caching_allocator_alloc(size: int, device=None, stream=None) -> int:
+    """Raw allocation from the caching allocator; returns the address."""
+    raise NotImplementedError(
+        "torch.npu.caching_allocator_alloc is not implemented in SimNPU yet; "
+        "allocate a tensor with torch.empty(size, dtype=torch.uint8, device='npu') instead"
+    )
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    raise NotImplementedError(
+        "torch.npu.caching_allocator_delete is not implemented in SimNPU yet"
+    )
+
+
+def _format_size(num: int) -> str:
+    for unit in ("B  ", "KiB", "MiB", "GiB", "TiB"):
+        if abs(num) < 1024 or unit == "TiB":
+            return f"{num:6d} {unit}" if unit == "B  " else f"{num:6.0f} {unit}"
+        num /= 1024.0
+    return str(num)
+
+
+def _format_count(num: int) -> str:
+    for unit in (" ", "K", "M"):
+        if abs(num) < 1000 or unit == "M":
+            return f"{num:7d} {unit}" if unit == " " else f"{num:7.0f} {unit}"
+        num /= 1000.0
+    return str(num)
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A readable table of the allocator statistics of `device`."""
+    index = _index(device)
+    stats = memory_stats(index)
+    rows = [
+        ("allocated_bytes", "Allocated memory", _format_size),
+        ("active_bytes", "Active memory", _format_size),
+        ("requested_bytes", "Requested memory", _format_size),
+        ("reserved_bytes", "NPU reserved memory", _format_size),
+        ("inactive_split_bytes", "Non-releasable memory", _format_size),
+        ("allocation", "Allocations", _format_count),
+        ("active", "Active allocs", _format_count),
+        ("segment", "NPU reserved segments", _format_count),
+        ("inactive_split", "Non-releasable allocs", _format_count),
+    ]
+    width = 75
+    line = "|" + "=" * width + "|"
+    thin = "|" + "-" * width + "|"
+    out = [line, "|{:^75}|".format(f"PyTorch NPU memory summary, device ID {index}"), thin]
+    out.append(
+        "|{:^75}|".format(
+            f"NPU OOMs: {stats.get('num_ooms', 0):<12d}|  npuMalloc retries: "
+            f"{stats.get('num_alloc_retries', 0):<12d}"
+        )
+    )
+    out += [line, "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |", thin]
+    pools = [("all", "")] if abbreviated else [("all", ""), ("large_pool", "from large pool"), ("small_pool", "from small pool")]
+    for key, title, fmt in rows:
+        for pool, suffix in pools:
+            name = title if not suffix else f"      {suffix}"
+            cells = [fmt(stats.get(f"{key}.{pool}.{f}", 0)) for f in ("current", "peak", "allocated", "freed")]
+            out.append("| {:<21} | {} | {} | {} | {} |".format(name, *cells))
+        out.append(thin)
+    out.append(
+        "| {:<21} | {} | {} | {} | {} |".format(
+            "Oversize allocations",
+            *[_format_count(stats.get(f"oversize_allocations.{f}", 0)) for f in ("current", "peak", "allocated", "freed")],
+        )
+    )
+    out.append(
+        "| {:<21} | {} | {} | {} | {} |".format(
+            "Oversize NPU segments",
+            *[_format_count(stats.get(f"oversize_segments.{f}", 0)) for f in ("current", "peak", "allocated", "freed")],
+        )
+    )
+    out.append(line)
+    return "\n".join(out) + "\n"
