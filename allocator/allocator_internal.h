@@ -11,7 +11,7 @@ constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kMinBlockSize = 512;         // every size is a multiple of this
 constexpr size_t kSmallSize = 1 * kMiB;       // requests up to here use the small pool
 constexpr size_t kSmallBuffer = 2 * kMiB;     // segment size of the small pool
-constexpr size_t kLargeBuffer = 20 * kMiB;    // segment size for large requests below kMinLargeAlloc
+constexpr size_t kLargeBuffer = 20 * kMiB;    // segment size for large requests below 10 MiB
 constexpr size_t kMinLargeAlloc = 10 * kMiB;  // from here segments are sized to the request
 constexpr size_t kRoundLarge = 2 * kMiB;      // ... rounded up to this
 // A cached block bigger than max_split_size is only handed out for a request that wastes less

@@ -11,8 +11,9 @@
 //  - Freeing merges a block with its free neighbours, so a fully freed segment is one block
 //    again. Segments go back to the runtime only on emptyCache, when an allocation would
 //    otherwise fail, or by garbage collection.
-//  - Blocks of max_split_size or more are never split and only reused for requests that leave
-//    less than 20 MiB of them unused, so that big blocks are not chopped into useless pieces.
+//  - With max_split_size set, a request of that size or more never splits its block, and a
+//    cached block of that size or more only serves such a request, and only if it leaves less
+//    than 20 MiB unused: big blocks are not chopped into pieces that nothing can reuse.
 //  - A block belongs to the stream it was allocated for: work queued there later is ordered
 //    after earlier uses. recordStream adds other streams; freeing such a block records an event
 //    on each of them, and the block stays out of the free set until all have completed (polled
@@ -24,11 +25,14 @@
 //    virtual range whose mapped part grows by pages at its end. Blocks that would have sat in
 //    different segments are neighbours and merge, so alternating sizes do not strand memory;
 //    emptyCache unmaps the free pages at the end.
-//  - Each pointer handed out is in a sharded hash map (pointer -> block), so free() finds its
-//    block, and with it the device, without being told the device.
-//  - Locks: one mutex per device guards all of its blocks, pools and stats; the pointer map has
-//    a mutex per shard. Order: shard before device, never the other way round, and no lock is
-//    held while waiting for an event.
+//  - Each device keeps a hash map of the pointers it handed out (pointer -> block). free() is
+//    not told the device: it tries the device this thread used last, then the others.
+//  - Locks: one lock per device (DeviceLock) guards its blocks, pools, pointer map and stats, so
+//    a cached allocate or free takes exactly one lock. No lock is held while waiting for an
+//    event, and none across devices.
+//  - Hot path: splitting and merging keep the free-set entry of the free block involved (its key
+//    changes without changing its place in the order), so a cached allocate + free is one tree
+//    search, a few pointer updates and no heap allocation.
 #include "npu/caching_allocator.h"
 
 #include <algorithm>
@@ -42,18 +46,19 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "allocator/allocator_internal.h"
+#include "allocator/device_lock.h"
+#include "allocator/pointer_map.h"
 
 namespace npu::alloc {
 namespace detail {
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr size_t kPointerShards = 16;
+constexpr size_t kMaxRequest = size_t{1} << 60;
 // Containers' nodes are recycled (so a cached allocate/free never calls malloc); beyond this
 // many spare nodes they are released.
 constexpr size_t kMaxSpareNodes = 1024;
@@ -96,25 +101,26 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
-void increase(Stat& s, int64_t n) {
+// Stats change on every allocate and free: keep them out of function calls.
+[[gnu::always_inline]] inline void increase(Stat& s, int64_t n) {
   s.current += n;
   s.allocated += n;
   s.peak = std::max(s.peak, s.current);
 }
-void decrease(Stat& s, int64_t n) {
+[[gnu::always_inline]] inline void decrease(Stat& s, int64_t n) {
   s.current -= n;
   s.freed += n;
 }
 // Every change is counted in the aggregate and in the pool's own entry.
-void increase(StatArray& a, StatType pool, int64_t n) {
+[[gnu::always_inline]] inline void increase(StatArray& a, StatType pool, int64_t n) {
   increase(a[kAggregate], n);
   increase(a[pool], n);
 }
-void decrease(StatArray& a, StatType pool, int64_t n) {
+[[gnu::always_inline]] inline void decrease(StatArray& a, StatType pool, int64_t n) {
   decrease(a[kAggregate], n);
   decrease(a[pool], n);
 }
-void change(StatArray& a, StatType pool, int64_t delta) {
+[[gnu::always_inline]] inline void change(StatArray& a, StatType pool, int64_t delta) {
   if (delta > 0) increase(a, pool, delta);
   if (delta < 0) decrease(a, pool, -delta);
 }
@@ -135,6 +141,14 @@ struct Segment;
 struct BlockPool;
 struct DeviceState;
 
+struct Block;
+
+// Free-set order: by stream, then best fit (size), then address.
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const;
+};
+using FreeSet = std::set<Block*, BlockOrder>;
+
 struct Block {
   char* ptr = nullptr;
   size_t size = 0;
@@ -147,6 +161,7 @@ struct Block {
   bool allocated = false;
   int event_count = 0;     // recorded events still to complete before the block is free
   uint64_t free_since = 0; // the pool's search count when the block was cached (its GC age)
+  FreeSet::iterator free_pos;  // its free-set entry, valid while isFree()
   std::vector<npuStream_t> stream_uses;  // streams besides `stream` that used the block
 
   bool isSplit() const { return prev != nullptr || next != nullptr; }
@@ -154,16 +169,13 @@ struct Block {
   bool isFree() const { return !allocated && event_count == 0; }
 };
 
-struct BlockOrder {
-  bool operator()(const Block* a, const Block* b) const {
-    if (a->stream != b->stream) {
-      return reinterpret_cast<uintptr_t>(a->stream) < reinterpret_cast<uintptr_t>(b->stream);
-    }
-    if (a->size != b->size) return a->size < b->size;
-    return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+inline bool BlockOrder::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) {
+    return reinterpret_cast<uintptr_t>(a->stream) < reinterpret_cast<uintptr_t>(b->stream);
   }
-};
-using FreeSet = std::set<Block*, BlockOrder>;
+  if (a->size != b->size) return a->size < b->size;
+  return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+}
 
 struct BlockPool {
   BlockPool(DeviceState* o, bool small) : owner(o), is_small(small) {}
@@ -203,7 +215,7 @@ struct DeviceState {
   const npuStream_t default_stream;
   const size_t page_size;  // mapping granularity for expandable segments
 
-  mutable std::mutex mutex;
+  mutable DeviceLock mutex;
   DeviceStats stats;
   BlockPool small{this, true};
   BlockPool large{this, false};
@@ -218,14 +230,16 @@ struct DeviceState {
   std::vector<Block*> spare_blocks;
   std::vector<FreeSet::node_type> spare_nodes;
   Block search_key;
+  PointerMap<Block> allocated;  // every pointer handed out and not yet freed
 
-  // Entry points; each takes the lock.
-  Block* malloc(size_t request, npuStream_t stream);
-  void free(Block* block);
-  void recordStream(Block* block, npuStream_t stream);
+  // Entry points; each takes the lock. The try* ones return false for a pointer that is not
+  // one of this device's allocations.
+  void* malloc(size_t request, npuStream_t stream);
+  bool tryFree(const void* ptr);
+  bool tryRecordStream(const void* ptr, npuStream_t stream);
+  bool find(const void* ptr, void** base, size_t* size) const;
   void emptyCache();
   void snapshot(std::vector<SegmentInfo>& out) const;
-  bool findInterior(uintptr_t addr, void** base, size_t* size) const;
 
  private:
   size_t allowedBytes() const {
@@ -234,35 +248,54 @@ struct DeviceState {
   }
   size_t maxSplit() const { return config.max_split_size; }
 
-  Block* newBlock();
+  Block* newBlock(char* ptr, size_t size, npuStream_t stream, BlockPool* pool, Segment* seg);
   void recycleBlock(Block* b);
   void insertFree(Block* b);
-  void eraseFree(FreeSet::iterator it);
-  void eraseFree(Block* b) { eraseFree(b->pool->blocks.find(b)); }
+  void eraseFree(Block* b);
+  void keyGrew(Block* b);
+  void keyShrank(Block* b);
+  void registerPointer(Block* b);
+  void free(Block* b);
 
   Block* takeFreeBlock(BlockPool& pool, npuStream_t stream, size_t size);
-  Block* newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t size, bool is_retry);
+  Block* newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t size);
   Block* growExpandable(BlockPool& pool, npuStream_t stream, size_t size);
   Block* useBlock(Block* b, size_t size, size_t request);
   bool shouldSplit(const Block* b, size_t size) const;
   void freeBlock(Block* b);
   void insertEvents(Block* b);
   void processEvents();
-  void waitForPendingUses(std::unique_lock<std::mutex>& lock);
+  void waitForPendingUses(std::unique_lock<DeviceLock>& lock);
   void releaseSegment(Block* b);
   void shrinkExpandable(Segment* seg);
   void releaseCachedBlocks();
   bool releaseOversizeBlocks(BlockPool& pool, npuStream_t stream, size_t size);
   void collectGarbage();
-  [[noreturn]] void throwOutOfMemory(std::unique_lock<std::mutex>& lock, size_t alloc_size);
+  [[noreturn]] void throwOutOfMemory(std::unique_lock<DeviceLock>& lock, size_t alloc_size);
 };
 
 // ---- block and node bookkeeping --------------------------------------------------------------
 
-Block* DeviceState::newBlock() {
-  if (spare_blocks.empty()) return new Block();
-  Block* b = spare_blocks.back();
-  spare_blocks.pop_back();
+Block* DeviceState::newBlock(char* ptr, size_t size, npuStream_t stream, BlockPool* pool,
+                             Segment* seg) {
+  Block* b;
+  if (spare_blocks.empty()) {
+    b = new Block();
+  } else {
+    b = spare_blocks.back();
+    spare_blocks.pop_back();
+  }
+  b->ptr = ptr;
+  b->size = size;
+  b->requested_size = 0;
+  b->stream = stream;
+  b->pool = pool;
+  b->segment = seg;
+  b->prev = nullptr;
+  b->next = nullptr;
+  b->allocated = false;
+  b->event_count = 0;
+  b->free_since = pool->searches;
   return b;
 }
 
@@ -271,48 +304,71 @@ void DeviceState::recycleBlock(Block* b) {
     delete b;
     return;
   }
-  b->stream_uses.clear();
-  std::vector<npuStream_t> uses = std::move(b->stream_uses);
-  *b = Block();
-  b->stream_uses = std::move(uses);  // keeps its capacity
+  b->stream_uses.clear();  // keeps its capacity
   spare_blocks.push_back(b);
 }
 
 void DeviceState::insertFree(Block* b) {
   if (spare_nodes.empty()) {
-    b->pool->blocks.insert(b);
+    b->free_pos = b->pool->blocks.insert(b).first;
     return;
   }
   FreeSet::node_type node = std::move(spare_nodes.back());
   spare_nodes.pop_back();
   node.value() = b;
-  b->pool->blocks.insert(std::move(node));
+  b->free_pos = b->pool->blocks.insert(std::move(node)).position;
 }
 
-void DeviceState::eraseFree(FreeSet::iterator it) {
-  Block* b = *it;
-  FreeSet::node_type node = b->pool->blocks.extract(it);
+void DeviceState::eraseFree(Block* b) {
+  FreeSet::node_type node = b->pool->blocks.extract(b->free_pos);
   if (spare_nodes.size() < kMaxSpareNodes) spare_nodes.push_back(std::move(node));
+}
+
+// Splitting and merging change the key (size, address) of a block that is in the free set.
+// Rather than erase and reinsert it (two tree rebalances on every cached allocate and free),
+// its entry stays where it is when the new key still sorts between its neighbours, which is
+// the common case. A key that grew can only have passed its successor, one that shrank only
+// its predecessor.
+void DeviceState::keyGrew(Block* b) {
+  FreeSet& set = b->pool->blocks;
+  auto next = std::next(b->free_pos);
+  if (next == set.end() || BlockOrder()(b, *next)) return;
+  FreeSet::node_type node = set.extract(b->free_pos);
+  b->free_pos = set.insert(std::move(node)).position;
+}
+
+void DeviceState::keyShrank(Block* b) {
+  FreeSet& set = b->pool->blocks;
+  if (b->free_pos == set.begin() || BlockOrder()(*std::prev(b->free_pos), b)) return;
+  FreeSet::node_type node = set.extract(b->free_pos);
+  b->free_pos = set.insert(std::move(node)).position;
 }
 
 // ---- allocation ------------------------------------------------------------------------------
 
-Block* DeviceState::malloc(size_t request, npuStream_t stream) {
-  std::unique_lock<std::mutex> lock(mutex);
+void* DeviceState::malloc(size_t request, npuStream_t stream) {
+  std::unique_lock<DeviceLock> lock(mutex);
+  // No device has this much; rounding it up would overflow.
+  if (request > kMaxRequest) throwOutOfMemory(lock, request);
   if (pending_count != 0) processEvents();
   const size_t size = roundSize(request, config);
   BlockPool& pool = size <= kSmallSize ? small : large;
   Block* block = config.caching_disabled ? nullptr : takeFreeBlock(pool, stream, size);
   if (block == nullptr) {
     if (config.garbage_collection_threshold > 0.0 && !config.caching_disabled) collectGarbage();
-    block = newSegmentBlock(pool, stream, size, false);
+    block = newSegmentBlock(pool, stream, size);
     if (block == nullptr && releaseOversizeBlocks(pool, stream, size)) {
-      block = newSegmentBlock(pool, stream, size, false);
+      block = newSegmentBlock(pool, stream, size);
     }
     if (block == nullptr) {
+      // Flush and retry once. Waiting may also have freed a block that fits but sits in a
+      // segment still in use, so the free set is searched again (PyTorch goes straight to the
+      // runtime here).
+      ++stats.num_alloc_retries;
       waitForPendingUses(lock);
       releaseCachedBlocks();
-      block = newSegmentBlock(pool, stream, size, true);
+      if (!config.caching_disabled) block = takeFreeBlock(pool, stream, size);
+      if (block == nullptr) block = newSegmentBlock(pool, stream, size);
     }
     if (block == nullptr) {
       // Like PyTorch, report what was asked of the runtime: the segment, for fixed segments.
@@ -320,8 +376,12 @@ Block* DeviceState::malloc(size_t request, npuStream_t stream) {
       throwOutOfMemory(lock, fixed_segments ? segmentSize(size) : size);
     }
   }
-  return useBlock(block, size, request);
+  Block* used = useBlock(block, size, request);
+  registerPointer(used);
+  return used->ptr;
 }
+
+void DeviceState::registerPointer(Block* b) { allocated.insert(b->ptr, b); }
 
 Block* DeviceState::takeFreeBlock(BlockPool& pool, npuStream_t stream, size_t size) {
   ++pool.searches;
@@ -334,14 +394,10 @@ Block* DeviceState::takeFreeBlock(BlockPool& pool, npuStream_t stream, size_t si
   // An oversize block would be split for a normal request, or mostly wasted on a big one.
   if (size < maxSplit() && b->size >= maxSplit()) return nullptr;
   if (size >= maxSplit() && b->size >= size + kMaxNonSplitRounding) return nullptr;
-  Block* found = *it;
-  eraseFree(it);
-  return found;
+  return *it;
 }
 
-Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t size,
-                                    bool is_retry) {
-  if (is_retry) ++stats.num_alloc_retries;
+Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t size) {
   if (config.expandable_segments && !config.caching_disabled) {
     return growExpandable(pool, stream, size);
   }
@@ -362,14 +418,10 @@ Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t 
   seg->size = bytes;
   seg->stream = stream;
   seg->pool = &pool;
-  Block* b = newBlock();
-  b->ptr = seg->base;
-  b->size = bytes;
-  b->stream = stream;
-  b->pool = &pool;
-  b->segment = seg;
+  Block* b = newBlock(seg->base, bytes, stream, &pool, seg);
   seg->head = seg->tail = b;
   segments.emplace(reinterpret_cast<uintptr_t>(ptr), seg);
+  insertFree(b);  // useBlock takes blocks from the free set
 
   reserved += bytes;
   ++stats.num_device_alloc;
@@ -380,17 +432,14 @@ Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t 
 }
 
 // Makes the free block at the end of the (stream, pool) expandable segment at least `size`
-// bytes by mapping pages behind it, and takes it out of the free set.
+// bytes by mapping pages behind it; returns it (in the free set).
 Block* DeviceState::growExpandable(BlockPool& pool, npuStream_t stream, size_t size) {
   const auto key = std::make_pair(stream, pool.is_small);
   auto found = expandable.find(key);
   Segment* seg = found == expandable.end() ? nullptr : found->second;
   Block* tail = seg != nullptr ? seg->tail : nullptr;
   const size_t have = tail != nullptr && tail->isFree() ? tail->size : 0;
-  if (have >= size) {
-    eraseFree(tail);
-    return tail;
-  }
+  if (have >= size) return tail;
   const size_t need = roundUp(size - have, page_size);
   if (need > allowedBytes() || reserved + need > allowedBytes()) return nullptr;
 
@@ -433,15 +482,10 @@ Block* DeviceState::growExpandable(BlockPool& pool, npuStream_t stream, size_t s
   ++stats.num_device_alloc;
   increase(stats.reserved_bytes, pool.statType(), static_cast<int64_t>(need));
   if (have != 0) {
-    eraseFree(tail);
     tail->size += need;
+    keyGrew(tail);
   } else {
-    tail = newBlock();
-    tail->ptr = seg->base + seg->size;
-    tail->size = need;
-    tail->stream = stream;
-    tail->pool = &pool;
-    tail->segment = seg;
+    tail = newBlock(seg->base + seg->size, need, stream, &pool, seg);
     tail->prev = seg->tail;
     if (seg->tail != nullptr) {
       seg->tail->next = tail;
@@ -449,6 +493,7 @@ Block* DeviceState::growExpandable(BlockPool& pool, npuStream_t stream, size_t s
       seg->head = tail;
     }
     seg->tail = tail;
+    insertFree(tail);
   }
   seg->size += need;
   return tail;
@@ -462,25 +507,25 @@ bool DeviceState::shouldSplit(const Block* b, size_t size) const {
   return size < maxSplit() && remaining > kSmallSize;
 }
 
-Block* DeviceState::useBlock(Block* b, size_t size, size_t request) {
-  const StatType type = b->pool->statType();
-  const bool counts_split = !b->segment->expandable;
-  const bool already_split = b->isSplit();
-  if (shouldSplit(b, size)) {
-    Block* rest = newBlock();
-    rest->ptr = b->ptr + size;
-    rest->size = b->size - size;
-    rest->stream = b->stream;
-    rest->pool = b->pool;
-    rest->segment = b->segment;
-    rest->prev = b;
-    rest->next = b->next;
-    rest->free_since = b->pool->searches;
-    if (b->next != nullptr) b->next->prev = rest;
-    b->next = rest;
-    if (b->segment->tail == b) b->segment->tail = rest;
-    b->size = size;
-    insertFree(rest);
+// `free` is a block in the free set; returns the block handed out: `free` itself, or its front
+// part when the rest is worth keeping (the rest stays in the free set as `free`).
+Block* DeviceState::useBlock(Block* free, size_t size, size_t request) {
+  const StatType type = free->pool->statType();
+  Segment* seg = free->segment;
+  const bool counts_split = !seg->expandable;
+  const bool already_split = free->isSplit();
+  Block* b = free;
+  if (shouldSplit(free, size)) {
+    b = newBlock(free->ptr, size, free->stream, free->pool, seg);
+    b->prev = free->prev;
+    b->next = free;
+    if (free->prev != nullptr) free->prev->next = b;
+    free->prev = b;
+    if (seg->head == free) seg->head = b;
+    free->ptr += size;
+    free->size -= size;
+    keyShrank(free);
+    Block* rest = free;
     if (counts_split) {
       if (already_split) {
         // An inactive split block shrank by `size`.
@@ -490,9 +535,12 @@ Block* DeviceState::useBlock(Block* b, size_t size, size_t request) {
         increase(stats.inactive_split_bytes, type, static_cast<int64_t>(rest->size));
       }
     }
-  } else if (already_split && counts_split) {
-    decrease(stats.inactive_split, type, 1);
-    decrease(stats.inactive_split_bytes, type, static_cast<int64_t>(b->size));
+  } else {
+    eraseFree(free);
+    if (already_split && counts_split) {
+      decrease(stats.inactive_split, type, 1);
+      decrease(stats.inactive_split_bytes, type, static_cast<int64_t>(b->size));
+    }
   }
   b->allocated = true;
   b->requested_size = request;
@@ -508,8 +556,15 @@ Block* DeviceState::useBlock(Block* b, size_t size, size_t request) {
 
 // ---- freeing ---------------------------------------------------------------------------------
 
+bool DeviceState::tryFree(const void* ptr) {
+  std::lock_guard<DeviceLock> lock(mutex);
+  Block* b = allocated.erase(ptr);
+  if (b == nullptr) return false;
+  free(b);
+  return true;
+}
+
 void DeviceState::free(Block* b) {
-  std::lock_guard<std::mutex> lock(mutex);
   const StatType type = b->pool->statType();
   b->allocated = false;
   decrease(stats.allocation, type, 1);
@@ -522,17 +577,21 @@ void DeviceState::free(Block* b) {
   }
 }
 
-void DeviceState::recordStream(Block* b, npuStream_t stream) {
-  std::lock_guard<std::mutex> lock(mutex);
+bool DeviceState::tryRecordStream(const void* ptr, npuStream_t stream) {
+  std::lock_guard<DeviceLock> lock(mutex);
+  Block* b = allocated.find(ptr);
+  if (b == nullptr) return false;
   if (stream == nullptr) stream = default_stream;
   // The allocating stream is ordered with itself already.
-  if (stream == b->stream) return;
+  if (stream == b->stream) return true;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end()) {
     b->stream_uses.push_back(stream);
   }
+  return true;
 }
 
-// Returns a block nobody uses any more to its pool, merged with free neighbours.
+// Returns a block nobody uses any more to its pool, merged with free neighbours. The merged
+// block can be a neighbour's Block object, so `b` must not be used by the caller afterwards.
 void DeviceState::freeBlock(Block* b) {
   const StatType type = b->pool->statType();
   const auto original_size = static_cast<int64_t>(b->size);
@@ -540,37 +599,50 @@ void DeviceState::freeBlock(Block* b) {
   Segment* seg = b->segment;
   int64_t split_blocks_delta = 0;
   int64_t split_bytes_delta = 0;
-  if (b->prev != nullptr && b->prev->isFree()) {
-    Block* p = b->prev;
+  b->requested_size = 0;
+  b->stream_uses.clear();
+  // Merge into a free neighbour: its free-set entry is reused (see keyGrew).
+  Block* p = b->prev != nullptr && b->prev->isFree() ? b->prev : nullptr;
+  Block* n = b->next != nullptr && b->next->isFree() ? b->next : nullptr;
+  if (p != nullptr) {
     --split_blocks_delta;
     split_bytes_delta -= static_cast<int64_t>(p->size);
-    eraseFree(p);
     p->size += b->size;
     p->next = b->next;
     if (b->next != nullptr) b->next->prev = p;
     if (seg->tail == b) seg->tail = p;
     recycleBlock(b);
     b = p;
-  }
-  if (b->next != nullptr && b->next->isFree()) {
-    Block* n = b->next;
+    if (n != nullptr) {
+      --split_blocks_delta;
+      split_bytes_delta -= static_cast<int64_t>(n->size);
+      eraseFree(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next != nullptr) n->next->prev = b;
+      if (seg->tail == n) seg->tail = b;
+      recycleBlock(n);
+    }
+    keyGrew(b);
+  } else if (n != nullptr) {
     --split_blocks_delta;
     split_bytes_delta -= static_cast<int64_t>(n->size);
-    eraseFree(n);
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next != nullptr) n->next->prev = b;
-    if (seg->tail == n) seg->tail = b;
-    recycleBlock(n);
+    n->ptr = b->ptr;
+    n->size += b->size;
+    n->prev = b->prev;
+    if (b->prev != nullptr) b->prev->next = n;
+    if (seg->head == b) seg->head = n;
+    recycleBlock(b);
+    b = n;
+    keyGrew(b);
+  } else {
+    insertFree(b);
   }
+  b->free_since = b->pool->searches;
   if (b->isSplit()) {
     ++split_blocks_delta;
     split_bytes_delta += static_cast<int64_t>(b->size);
   }
-  b->requested_size = 0;
-  b->stream_uses.clear();
-  b->free_since = b->pool->searches;
-  insertFree(b);
 
   // Free pages of an expandable segment can always be unmapped, so its free blocks are not
   // the stranded memory that inactive_split is meant to show (PyTorch excludes them too).
@@ -632,7 +704,7 @@ void DeviceState::processEvents() {
 // Waits, without the lock, for every stream use pending now; then frees those blocks. Events
 // are never destroyed while the allocator lives, so a handle stays valid even if another thread
 // recycles it meanwhile (waiting for its new record only takes longer).
-void DeviceState::waitForPendingUses(std::unique_lock<std::mutex>& lock) {
+void DeviceState::waitForPendingUses(std::unique_lock<DeviceLock>& lock) {
   if (pending_count == 0) return;
   ++stats.num_sync_all_streams;
   std::vector<npuEvent_t> events;
@@ -773,7 +845,9 @@ void DeviceState::collectGarbage() {
   size_t reclaimed = 0;
   while (reclaimed < target && !candidates.empty()) {
     double total_age = 0;
-    for (const Block* b : candidates) total_age += static_cast<double>(large.searches - b->free_since);
+    for (const Block* b : candidates) {
+      total_age += static_cast<double>(large.searches - b->free_since);
+    }
     const double average = total_age / static_cast<double>(candidates.size());
     std::vector<Block*> younger;
     for (Block* b : candidates) {
@@ -789,12 +863,12 @@ void DeviceState::collectGarbage() {
 }
 
 void DeviceState::emptyCache() {
-  std::unique_lock<std::mutex> lock(mutex);
+  std::unique_lock<DeviceLock> lock(mutex);
   waitForPendingUses(lock);
   releaseCachedBlocks();
 }
 
-void DeviceState::throwOutOfMemory(std::unique_lock<std::mutex>& lock, size_t alloc_size) {
+void DeviceState::throwOutOfMemory(std::unique_lock<DeviceLock>& lock, size_t alloc_size) {
   ++stats.num_ooms;
   const auto allocated = static_cast<uint64_t>(stats.allocated_bytes[kAggregate].current);
   const auto reserved_now = static_cast<uint64_t>(stats.reserved_bytes[kAggregate].current);
@@ -821,7 +895,7 @@ void DeviceState::throwOutOfMemory(std::unique_lock<std::mutex>& lock, size_t al
 // ---- introspection ---------------------------------------------------------------------------
 
 void DeviceState::snapshot(std::vector<SegmentInfo>& out) const {
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<DeviceLock> lock(mutex);
   for (const auto& [address, seg] : segments) {
     if (seg->size == 0) continue;
     SegmentInfo info;
@@ -848,8 +922,15 @@ void DeviceState::snapshot(std::vector<SegmentInfo>& out) const {
   }
 }
 
-bool DeviceState::findInterior(uintptr_t addr, void** base, size_t* size) const {
-  std::lock_guard<std::mutex> lock(mutex);
+bool DeviceState::find(const void* ptr, void** base, size_t* size) const {
+  std::lock_guard<DeviceLock> lock(mutex);
+  // Most lookups are of pointers handed out, which the pointer map knows.
+  if (const Block* b = allocated.find(ptr)) {
+    *base = b->ptr;
+    *size = b->requested_size;
+    return true;
+  }
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
   auto it = segments.upper_bound(addr);
   if (it == segments.begin()) return false;
   const Segment* seg = std::prev(it)->second;
@@ -908,23 +989,10 @@ struct CachingAllocator::Impl {
     for (auto& slot : devices) delete slot.load();
   }
 
-  struct alignas(64) Shard {
-    std::mutex mutex;
-    std::unordered_map<const void*, Block*> blocks;
-    std::vector<std::unordered_map<const void*, Block*>::node_type> spare;
-  };
-
   AllocatorConfig config;
   std::array<std::atomic<DeviceState*>, detail::kMaxDevices> devices{};
+  std::atomic<int> device_limit{0};  // 1 + the highest device index with a state
   std::mutex init_mutex;
-  std::array<Shard, detail::kPointerShards> shards;
-
-  Shard& shardFor(const void* ptr) {
-    // Blocks are at least 512-byte aligned, segments 2 MiB: hash so they spread over shards.
-    const uint64_t h = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ptr)) *
-                       0x9E3779B97F4A7C15ull;
-    return shards[h >> 60];
-  }
 
   static void checkIndex(int device) {
     if (device < 0 || device >= detail::kMaxDevices) {
@@ -961,6 +1029,7 @@ struct CachingAllocator::Impl {
     if (page == 0) page = kSmallBuffer;
     s = new DeviceState(device, config, prop.total_memory, stream, page);
     devices[device].store(s, std::memory_order_release);
+    if (device_limit.load() <= device) device_limit.store(device + 1);
     return *s;
   }
 
@@ -972,29 +1041,23 @@ struct CachingAllocator::Impl {
     return s;
   }
 
-  void registerBlock(Block* b) {
-    Shard& shard = shardFor(b->ptr);
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    if (shard.spare.empty()) {
-      shard.blocks.emplace(b->ptr, b);
-      return;
+  // Runs `fn(state)` on the device states, the one this thread used last first, until it
+  // returns true; returns the device it succeeded on, or -1. With one device (the usual case)
+  // that is a single lookup.
+  template <typename Fn>
+  int onOwner(Fn&& fn) {
+    thread_local int last_device = 0;
+    const int hint = last_device;
+    if (DeviceState* s = devices[hint].load(std::memory_order_acquire); s && fn(*s)) return hint;
+    const int limit = device_limit.load(std::memory_order_acquire);
+    for (int d = 0; d < limit; ++d) {
+      DeviceState* s = devices[d].load(std::memory_order_acquire);
+      if (d != hint && s != nullptr && fn(*s)) {
+        last_device = d;
+        return d;
+      }
     }
-    auto node = std::move(shard.spare.back());
-    shard.spare.pop_back();
-    node.key() = b->ptr;
-    node.mapped() = b;
-    shard.blocks.insert(std::move(node));
-  }
-
-  Block* unregisterBlock(const void* ptr) {
-    Shard& shard = shardFor(ptr);
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.blocks.find(ptr);
-    if (it == shard.blocks.end()) return nullptr;
-    Block* b = it->second;
-    auto node = shard.blocks.extract(it);
-    if (shard.spare.size() < detail::kMaxSpareNodes) shard.spare.push_back(std::move(node));
-    return b;
+    return -1;
   }
 };
 
@@ -1013,35 +1076,25 @@ void* CachingAllocator::allocate(size_t size, int device, npuStream_t stream) {
   if (size == 0) return nullptr;
   DeviceState& state = impl_->state(device);
   if (stream == nullptr) stream = state.default_stream;
-  Block* b = state.malloc(size, stream);
-  // Registered after the device lock is released: locks are only ever taken shard first.
-  impl_->registerBlock(b);
-  return b->ptr;
+  return state.malloc(size, stream);
 }
 
 void CachingAllocator::free(void* ptr) {
   if (ptr == nullptr) return;
-  Block* b = impl_->unregisterBlock(ptr);
-  if (b == nullptr) {
+  if (impl_->onOwner([ptr](DeviceState& s) { return s.tryFree(ptr); }) < 0) {
     throw AllocatorError(
         "free of a pointer this allocator did not allocate (or already freed): " +
         detail::hexPointer(ptr));
   }
-  b->pool->owner->free(b);
 }
 
 void CachingAllocator::recordStream(void* ptr, npuStream_t stream) {
   if (ptr == nullptr) return;
-  Impl::Shard& shard = impl_->shardFor(ptr);
-  // The shard lock is held throughout so that the block cannot be freed under us.
-  std::lock_guard<std::mutex> lock(shard.mutex);
-  auto it = shard.blocks.find(ptr);
-  if (it == shard.blocks.end()) {
+  if (impl_->onOwner([&](DeviceState& s) { return s.tryRecordStream(ptr, stream); }) < 0) {
     throw AllocatorError(
         "recordStream of a pointer this allocator did not allocate (or already freed): " +
         detail::hexPointer(ptr));
   }
-  it->second->pool->owner->recordStream(it->second, stream);
 }
 
 void CachingAllocator::emptyCache() {
@@ -1054,7 +1107,7 @@ void CachingAllocator::emptyCache() {
 DeviceStats CachingAllocator::getStats(int device) const {
   DeviceStats stats;
   if (const DeviceState* s = impl_->existing(device)) {
-    std::lock_guard<std::mutex> lock(s->mutex);
+    std::lock_guard<DeviceLock> lock(s->mutex);
     stats = s->stats;
   }
   // SIZE_MAX (no limit) reads -1, as torch.npu.memory_stats()["max_split_size"] shows it.
@@ -1064,14 +1117,14 @@ DeviceStats CachingAllocator::getStats(int device) const {
 
 void CachingAllocator::resetPeakStats(int device) {
   if (DeviceState* s = impl_->existing(device)) {
-    std::lock_guard<std::mutex> lock(s->mutex);
+    std::lock_guard<DeviceLock> lock(s->mutex);
     detail::forEachStat(s->stats, [](Stat& stat) { stat.peak = stat.current; });
   }
 }
 
 void CachingAllocator::resetAccumulatedStats(int device) {
   if (DeviceState* s = impl_->existing(device)) {
-    std::lock_guard<std::mutex> lock(s->mutex);
+    std::lock_guard<DeviceLock> lock(s->mutex);
     detail::forEachStat(s->stats, [](Stat& stat) {
       stat.allocated = 0;
       stat.freed = 0;
@@ -1100,7 +1153,7 @@ void CachingAllocator::setMemoryFraction(double fraction, int device) {
     throw std::invalid_argument(os.str());
   }
   DeviceState& s = impl_->state(device);
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<DeviceLock> lock(s.mutex);
   s.fraction = fraction;
   s.fraction_set = true;
 }
@@ -1108,39 +1161,22 @@ void CachingAllocator::setMemoryFraction(double fraction, int device) {
 double CachingAllocator::getMemoryFraction(int device) const {
   const DeviceState* s = impl_->existing(device);
   if (s == nullptr) return 1.0;
-  std::lock_guard<std::mutex> lock(s->mutex);
+  std::lock_guard<DeviceLock> lock(s->mutex);
   return s->fraction;
 }
 
 bool CachingAllocator::findAllocation(const void* ptr, int* device, void** base,
                                       size_t* size) const {
   if (ptr == nullptr) return false;
-  {
-    // Most lookups are of pointers handed out, which the pointer map knows.
-    Impl::Shard& shard = impl_->shardFor(ptr);
-    std::lock_guard<std::mutex> lock(shard.mutex);
-    auto it = shard.blocks.find(ptr);
-    if (it != shard.blocks.end()) {
-      const Block* b = it->second;
-      if (device != nullptr) *device = b->pool->owner->device;
-      if (base != nullptr) *base = b->ptr;
-      if (size != nullptr) *size = b->requested_size;
-      return true;
-    }
-  }
-  for (const auto& slot : impl_->devices) {
-    const DeviceState* s = slot.load(std::memory_order_acquire);
-    void* found_base = nullptr;
-    size_t found_size = 0;
-    if (s != nullptr && s->findInterior(reinterpret_cast<uintptr_t>(ptr), &found_base,
-                                        &found_size)) {
-      if (device != nullptr) *device = s->device;
-      if (base != nullptr) *base = found_base;
-      if (size != nullptr) *size = found_size;
-      return true;
-    }
-  }
-  return false;
+  void* found_base = nullptr;
+  size_t found_size = 0;
+  const int owner = impl_->onOwner(
+      [&](DeviceState& s) { return s.find(ptr, &found_base, &found_size); });
+  if (owner < 0) return false;
+  if (device != nullptr) *device = owner;
+  if (base != nullptr) *base = found_base;
+  if (size != nullptr) *size = found_size;
+  return true;
 }
 
 const AllocatorConfig& CachingAllocator::config() const { return impl_->config; }

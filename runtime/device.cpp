@@ -119,8 +119,6 @@ void initDevices() {
     dev->index = static_cast<int>(i);
     dev->physical_id = cfg.visible[i];
     dev->capacity = cfg.hbm_bytes;
-    dev->used_bytes = new std::atomic<uint64_t>(0);
-    dev->busy_ns = new std::atomic<uint64_t>(0);
     g_devices->push_back(dev);
   }
   pthread_atfork(nullptr, nullptr, markForkedChild);

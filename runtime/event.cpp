@@ -8,6 +8,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <vector>
 
 #include "runtime_internal.h"
 
@@ -47,8 +48,39 @@ npuError_t validateEvent(const char* api, npuEvent_t event) {
 
 void eventRetain(npuEvent_st* event) { event->refs.fetch_add(1, std::memory_order_relaxed); }
 
+// Event structs are recycled, never freed: a stale handle then reads a valid struct whose
+// magic says it is dead (unless it was reused), instead of freed memory.
+std::mutex g_pool_mutex;
+std::vector<npuEvent_st*>& eventPool() {
+  static auto* pool = new std::vector<npuEvent_st*>();
+  return *pool;
+}
+
 void eventRelease(npuEvent_st* event) {
-  if (event->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete event;
+  if (event->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  eventPool().push_back(event);
+}
+
+static npuEvent_st* eventAcquire(unsigned flags) {
+  npuEvent_st* event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mutex);
+    if (!eventPool().empty()) {
+      event = eventPool().back();
+      eventPool().pop_back();
+    }
+  }
+  if (!event) event = new npuEvent_st();
+  std::lock_guard<std::mutex> lock(event->mutex);
+  event->refs.store(1);
+  event->flags = flags;
+  event->recorded = 0;
+  event->completed.store(0);
+  event->time_ns = 0;
+  event->waiters = 0;
+  event->magic.store(npuEvent_st::kAlive);
+  return event;
 }
 
 void eventComplete(npuEvent_st* event, uint64_t seq) {
@@ -88,8 +120,7 @@ npuError_t npuEventCreateWithFlags(npuEvent_t* event, unsigned int flags) {
                                           std::to_string(flags) +
                                           "; use npuEventDefault or npuEventDisableTiming");
   }
-  *event = new npuEvent_st();
-  (*event)->flags = flags;
+  *event = eventAcquire(flags);
   return npuSuccess;
 }
 

@@ -43,8 +43,10 @@ struct Device {
   size_t capacity = 0;  // bytes of HBM
   // Committed device memory in bytes, and stream busy time; both point into this process's
   // registry record (so npu-smi reads them live) or into local storage if there is none.
-  std::atomic<uint64_t>* used_bytes = nullptr;
-  std::atomic<uint64_t>* busy_ns = nullptr;
+  std::atomic<uint64_t>* used_bytes = &local_used_bytes;
+  std::atomic<uint64_t>* busy_ns = &local_busy_ns;
+  std::atomic<uint64_t> local_used_bytes{0};
+  std::atomic<uint64_t> local_busy_ns{0};
 
   std::mutex streams_mutex;
   npuStream_st* default_stream = nullptr;  // created on first use

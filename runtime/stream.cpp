@@ -297,6 +297,10 @@ npuError_t npuStreamDestroy(npuStream_t stream) {
   stream->worker.join();
   // The struct is kept (a few hundred bytes) so that a stale handle is detected, not a crash.
   stream->magic.store(npuStream_st::kDead);
+  static std::mutex graveyard_mutex;
+  static auto* graveyard = new std::vector<npuStream_st*>();  // keeps them reachable
+  std::lock_guard<std::mutex> lock(graveyard_mutex);
+  graveyard->push_back(stream);
   return npuSuccess;
 }
 

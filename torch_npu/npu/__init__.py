@@ -164,10 +164,8 @@ def current_device() -> int:
 
 def set_device(device: _DeviceLike) -> None:
     """Makes `device` the current NPU of the calling thread."""
-    index = _get_device_index(device)
-    if index >= 0:
-        _lazy_init()
-        _C._npu_setDevice(_check_index(index))
+    _lazy_init()
+    _C._npu_setDevice(_check_index(_get_device_index(device)))
 
 
 class device:
@@ -349,3 +347,10 @@ __all__ = [
     "seed_all", "set_device", "set_per_process_memory_fraction", "set_rng_state",
     "set_rng_state_all", "set_stream", "stream", "synchronize", "utilization",
 ]
+
+
+def _sleep(ms: int) -> None:
+    """Queues a task that keeps the current stream busy for `ms` milliseconds: torch.cuda._sleep's
+    twin, for tests and demonstrations of asynchrony."""
+    _lazy_init()
+    _C._npu_sleep(int(ms))

@@ -11,7 +11,6 @@ from typing import Iterable, Union
 
 import torch
 
-from . import _lazy_init  # noqa: F401  (re-exported for symmetry with torch.cuda.random)
 
 
 def _gen(device=None) -> torch.Generator:

@@ -125,5 +125,10 @@ class Event(torch.Event):
             stream = current_stream()
         super().wait(stream)
 
+    def elapsed_time(self, end_event) -> float:
+        """Milliseconds between this event and `end_event` (both recorded and complete,
+        both created with enable_timing=True)."""
+        return _C._npu_eventElapsedTime(self.event_id, end_event.event_id)
+
     def __repr__(self) -> str:
         return f"<torch_npu.npu.Event {self.event_id:#x}>" if self.event_id else "<torch_npu.npu.Event uninitialized>"

@@ -1,0 +1,107 @@
+#include "Fallback.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include "NPUGenerator.h"
+
+namespace torch_npu {
+namespace {
+
+constexpr const char* kDisableVariable = "TORCH_NPU_FALLBACK_CPU_DISABLE";
+
+std::mutex g_counts_mutex;
+std::map<std::string, int64_t> g_counts;
+
+bool fallbackDisabled() {
+  const char* value = std::getenv(kDisableVariable);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+// Counts the fallback of `name`; true the first time.
+bool countFallback(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_counts_mutex);
+  return ++g_counts[name] == 1;
+}
+
+bool isGeneratorType(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (const auto optional = type->cast<c10::OptionalType>()) {
+    return optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
+
+c10::DeviceIndex firstNPUDevice(const torch::jit::Stack& stack, size_t begin) {
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const c10::IValue& value = stack[i];
+    if (value.isTensor() && value.toTensor().is_privateuseone()) {
+      return value.toTensor().device().index();
+    }
+    if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorList().vec()) {
+        if (t.is_privateuseone()) return t.device().index();
+      }
+    }
+  }
+  return -1;
+}
+
+// A CPU kernel cannot take an npu generator, and without one it would use the CPU's default
+// generator (not seeded by torch.npu.manual_seed). Each Generator argument becomes a CPU
+// generator seeded from the npu generator (or the device's default one), as the native RNG
+// kernels do.
+void replaceGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  const auto& arguments = schema.arguments();
+  const size_t begin = stack->size() - arguments.size();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (!isGeneratorType(arguments[i].type())) continue;
+    c10::IValue& value = (*stack)[begin + i];
+    std::optional<at::Generator> generator;
+    c10::DeviceIndex device = firstNPUDevice(*stack, begin);
+    if (value.isGenerator()) {
+      generator = value.toGenerator();
+      if (generator->device().type() != c10::DeviceType::PrivateUse1) continue;
+      device = generator->device().index();
+    }
+    value = c10::IValue(at::detail::createCPUGenerator(nextLaunchSeed(generator, device)));
+  }
+}
+
+void npuCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = c10::toString(op.schema().operator_name());
+  TORCH_CHECK_NOT_IMPLEMENTED(!fallbackDisabled(), "The operator [", name,
+                              "] is not supported on NPU and ", kDisableVariable,
+                              "=1 forbids the CPU fallback; unset it to run the op on the CPU");
+  if (countFallback(name)) {
+    std::fprintf(stderr,
+                 "Warning: CAUTION: The operator '%s' is not currently supported on the NPU "
+                 "backend and will fall back to run on the CPU. This may have performance "
+                 "implications.\n",
+                 name.c_str());
+    std::fflush(stderr);
+  }
+  replaceGenerators(op.schema(), stack);
+  // View ops must alias their input, which a copy to the CPU cannot do: the native table lists
+  // every view op without a composite kernel, so reaching here with one is an error.
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> fallbackCounts() {
+  std::lock_guard<std::mutex> lock(g_counts_mutex);
+  return g_counts;
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&npuCpuFallback>());
+}
+
+}  // namespace torch_npu

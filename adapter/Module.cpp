@@ -1,0 +1,324 @@
+// torch_npu._C: the Python face of the adapter. Every function here is a thin wrapper; the
+// names are the ones torch_npu/npu/*.py calls. Streams cross the boundary as
+// (stream_id, device_index, device_type) tuples, as torch.cuda's do.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <thread>
+
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
+
+#include "Fallback.h"
+#include "NPUException.h"
+#include "NPUFunctions.h"
+#include "NPUGenerator.h"
+#include "NPUStream.h"
+#include "npu/caching_allocator.h"
+#include "npu/runtime.h"
+
+namespace py = pybind11;
+
+namespace torch_npu {
+namespace {
+
+namespace alloc = npu::alloc;
+using StreamTuple = std::tuple<int64_t, int64_t, int64_t>;
+
+// ---- bodies: devices ---------------------------------------------------------------------
+
+c10::DeviceIndex initializedDevice(int64_t device) {
+  lazyInit();
+  return checkedDeviceIndex(static_cast<c10::DeviceIndex>(device));
+}
+
+void npuInit() { lazyInit(); }
+
+int64_t getDeviceCount() { return deviceCount(); }
+
+void setDeviceBody(int64_t device) {
+  lazyInit();
+  if (device < 0) return;  // torch.cuda semantics: a negative index is a no-op
+  setDevice(checkedDeviceIndex(static_cast<c10::DeviceIndex>(device)));
+}
+
+int64_t getDeviceBody() {
+  lazyInit();
+  return currentDevice();
+}
+
+py::dict getDeviceProperties(int64_t device) {
+  npuDeviceProp prop{};
+  NPU_CHECK(npuGetDeviceProperties(&prop, static_cast<int>(device)));
+  py::dict d;
+  d["name"] = std::string(prop.name);
+  d["soc_version"] = std::string(prop.soc_version);
+  d["total_memory"] = prop.total_memory;
+  d["cube_core_num"] = prop.cube_core_num;
+  d["vector_core_num"] = prop.vector_core_num;
+  d["major"] = prop.major;
+  d["minor"] = prop.minor;
+  return d;
+}
+
+void synchronizeDevice(int64_t device) {
+  const c10::DeviceIndex index = initializedDevice(device);
+  py::gil_scoped_release no_gil;
+  DeviceSwitch on_device(index);
+  NPU_CHECK(npuDeviceSynchronize());
+}
+
+int64_t getUtilization(int64_t device) {
+  int percent = 0;
+  NPU_CHECK(npuDeviceGetUtilization(initializedDevice(device), &percent));
+  return percent;
+}
+
+std::pair<size_t, size_t> memGetInfo(int64_t device) {
+  DeviceSwitch on_device(initializedDevice(device));
+  size_t free_bytes = 0, total_bytes = 0;
+  NPU_CHECK(npuMemGetInfo(&free_bytes, &total_bytes));
+  return {free_bytes, total_bytes};
+}
+
+std::string runtimeVersion() { return npuGetRuntimeVersion(); }
+std::string driverVersion() { return npuGetDriverVersion(); }
+
+// ---- bodies: streams ---------------------------------------------------------------------
+
+StreamTuple pack(const NPUStream& stream) {
+  const c10::StreamData3 data = stream.unwrap().pack3();
+  return {data.stream_id, data.device_index, static_cast<int64_t>(data.device_type)};
+}
+
+NPUStream unpack(int64_t stream_id, int64_t device_index, int64_t device_type) {
+  return NPUStream(c10::Stream::unpack3(stream_id, static_cast<c10::DeviceIndex>(device_index),
+                                        static_cast<c10::DeviceType>(device_type)));
+}
+
+StreamTuple getCurrentStream(int64_t device) {
+  return pack(getCurrentNPUStream(initializedDevice(device)));
+}
+
+StreamTuple getDefaultStream(int64_t device) {
+  return pack(getDefaultNPUStream(initializedDevice(device)));
+}
+
+void setStream(int64_t stream_id, int64_t device_index, int64_t device_type) {
+  const NPUStream stream = unpack(stream_id, device_index, device_type);
+  lazyInit();
+  setDevice(stream.device_index());
+  setCurrentNPUStream(stream);
+}
+
+StreamTuple streamFromPool(int64_t device, int64_t priority) {
+  return pack(getStreamFromPool(static_cast<int>(priority), initializedDevice(device)));
+}
+
+bool streamQuery(int64_t stream_id, int64_t device_index, int64_t device_type) {
+  return unpack(stream_id, device_index, device_type).query();
+}
+
+void streamSynchronize(int64_t stream_id, int64_t device_index, int64_t device_type) {
+  const NPUStream stream = unpack(stream_id, device_index, device_type);
+  py::gil_scoped_release no_gil;
+  stream.synchronize();
+}
+
+// Keeps the current stream busy for `ms` milliseconds (torch.cuda._sleep's twin, for tests).
+void sleepOnStream(int64_t ms) {
+  TORCH_CHECK(ms >= 0, "_npu_sleep: ms must be non-negative, got ", ms);
+  launchTask(getCurrentNPUStream(initializedDevice(-1)), "sleep",
+             [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
+}
+
+// torch.Event.elapsed_time refuses subclasses such as torch.npu.Event, so the subclass
+// measures through the runtime directly; event ids are the runtime's event handles.
+double eventElapsedTime(int64_t start_id, int64_t end_id) {
+  TORCH_CHECK(start_id != 0 && end_id != 0,
+              "elapsed_time: both events must be recorded before measuring between them");
+  float ms = 0;
+  NPU_CHECK(npuEventElapsedTime(&ms, reinterpret_cast<npuEvent_t>(start_id),
+                                reinterpret_cast<npuEvent_t>(end_id)));
+  return ms;
+}
+
+std::pair<int, int> streamPriorityRange() {
+  int least = 0, greatest = 0;
+  NPU_CHECK(npuDeviceGetStreamPriorityRange(&least, &greatest));
+  return {least, greatest};
+}
+
+// ---- bodies: memory ----------------------------------------------------------------------
+
+py::dict statToDict(const alloc::Stat& stat) {
+  py::dict d;
+  d["current"] = stat.current;
+  d["peak"] = stat.peak;
+  d["allocated"] = stat.allocated;
+  d["freed"] = stat.freed;
+  return d;
+}
+
+py::dict statArrayToDict(const alloc::StatArray& stats) {
+  static const char* const kPoolNames[alloc::kNumStatTypes] = {"all", "small_pool", "large_pool"};
+  py::dict d;
+  for (int i = 0; i < alloc::kNumStatTypes; ++i) d[kPoolNames[i]] = statToDict(stats[i]);
+  return d;
+}
+
+py::dict memoryStats(int64_t device) {
+  const alloc::DeviceStats s =
+      alloc::CachingAllocator::instance().getStats(initializedDevice(device));
+  py::dict d;
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["max_split_size"] = s.max_split_size;
+  d["num_sync_all_streams"] = s.num_sync_all_streams;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  d["allocation"] = statArrayToDict(s.allocation);
+  d["segment"] = statArrayToDict(s.segment);
+  d["active"] = statArrayToDict(s.active);
+  d["inactive_split"] = statArrayToDict(s.inactive_split);
+  d["allocated_bytes"] = statArrayToDict(s.allocated_bytes);
+  d["reserved_bytes"] = statArrayToDict(s.reserved_bytes);
+  d["active_bytes"] = statArrayToDict(s.active_bytes);
+  d["inactive_split_bytes"] = statArrayToDict(s.inactive_split_bytes);
+  d["requested_bytes"] = statArrayToDict(s.requested_bytes);
+  d["oversize_allocations"] = statToDict(s.oversize_allocations);
+  d["oversize_segments"] = statToDict(s.oversize_segments);
+  return d;
+}
+
+const char* blockState(const alloc::BlockInfo& block) {
+  if (block.allocated) return "active_allocated";
+  if (block.active) return "active_pending_free";
+  return "inactive";
+}
+
+py::dict memorySnapshot() {
+  py::list segments;
+  if (isInitialized()) {
+    for (const alloc::SegmentInfo& segment : alloc::CachingAllocator::instance().snapshot()) {
+      py::dict seg;
+      seg["device"] = segment.device;
+      seg["address"] = segment.address;
+      seg["total_size"] = segment.total_size;
+      seg["allocated_size"] = segment.allocated_size;
+      seg["active_size"] = segment.active_size;
+      seg["requested_size"] = segment.requested_size;
+      seg["stream"] = reinterpret_cast<uintptr_t>(segment.stream);
+      seg["segment_type"] = segment.is_large ? "large" : "small";
+      seg["segment_pool_id"] = py::make_tuple(0, 0);
+      seg["is_expandable"] = segment.is_expandable;
+      seg["frames"] = py::list();
+      py::list blocks;
+      uintptr_t address = segment.address;
+      for (const alloc::BlockInfo& block : segment.blocks) {
+        py::dict b;
+        b["address"] = address;
+        b["size"] = block.size;
+        b["requested_size"] = block.requested_size;
+        b["state"] = blockState(block);
+        b["frames"] = py::list();
+        blocks.append(b);
+        address += block.size;
+      }
+      seg["blocks"] = blocks;
+      segments.append(seg);
+    }
+  }
+  py::dict result;
+  result["segments"] = segments;
+  result["device_traces"] = py::list();
+  return result;
+}
+
+void emptyCache() {
+  if (!isInitialized()) return;
+  py::gil_scoped_release no_gil;
+  alloc::CachingAllocator::instance().emptyCache();
+}
+
+void resetPeakMemoryStats(int64_t device) {
+  alloc::CachingAllocator::instance().resetPeakStats(initializedDevice(device));
+}
+
+void resetAccumulatedMemoryStats(int64_t device) {
+  alloc::CachingAllocator::instance().resetAccumulatedStats(initializedDevice(device));
+}
+
+void setMemoryFraction(double fraction, int64_t device) {
+  TORCH_CHECK(fraction >= 0 && fraction <= 1, "Invalid fraction value: ", fraction,
+              ". Allowed range: 0~1");
+  alloc::CachingAllocator::instance().setMemoryFraction(fraction, initializedDevice(device));
+}
+
+double getMemoryFraction(int64_t device) {
+  return alloc::CachingAllocator::instance().getMemoryFraction(initializedDevice(device));
+}
+
+// ---- bodies: RNG and the fallback table ----------------------------------------------------
+
+py::object getDefaultGenerator(int64_t device) {
+  const at::Generator& generator = getDefaultNPUGenerator(initializedDevice(device));
+  PyObject* wrapped = THPGenerator_initDefaultGenerator(generator);
+  if (!wrapped) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(wrapped);
+}
+
+py::dict fallbackOps() {
+  py::dict d;
+  for (const auto& [name, count] : fallbackCounts()) d[py::str(name)] = count;
+  return d;
+}
+
+}  // namespace
+}  // namespace torch_npu
+
+// ---- the table: Python name -> body --------------------------------------------------------
+
+using namespace torch_npu;  // NOLINT: the table below names the bodies above
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_npu._C: the SimNPU adapter (devices, streams, memory, RNG, fallback)";
+  py::register_local_exception_translator(
+      [](std::exception_ptr error) { torch::translate_exception_to_python(error); });
+
+  m.def("_npu_init", &npuInit);
+  m.def("_npu_getDeviceCount", &getDeviceCount);
+  m.def("_npu_setDevice", &setDeviceBody);
+  m.def("_npu_getDevice", &getDeviceBody);
+  m.def("_npu_getDeviceProperties", &getDeviceProperties);
+  m.def("_npu_synchronize", &synchronizeDevice);
+  m.def("_npu_getUtilization", &getUtilization);
+  m.def("_npu_memGetInfo", &memGetInfo);
+  m.def("_npu_visibleDevicesWarning", &visibleDevicesWarning);
+  m.def("_npu_isInBadFork", &isInBadFork);
+  m.def("_npu_runtimeVersion", &runtimeVersion);
+  m.def("_npu_driverVersion", &driverVersion);
+
+  m.def("_npu_getCurrentStream", &getCurrentStream);
+  m.def("_npu_getDefaultStream", &getDefaultStream);
+  m.def("_npu_setStream", &setStream);
+  m.def("_npu_getStreamFromPool", &streamFromPool);
+  m.def("_npu_streamQuery", &streamQuery);
+  m.def("_npu_streamSynchronize", &streamSynchronize);
+  m.def("_npu_streamPriorityRange", &streamPriorityRange);
+  m.def("_npu_sleep", &sleepOnStream);
+  m.def("_npu_eventElapsedTime", &eventElapsedTime);
+
+  m.def("_npu_memoryStats", &memoryStats);
+  m.def("_npu_memorySnapshot", &memorySnapshot);
+  m.def("_npu_emptyCache", &emptyCache);
+  m.def("_npu_resetPeakMemoryStats", &resetPeakMemoryStats);
+  m.def("_npu_resetAccumulatedMemoryStats", &resetAccumulatedMemoryStats);
+  m.def("_npu_setMemoryFraction", &setMemoryFraction);
+  m.def("_npu_getMemoryFraction", &getMemoryFraction);
+
+  m.def("_npu_getDefaultGenerator", &getDefaultGenerator);
+  m.def("_fallback_ops", &fallbackOps);
+  m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
+}

@@ -1,0 +1,135 @@
+#include "NPUFunctions.h"
+
+#include <pthread.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include <c10/util/Exception.h>
+
+#include "NPUException.h"
+#include "npu/caching_allocator.h"
+#include "npu/runtime.h"
+
+namespace torch_npu {
+
+const char* const kBadForkMessage =
+    "Cannot re-initialize NPU in forked subprocess. To use NPU with multiprocessing, you must "
+    "use the 'spawn' start method";
+
+namespace {
+
+std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_bad_fork{false};
+std::mutex g_init_mutex;
+
+// Runs in the child after fork(): streams and their worker threads do not survive a fork, so a
+// child of an initialised parent must not use the device.
+void markChildAfterFork() {
+  if (g_initialized.load()) g_bad_fork.store(true);
+}
+
+struct ForkHandlerRegistration {
+  ForkHandlerRegistration() { pthread_atfork(nullptr, nullptr, &markChildAfterFork); }
+} g_fork_handler_registration;
+
+[[noreturn]] void throwNoDevice() {
+  // Ask the runtime for its own explanation (it names ASCEND_RT_VISIBLE_DEVICES and the
+  // simulator's variables), then add the visibility warning when there is one.
+  const npuError_t error = npuSetDevice(0);
+  std::string message = "NPU error: ";
+  message += npuGetErrorName(error == npuSuccess ? npuErrorNoDevice : error);
+  message += ": ";
+  const char* detail = error == npuSuccess ? "" : npuGetLastErrorMessage();
+  message += detail && *detail ? detail : "no NPU device is visible to this process";
+  const std::string warning = visibleDevicesWarning();
+  if (!warning.empty() && message.find(warning) == std::string::npos) {
+    message += " (" + warning + ")";
+  }
+  throw c10::AcceleratorError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                              static_cast<int32_t>(npuErrorNoDevice), message);
+}
+
+}  // namespace
+
+c10::DeviceIndex deviceCount() noexcept {
+  int count = 0;
+  if (npuGetDeviceCount(&count) != npuSuccess) return 0;
+  return static_cast<c10::DeviceIndex>(count);
+}
+
+c10::DeviceIndex currentDevice() {
+  int device = 0;
+  NPU_CHECK(npuGetDevice(&device));
+  return static_cast<c10::DeviceIndex>(device);
+}
+
+void setDevice(c10::DeviceIndex device) {
+  int current = -1;
+  if (npuGetDevice(&current) == npuSuccess && current == device) return;
+  NPU_CHECK(npuSetDevice(device));
+}
+
+c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) {
+  const c10::DeviceIndex previous = currentDevice();
+  if (previous != device) NPU_CHECK(npuSetDevice(device));
+  return previous;
+}
+
+c10::DeviceIndex checkedDeviceIndex(c10::DeviceIndex device) {
+  if (device < 0) return currentDevice();
+  const c10::DeviceIndex count = deviceCount();
+  TORCH_CHECK(device < count, "Invalid device index ", static_cast<int>(device),
+              ": this process sees ", static_cast<int>(count), " NPU device(s)");
+  return device;
+}
+
+void lazyInit() {
+  if (C10_LIKELY(g_initialized.load(std::memory_order_acquire))) {
+    TORCH_CHECK(!g_bad_fork.load(std::memory_order_relaxed), kBadForkMessage);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  TORCH_CHECK(!g_bad_fork.load(), kBadForkMessage);
+  if (g_initialized.load()) return;
+  if (deviceCount() == 0) throwNoDevice();
+  try {
+    // Parses PYTORCH_NPU_ALLOC_CONF now, so that a bad value is reported at initialisation.
+    (void)npu::alloc::CachingAllocator::instance();
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  g_initialized.store(true, std::memory_order_release);
+}
+
+bool isInitialized() noexcept { return g_initialized.load(std::memory_order_acquire); }
+
+bool isInBadFork() noexcept { return g_bad_fork.load(); }
+
+std::string visibleDevicesWarning() {
+  const char* warning = npuGetVisibleDevicesWarning();
+  return warning ? std::string(warning) : std::string();
+}
+
+DeviceSwitch::DeviceSwitch(c10::DeviceIndex device) : previous_(currentDevice()), current_(device) {
+  if (device != previous_) NPU_CHECK(npuSetDevice(device));
+}
+
+DeviceSwitch::~DeviceSwitch() {
+  if (current_ != previous_) (void)npuSetDevice(previous_);
+}
+
+namespace detail {
+
+void throwNpuError(npuError_t error, const char* expr, const char* file, int line) {
+  const char* detail = npuGetLastErrorMessage();
+  std::string message = std::string("NPU error: ") + npuGetErrorName(error) + ": " +
+                        (detail && *detail ? detail : npuGetErrorString(error));
+  const c10::SourceLocation where{expr, file, static_cast<uint32_t>(line)};
+  if (error == npuErrorMemoryAllocation) throw c10::OutOfMemoryError(where, message);
+  throw c10::AcceleratorError(where, static_cast<int32_t>(error), message);
+}
+
+}  // namespace detail
+}  // namespace torch_npu

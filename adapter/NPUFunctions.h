@@ -1,0 +1,47 @@
+// Device management for the adapter: the current device, the device count and the lazy,
+// fork-aware initialisation that every path touching a device goes through.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <string>
+
+namespace torch_npu {
+
+// Devices the runtime shows this process; 0 when none (or on any error). Never throws and never
+// starts a stream worker, so it is safe before fork().
+c10::DeviceIndex deviceCount() noexcept;
+
+c10::DeviceIndex currentDevice();           // the calling thread's current device
+void setDevice(c10::DeviceIndex device);    // no-op when already current
+// Sets `device` current and returns the previous one.
+c10::DeviceIndex exchangeDevice(c10::DeviceIndex device);
+// Throws a clear error when `device` is not a valid index (-1 means the current device).
+c10::DeviceIndex checkedDeviceIndex(c10::DeviceIndex device);
+
+// Initialises the adapter once per process: checks that at least one device is visible and that
+// the allocator configuration parses. Cheap after the first call. In a child forked after the
+// parent initialised, it throws the message of isInBadFork().
+void lazyInit();
+bool isInitialized() noexcept;
+bool isInBadFork() noexcept;
+extern const char* const kBadForkMessage;
+
+// The warning the runtime gives for a rejected ASCEND_RT_VISIBLE_DEVICES ("" if none).
+std::string visibleDevicesWarning();
+
+// Restores the calling thread's current device on scope exit (a light c10::DeviceGuard that
+// the runtime-only code paths use without going through the guard registry).
+class DeviceSwitch {
+ public:
+  explicit DeviceSwitch(c10::DeviceIndex device);
+  ~DeviceSwitch();
+  DeviceSwitch(const DeviceSwitch&) = delete;
+  DeviceSwitch& operator=(const DeviceSwitch&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+  c10::DeviceIndex current_;
+};
+
+}  // namespace torch_npu

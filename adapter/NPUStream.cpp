@@ -1,0 +1,143 @@
+#include "NPUStream.h"
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+
+#include "NPUException.h"
+#include "NPUFunctions.h"
+
+namespace torch_npu {
+namespace {
+
+constexpr int kPriorityLevels = 2;  // index 0: normal (priority 0), 1: high (priority -1)
+
+struct DeviceStreams {
+  std::once_flag default_once;
+  npuStream_t default_handle = nullptr;
+  std::array<std::array<std::once_flag, kStreamsPerPool>, kPriorityLevels> pool_once;
+  std::array<std::array<npuStream_t, kStreamsPerPool>, kPriorityLevels> pool{};
+  std::array<std::atomic<uint32_t>, kPriorityLevels> next{};
+};
+
+DeviceStreams& streamsOf(c10::DeviceIndex device) {
+  static std::array<std::unique_ptr<DeviceStreams>, kMaxDevices> all;
+  static std::array<std::once_flag, kMaxDevices> once;
+  TORCH_INTERNAL_ASSERT(device >= 0 && device < kMaxDevices, "bug: device index ",
+                        static_cast<int>(device), " out of range");
+  std::call_once(once[device], [&] { all[device] = std::make_unique<DeviceStreams>(); });
+  return *all[device];
+}
+
+// The calling thread's current stream id per device; 0 (the default stream) until set.
+thread_local std::array<c10::StreamId, kMaxDevices> t_current_ids{};
+
+int levelOfId(c10::StreamId id) { return static_cast<int>((id - 1) / kStreamsPerPool); }
+int slotOfId(c10::StreamId id) { return static_cast<int>((id - 1) % kStreamsPerPool); }
+c10::StreamId idOf(int level, int slot) { return 1 + level * kStreamsPerPool + slot; }
+
+c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+
+c10::DeviceIndex resolveDevice(c10::DeviceIndex device) {
+  lazyInit();
+  return checkedDeviceIndex(device);
+}
+
+void runTask(void* arg) {
+  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(arg));
+  // Tasks run ATen CPU kernels on tensors that wrap device memory; autograd is the business of
+  // the host thread that launched them.
+  c10::impl::ExcludeDispatchKeyGuard no_autograd(
+      c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+  try {
+    (*fn)();
+  } catch (const c10::Error& e) {
+    npuTaskFail(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    npuTaskFail(e.what());
+  }
+}
+
+}  // namespace
+
+NPUStream::NPUStream(c10::Stream stream) : stream_(stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "Expected an npu stream, got a stream of device type ", stream.device_type());
+  TORCH_CHECK(stream.id() >= 0 && stream.id() <= kPriorityLevels * kStreamsPerPool,
+              "Invalid npu stream id ", stream.id());
+}
+
+npuStream_t NPUStream::handle() const {
+  const c10::DeviceIndex device = resolveDevice(device_index());
+  DeviceStreams& streams = streamsOf(device);
+  const c10::StreamId id = stream_.id();
+  if (id == 0) {
+    std::call_once(streams.default_once,
+                   [&] { NPU_CHECK(npuGetDefaultStream(device, &streams.default_handle)); });
+    return streams.default_handle;
+  }
+  const int level = levelOfId(id), slot = slotOfId(id);
+  std::call_once(streams.pool_once[level][slot], [&] {
+    DeviceSwitch on_device(device);
+    NPU_CHECK(npuStreamCreateWithPriority(&streams.pool[level][slot], 0, level == 0 ? 0 : -1));
+  });
+  return streams.pool[level][slot];
+}
+
+int NPUStream::priority() const {
+  if (stream_.id() == 0) return 0;
+  return levelOfId(stream_.id()) == 0 ? 0 : -1;
+}
+
+bool NPUStream::query() const {
+  const npuError_t error = npuStreamQuery(handle());
+  if (error == npuErrorNotReady) return false;
+  NPU_CHECK(error);
+  return true;
+}
+
+void NPUStream::synchronize() const { NPU_CHECK(npuStreamSynchronize(handle())); }
+
+NPUStream getCurrentNPUStream(c10::DeviceIndex device) {
+  device = resolveDevice(device);
+  return NPUStream(makeStream(device, t_current_ids[device]));
+}
+
+NPUStream getDefaultNPUStream(c10::DeviceIndex device) {
+  device = resolveDevice(device);
+  return NPUStream(makeStream(device, 0));
+}
+
+NPUStream getStreamFromPool(int priority, c10::DeviceIndex device) {
+  device = resolveDevice(device);
+  const int level = priority < 0 ? 1 : 0;
+  DeviceStreams& streams = streamsOf(device);
+  const int slot = static_cast<int>(streams.next[level].fetch_add(1) % kStreamsPerPool);
+  return NPUStream(makeStream(device, idOf(level, slot)));
+}
+
+NPUStream setCurrentNPUStream(NPUStream stream) {
+  const c10::DeviceIndex device = resolveDevice(stream.device_index());
+  NPUStream previous(makeStream(device, t_current_ids[device]));
+  t_current_ids[device] = stream.id();
+  return previous;
+}
+
+void launchTask(const NPUStream& stream, const char* name, std::function<void()> fn) {
+  auto* heap_fn = new std::function<void()>(std::move(fn));
+  const npuError_t error = npuLaunchTask(stream.handle(), name, &runTask, heap_fn);
+  if (error != npuSuccess) {
+    // With ASCEND_LAUNCH_BLOCKING=1 the task has already run (and freed itself) when it is the
+    // task that failed; otherwise it was never queued.
+    if (error != npuErrorLaunchFailure) delete heap_fn;
+    NPU_CHECK(error);
+  }
+}
+
+}  // namespace torch_npu

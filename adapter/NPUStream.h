@@ -1,0 +1,60 @@
+// Streams of the npu device as PyTorch sees them (c10::Stream) and as the runtime runs them
+// (npuStream_t).
+//
+// How it works:
+//  - Each device has its default stream (c10::StreamId 0) and, as CUDA does, a pool of
+//    kStreamsPerPool streams per priority level, created on first use and handed out round
+//    robin. torch.Stream / torch.npu.Stream draw from the pool, so a program that makes a
+//    stream per iteration does not start a worker thread per iteration.
+//  - StreamId layout: 0 = default, 1..kStreamsPerPool = normal priority pool,
+//    kStreamsPerPool+1..2*kStreamsPerPool = high priority pool. Ids are stable for the process.
+//  - The current stream is per host thread and per device, like CUDA's.
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include <functional>
+
+#include "npu/runtime.h"
+
+namespace torch_npu {
+
+constexpr int kStreamsPerPool = 8;
+constexpr int kMaxDevices = 64;
+
+class NPUStream {
+ public:
+  // Wraps a c10::Stream of the npu device; checks its type and id.
+  explicit NPUStream(c10::Stream stream);
+
+  c10::Stream unwrap() const { return stream_; }
+  operator c10::Stream() const { return stream_; }
+  c10::DeviceIndex device_index() const { return stream_.device_index(); }
+  c10::StreamId id() const { return stream_.id(); }
+  // The runtime handle, never NULL (the default stream is resolved to its concrete handle).
+  npuStream_t handle() const;
+  int priority() const;     // 0 normal, -1 high
+  bool query() const;       // true when all queued work has finished
+  void synchronize() const; // blocks the calling thread until queued work has finished
+
+  bool operator==(const NPUStream& other) const { return stream_ == other.stream_; }
+  bool operator!=(const NPUStream& other) const { return !(*this == other); }
+
+ private:
+  c10::Stream stream_;
+};
+
+// device -1 means the current device.
+NPUStream getCurrentNPUStream(c10::DeviceIndex device = -1);
+NPUStream getDefaultNPUStream(c10::DeviceIndex device = -1);
+// priority: 0 normal, negative high (the runtime's range is [-1, 0]).
+NPUStream getStreamFromPool(int priority = 0, c10::DeviceIndex device = -1);
+// Makes `stream` current on its device for the calling thread; returns the previous one.
+NPUStream setCurrentNPUStream(NPUStream stream);
+
+// Enqueues fn on `stream`; it runs later on the stream's worker thread (at once and
+// synchronously with ASCEND_LAUNCH_BLOCKING=1). An exception thrown by fn fails the task: the
+// error, with `name`, is reported by the next synchronize or query of the stream.
+void launchTask(const NPUStream& stream, const char* name, std::function<void()> fn);
+
+}  // namespace torch_npu

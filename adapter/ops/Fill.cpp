@@ -1,0 +1,67 @@
+// fill_ / zero_ (asynchronous, on the current stream) and _local_scalar_dense (Tensor.item(),
+// which synchronizes).
+#include <cmath>
+
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "NPUException.h"
+#include "NPUNativeFunctions.h"
+#include "NPUStream.h"
+#include "TaskTensor.h"
+
+namespace torch_npu::native {
+namespace {
+
+bool isPositiveZero(const at::Scalar& value) {
+  if (value.isComplex()) return value.toComplexDouble() == c10::complex<double>(0, 0);
+  if (value.isFloatingPoint()) {
+    const double v = value.toDouble();
+    return v == 0.0 && !std::signbit(v);
+  }
+  return value.isIntegral(/*includeBool=*/true) && value.toLong() == 0;
+}
+
+}  // namespace
+
+at::Tensor& fill_Scalar_(at::Tensor& self, const at::Scalar& value) {
+  if (self.numel() == 0) return self;
+  const c10::DeviceGuard guard(self.device());
+  const NPUStream stream = getCurrentNPUStream(self.device().index());
+  if (self.is_non_overlapping_and_dense() && !self.is_conj() && !self.is_neg() &&
+      isPositiveZero(value)) {
+    NPU_CHECK(npuMemsetAsync(self.data_ptr(), 0, self.numel() * self.element_size(),
+                             stream.handle()));
+    return self;
+  }
+  // Converting on the host first raises a bad value (overflow, complex -> real) here, with the
+  // CPU kernel's message, instead of later on the stream.
+  const at::Scalar converted =
+      at::empty({}, self.options().device(at::kCPU)).fill_(value).item();
+  launchTask(stream, "fill_", [view = TaskTensor(self), converted] {
+    view.cpu().fill_(converted);
+  });
+  return self;
+}
+
+at::Tensor& fill_Tensor_(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0,
+              "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+              " dimensions.");
+  return fill_Scalar_(self, value.item());
+}
+
+at::Tensor& zero_(at::Tensor& self) { return fill_Scalar_(self, 0); }
+
+at::Scalar _local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() > 0, "_local_scalar_dense: the tensor has no elements");
+  const c10::DeviceGuard guard(self.device());
+  const NPUStream stream = getCurrentNPUStream(self.device().index());
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  NPU_CHECK(npuMemcpyAsync(host.data_ptr(), self.const_data_ptr(), self.element_size(),
+                           npuMemcpyDeviceToHost, stream.handle()));
+  stream.synchronize();
+  return host.item();
+}
+
+}  // namespace torch_npu::native

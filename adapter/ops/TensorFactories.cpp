@@ -1,0 +1,152 @@
+// Allocation, views and storage kernels: metadata only, except for resize_, which may grow the
+// storage (copying the old contents in stream order, see NPUAllocator.cpp).
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/is_set_to_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "NPUAllocator.h"
+#include "NPUNativeFunctions.h"
+
+namespace torch_npu::native {
+namespace {
+
+constexpr c10::DispatchKeySet kNPUKeys(c10::DispatchKey::PrivateUse1);
+
+at::Device checkedFactoryDevice(std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                std::optional<bool> pin_memory) {
+  const at::Device dev = c10::device_or_default(device);
+  TORCH_INTERNAL_ASSERT(dev.is_privateuseone(), "bug: npu factory called for device ", dev);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "npu tensors only support the strided layout, got ", c10::layout_or_default(layout));
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "Only CPU tensors can be pinned; pass pin_memory=False for an npu tensor");
+  return dev;
+}
+
+// Sets sizes (and strides) like the CPU resize, then grows the storage if it is too small.
+void resizeImpl(const at::Tensor& self, at::IntArrayRef size, at::OptionalIntArrayRef stride) {
+  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
+  at::native::resize_impl_cpu_(impl, size, stride, /*resize_storage=*/false);
+  if (impl->numel() == 0) return;
+  const size_t itemsize = impl->dtype().itemsize();
+  const size_t offset = static_cast<size_t>(impl->storage_offset());
+  const size_t needed =
+      stride ? at::detail::computeStorageNbytes(size, *stride, itemsize, offset)
+             : at::detail::computeStorageNbytesContiguous(size, itemsize, offset);
+  const c10::Storage& storage = impl->unsafe_storage();
+  if (needed > storage.nbytes()) resizeStorageBytes(storage.unsafeGetStorageImpl(), needed);
+}
+
+}  // namespace
+
+at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<at::MemoryFormat> memory_format) {
+  const at::Device dev = checkedFactoryDevice(layout, device, pin_memory);
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_generic(C10_AS_INTARRAYREF_SLOW(size), getNPUDeviceAllocator(),
+                                   kNPUKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                         std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  const at::Device dev = checkedFactoryDevice(layout, device, pin_memory);
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_strided_generic(C10_AS_INTARRAYREF_SLOW(size),
+                                           C10_AS_INTARRAYREF_SLOW(stride),
+                                           getNPUDeviceAllocator(), kNPUKeys,
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
+                      c10::SymIntArrayRef stride, std::optional<c10::SymInt> storage_offset) {
+  std::optional<int64_t> offset;
+  if (storage_offset) offset = storage_offset->expect_int();
+  return at::native::as_strided_tensorimpl(self, C10_AS_INTARRAYREF_SLOW(size),
+                                           C10_AS_INTARRAYREF_SLOW(stride), offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor _reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
+                          c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
+                                    C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::native::unfold(self, dimension, size, step);
+}
+
+at::Tensor view_as_real(const at::Tensor& self) { return at::native::view_as_real(self); }
+
+at::Tensor view_as_complex(const at::Tensor& self) { return at::native::view_as_complex(self); }
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  const c10::DeviceGuard guard(self.device());
+  resizeImpl(self, C10_AS_INTARRAYREF_SLOW(size), std::nullopt);
+  if (memory_format) {
+    TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve,
+                "Unsupported memory format for resize_: ", *memory_format);
+    self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Tensor& set_source_Storage_storage_offset_(at::Tensor& self, c10::Storage source,
+                                               c10::SymInt storage_offset,
+                                               c10::SymIntArrayRef size,
+                                               c10::SymIntArrayRef stride) {
+  const int64_t offset = storage_offset.expect_int();
+  const at::IntArrayRef sizes = C10_AS_INTARRAYREF_SLOW(size);
+  const at::IntArrayRef strides = C10_AS_INTARRAYREF_SLOW(stride);
+  at::native::checkSetStorage(self, std::move(source), offset, sizes, strides);
+  self.unsafeGetTensorImpl()->set_storage_offset(offset);
+  const at::OptionalIntArrayRef stride_opt =
+      strides.data() != nullptr ? at::OptionalIntArrayRef(strides) : std::nullopt;
+  const c10::DeviceGuard guard(self.device());
+  resizeImpl(self, sizes, stride_opt);
+  return self;
+}
+
+at::Tensor& set_source_Storage_(at::Tensor& self, c10::Storage source) {
+  const int64_t itemsize = static_cast<int64_t>(self.dtype().itemsize());
+  const int64_t numel = static_cast<int64_t>(source.nbytes()) / itemsize;
+  return self.set_(std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& set_source_Tensor_(at::Tensor& self, const at::Tensor& source) {
+  if (self.is_same(source)) return self;
+  return self.set_(source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_(at::Tensor& self) {
+  const c10::DeviceGuard guard(self.device());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, getNPUDeviceAllocator(),
+                       /*resizable=*/true);
+  return self.set_(std::move(storage), 0, {0}, {});
+}
+
+bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) {
+  return at::native::is_set_to(self, tensor);
+}
+
+// Tensor.record_stream: the caching allocator keeps the block until `stream`'s work queued at
+// free time has finished.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  recordDataPtrOnStream(self.storage().data_ptr(), stream);
+}
+
+}  // namespace torch_npu::native

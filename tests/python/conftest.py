@@ -1,0 +1,25 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# Tests run the same way in CI and by hand; an npu-smi or stale registry entry from a test must
+# not leak into the user's real registry, so every test process gets its own.
+os.environ.setdefault("NPU_SIM_RUNTIME_DIR", f"/tmp/simnpu-tests-{os.getpid()}")
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (environment variables are read at start-up)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, env=full_env, timeout=timeout,
+    )
+
+
+@pytest.fixture
+def python():
+    return run_python

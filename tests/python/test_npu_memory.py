@@ -1,0 +1,93 @@
+"""Caching-allocator statistics through torch.npu, and out-of-memory behaviour."""
+
+import re
+
+import pytest
+import torch
+import torch_npu  # noqa: F401
+
+MiB = 1024 * 1024
+
+
+def setup_function(_):
+    torch.npu.synchronize()
+    torch.npu.empty_cache()
+
+
+def test_allocated_reserved_and_peaks():
+    base = torch.npu.memory_allocated(0)
+    x = torch.empty(4 * MiB, dtype=torch.uint8, device="npu:0")
+    assert torch.npu.memory_allocated(0) == base + 4 * MiB
+    assert torch.npu.memory_reserved(0) >= torch.npu.memory_allocated(0)
+    peak = torch.npu.max_memory_allocated(0)
+    assert peak >= base + 4 * MiB
+    del x
+    assert torch.npu.memory_allocated(0) == base
+    assert torch.npu.max_memory_allocated(0) == peak  # peaks survive frees
+    torch.npu.reset_peak_memory_stats(0)
+    assert torch.npu.max_memory_allocated(0) == base
+    torch.npu.empty_cache()
+    assert torch.npu.memory_reserved(0) == torch.npu.memory_stats(0)["reserved_bytes.all.current"]
+
+
+def test_small_allocations_round_to_512_bytes():
+    base = torch.npu.memory_allocated(0)
+    x = torch.empty(10, dtype=torch.uint8, device="npu:0")
+    assert torch.npu.memory_allocated(0) - base == 512
+    del x
+
+
+def test_memory_stats_keys_match_torch_cuda():
+    stats = torch.npu.memory_stats(0)
+    for key in [
+        "allocated_bytes.all.current", "allocated_bytes.small_pool.peak",
+        "reserved_bytes.large_pool.allocated", "active_bytes.all.freed",
+        "inactive_split_bytes.all.current", "requested_bytes.all.current",
+        "allocation.all.current", "segment.all.peak", "num_alloc_retries", "num_ooms",
+    ]:
+        assert key in stats, key
+
+
+def test_empty_cache_returns_memory_to_the_device():
+    free0, _ = torch.npu.mem_get_info(0)
+    x = torch.empty(64 * MiB, dtype=torch.uint8, device="npu:0")
+    del x
+    assert torch.npu.memory_reserved(0) >= 64 * MiB  # cached
+    torch.npu.empty_cache()
+    free1, _ = torch.npu.mem_get_info(0)
+    assert free1 == free0
+    assert torch.npu.memory_reserved(0) == 0
+
+
+def test_memory_summary_and_snapshot():
+    x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu:0")
+    summary = torch.npu.memory_summary(0)
+    assert "PyTorch NPU memory summary, device ID 0" in summary
+    assert "Allocated memory" in summary and "NPU reserved memory" in summary
+    snap = torch.npu.memory_snapshot()
+    seg = [s for s in snap if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]]
+    assert len(seg) == 1
+    assert any(b["state"] == "active_allocated" and b["size"] >= 3 * MiB for b in seg[0]["blocks"])
+    del x
+
+
+def test_out_of_memory_raises_with_the_torch_npu_message():
+    torch.npu.set_per_process_memory_fraction(0.01, 0)  # about 655 MiB
+    try:
+        with pytest.raises(torch.OutOfMemoryError) as info:
+            torch.empty(1024 * MiB, dtype=torch.uint8, device="npu:0")
+        msg = str(info.value)
+        assert re.search(
+            r"NPU out of memory\. Tried to allocate 1024\.00 MiB \(NPU 0; 64\.00 GiB total capacity; "
+            r".* already allocated; .* free; .* reserved in total by PyTorch\)", msg), msg
+        assert "max_split_size_mb" in msg
+        assert torch.npu.memory_stats(0)["num_ooms"] >= 1
+    finally:
+        torch.npu.set_per_process_memory_fraction(1.0, 0)
+    x = torch.empty(1024 * MiB, dtype=torch.uint8, device="npu:0")  # fits again
+    del x
+
+
+def test_bad_fraction_is_rejected():
+    with pytest.raises(ValueError, match="Allowed range"):
+        torch.npu.set_per_process_memory_fraction(1.5)

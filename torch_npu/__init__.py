@@ -1,0 +1,92 @@
+"""torch_npu: the SimNPU device "npu" for PyTorch.
+
+``import torch_npu`` (or torch's backend autoload, which imports it at the end of ``import torch``)
+registers the PrivateUse1 backend under the name "npu": ``torch.device("npu:0")``, ``Tensor.npu()``,
+``Module.npu()``, ``torch.npu``. The kernels run on the host through SimNPU's simulated runtime.
+
+Order matters here: the torch version is checked before the compiled extension is loaded, since
+an extension built for another torch fails in obscure ways (missing symbols, crashes).
+"""
+
+import os as _os
+
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: torch calls it at the end of `import torch`.
+
+    Importing this module registers everything, so there is nothing left to do. It is defined
+    before `import torch` because `import torch_npu` in a fresh interpreter imports torch, whose
+    autoload then looks this function up on the half-imported torch_npu.
+    """
+
+
+import torch  # noqa: E402
+
+
+def _use_installed_compiled_parts() -> None:
+    """Lets a source checkout import the compiled parts of the installed simnpu.
+
+    `python -m pytest` from the repository root puts the checkout first on sys.path, so this
+    file is imported from the source tree, which holds no compiled extension (torch_npu/_C,
+    torch_npu/lib, the generated version.py). The installed package's folder is appended to
+    __path__: the Python sources come from the checkout, the compiled parts from the install.
+    """
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if _os.path.exists(_os.path.join(here, "version.py")):
+        return  # an installed (or in-place built) package
+    from importlib import metadata
+
+    try:
+        installed = _os.path.abspath(str(metadata.distribution("simnpu").locate_file("torch_npu")))
+    except metadata.PackageNotFoundError:
+        installed = None
+    if installed is None or not _os.path.exists(_os.path.join(installed, "version.py")):
+        raise ImportError(
+            f"torch_npu is imported from the source checkout {here}, which holds no compiled "
+            "extension, and simnpu is not installed. Build and install it with "
+            "`pip install --no-build-isolation --no-deps .` (or `make setup`)."
+        )
+    if installed != here:
+        __path__.append(installed)  # noqa: F821 (a package's __path__)
+
+
+def _check_torch_version() -> None:
+    from torch_npu.version import torch_version as built_for
+
+    if str(torch.__version__) != built_for:
+        raise ImportError(
+            f"torch_npu {__version__} was built for torch {built_for}, but torch "
+            f"{torch.__version__} is installed. Install torch=={built_for.split('+')[0]} (the "
+            f"CPU build) or rebuild simnpu against torch {torch.__version__}."
+        )
+
+
+_use_installed_compiled_parts()
+
+from torch_npu.version import __version__  # noqa: E402
+
+_check_torch_version()
+
+import torch_npu._C  # noqa: E402  (registers the device: guard, hooks, allocators, kernels)
+
+
+def _register_backend() -> None:
+    if torch._C._get_privateuse1_backend_name() != "npu":
+        torch.utils.rename_privateuse1_backend("npu")
+    import torch_npu.npu
+
+    if not hasattr(torch, "npu"):
+        torch._register_device_module("npu", torch_npu.npu)
+    if not hasattr(torch.Tensor, "npu"):
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_storage=True
+        )
+
+
+_register_backend()
+
+import torch_npu.npu as npu  # noqa: E402
+
+
+
+__all__ = ["npu", "__version__"]
