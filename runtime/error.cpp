@@ -1,4 +1,6 @@
 // Error codes, names and the per-thread / process-wide "last error".
+#include <cinttypes>
+#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -17,6 +19,12 @@ npuError_t g_async_error = npuSuccess;
 std::string g_async_message;
 
 }  // namespace
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(p));
+  return buf;
+}
 
 npuError_t fail(npuError_t error, std::string message) {
   t_last_error = error;

@@ -29,12 +29,6 @@ struct npuEvent_st {
 namespace npu::rt {
 namespace {
 
-std::string hex(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(p));
-  return buf;
-}
-
 npuError_t validateEvent(const char* api, npuEvent_t event) {
   if (!event) return fail(npuErrorInvalidResourceHandle, std::string(api) + ": event is NULL");
   if (event->magic.load(std::memory_order_relaxed) != npuEvent_st::kAlive) {

@@ -35,12 +35,6 @@ std::map<uintptr_t, Allocation>& table() {
   return *t;
 }
 
-std::string hex(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(p));
-  return buf;
-}
-
 size_t pageRound(size_t n) {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return (n + page - 1) / page * page;

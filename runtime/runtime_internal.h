@@ -29,6 +29,9 @@ struct Config {
 };
 const Config& config();
 
+// "0x7f..." for messages that name a pointer or handle.
+std::string hex(const void* p);
+
 // ---- errors ----------------------------------------------------------------------------------
 // Records `error` with `message` as this thread's last error and returns it, so call sites read
 // `return fail(npuErrorInvalidValue, "...")`.

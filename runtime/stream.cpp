@@ -55,12 +55,6 @@ thread_local std::string* t_task_failure = nullptr;     // where npuTaskFail wri
 
 constexpr int kSpinIterations = 4000;  // roughly 20-50 us of pause instructions
 
-std::string hex(const void* p) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(p));
-  return buf;
-}
-
 void recordFailure(npuStream_st* s, const Task& task, const std::string& what) {
   std::string message = "task '" + std::string(task.name) + "' failed on NPU " +
                         std::to_string(s->dev->index) + " (stream " + hex(s) + "): " + what;
