@@ -1,0 +1,101 @@
+// Kernel throughput. Figures only; nothing here asserts on time.
+//   add_f32:      out = a + b over 16M floats (GB/s counts the 3 arrays moved)
+//   sgemm/N:      N x N x N float32 matmul (GFLOP/s = 2 N^3 / time), every pool thread
+//   sgemm_avx2/N: the same restricted to the AVX2 micro-kernel
+//   softmax_f32:  softmax over the last dim of a 4096 x 1024 float32 tensor
+//   sum_f32:      sum of 16M floats to one value
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "npu/kernels.h"
+
+namespace {
+
+namespace nk = npu::kernels;
+using nk::DType;
+using nk::TensorDesc;
+
+std::vector<float> random_floats(size_t n) {
+  std::vector<float> v(n);
+  std::mt19937 gen(42);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : v) x = u(gen);
+  return v;
+}
+
+void BM_add_f32(benchmark::State& state) {
+  const int64_t n = 16 << 20;
+  auto a = random_floats(n), b = random_floats(n);
+  std::vector<float> out(n);
+  TensorDesc da = TensorDesc::make(a.data(), DType::Float32, {n});
+  TensorDesc db = TensorDesc::make(b.data(), DType::Float32, {n});
+  TensorDesc dout = TensorDesc::make(out.data(), DType::Float32, {n});
+  for (auto _ : state) {
+    nk::binary(nk::BinaryOp::Add, dout, da, db, DType::Float32, 1);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(3.0 * n * sizeof(float) * state.iterations(),
+                                              benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_add_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void sgemm(benchmark::State& state, const char* isa) {
+  const int64_t n = state.range(0);
+  auto a = random_floats(n * n), b = random_floats(n * n);
+  std::vector<float> c(n * n);
+  TensorDesc da = TensorDesc::make(a.data(), DType::Float32, {n, n});
+  TensorDesc db = TensorDesc::make(b.data(), DType::Float32, {n, n});
+  TensorDesc dc = TensorDesc::make(c.data(), DType::Float32, {n, n});
+  nk::testing::set_gemm_isa(isa);
+  for (auto _ : state) {
+    nk::gemm(dc, da, db);
+    benchmark::DoNotOptimize(c.data());
+  }
+  nk::testing::set_gemm_isa("auto");
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n * state.iterations(),
+                                                 benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+}
+void BM_sgemm(benchmark::State& state) { sgemm(state, "auto"); }
+void BM_sgemm_avx2(benchmark::State& state) { sgemm(state, "avx2"); }
+BENCHMARK(BM_sgemm)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_sgemm_avx2)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_softmax_f32(benchmark::State& state) {
+  const int64_t rows = 4096, cols = 1024;
+  auto x = random_floats(rows * cols);
+  std::vector<float> y(rows * cols);
+  TensorDesc dx = TensorDesc::make(x.data(), DType::Float32, {rows, cols});
+  TensorDesc dy = TensorDesc::make(y.data(), DType::Float32, {rows, cols});
+  for (auto _ : state) {
+    nk::softmax(dy, dx, 1, false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(2.0 * rows * cols * sizeof(float) * state.iterations(),
+                                              benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_softmax_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_sum_f32(benchmark::State& state) {
+  const int64_t n = 16 << 20;
+  auto x = random_floats(n);
+  float out = 0;
+  TensorDesc dx = TensorDesc::make(x.data(), DType::Float32, {n});
+  TensorDesc dout = TensorDesc::make(&out, DType::Float32, {1});
+  for (auto _ : state) {
+    nk::reduce(nk::ReduceOp::Sum, dout, dx, DType::Float32);
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["GB/s"] = benchmark::Counter(1.0 * n * sizeof(float) * state.iterations(),
+                                              benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_sum_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

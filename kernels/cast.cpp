@@ -1,0 +1,144 @@
+// copy/cast and fill: the table of converters between every pair of dtypes.
+#include <immintrin.h>
+
+#include <array>
+
+#include "convert.h"
+#include "dtype_traits.h"
+#include "loops.h"
+#include "npu/kernels/elementwise.h"
+
+namespace npu::kernels {
+namespace detail {
+namespace {
+
+template <class From, class To>
+void convert_generic(const void* src_v, int64_t ss, void* dst_v, int64_t ds, int64_t n) {
+  const From* src = static_cast<const From*>(src_v);
+  To* dst = static_cast<To*>(dst_v);
+  if (ss == 1 && ds == 1) {
+    if constexpr (std::is_same_v<From, Half> && std::is_same_v<To, float>) {
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+      }
+      for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+    } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Half>) {
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+      }
+      for (; i < n; ++i) dst[i] = float_to_half(src[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) dst[i] = cast_value<To>(src[i]);
+    }
+  } else if (ss == 0) {
+    To v = cast_value<To>(src[0]);
+    for (int64_t i = 0; i < n; ++i) dst[i * ds] = v;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i * ds] = cast_value<To>(src[i * ss]);
+  }
+}
+
+// Bool storage may be read from memory PyTorch wrote; read it as a byte and normalise so a
+// stray value other than 0/1 cannot become an invalid C++ bool.
+template <class To>
+void convert_from_bool(const void* src_v, int64_t ss, void* dst_v, int64_t ds, int64_t n) {
+  const uint8_t* src = static_cast<const uint8_t*>(src_v);
+  To* dst = static_cast<To*>(dst_v);
+  for (int64_t i = 0; i < n; ++i) dst[i * ds] = cast_value<To>(src[i * ss] != 0);
+}
+
+using Table = std::array<std::array<ConvertFn, kNumDTypes>, kNumDTypes>;
+
+Table make_table() {
+  Table t{};
+  for (int f = 0; f < kNumDTypes; ++f) {
+    for (int to = 0; to < kNumDTypes; ++to) {
+      t[f][to] = dispatch_storage(DType(f), [&]<class From>() {
+        return dispatch_storage(DType(to), [&]<class To>() -> ConvertFn {
+          if constexpr (std::is_same_v<From, bool>) return &convert_from_bool<To>;
+          else return &convert_generic<From, To>;
+        });
+      });
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+ConvertFn convert_fn(DType from, DType to) {
+  static const Table table = make_table();
+  return table[static_cast<int>(from)][static_cast<int>(to)];
+}
+
+}  // namespace detail
+
+size_t dtype_size(DType t) {
+  return detail::dispatch_storage(t, []<class T>() { return sizeof(T); });
+}
+
+const char* dtype_name(DType t) {
+  static const char* names[kNumDTypes] = {"float32", "float16", "bfloat16", "float64", "int8",
+                                          "int16",   "int32",   "int64",    "uint8",   "bool"};
+  return names[static_cast<int>(t)];
+}
+
+TensorDesc TensorDesc::make(const void* data, DType dtype, const int64_t* sizes, int ndim,
+                            const int64_t* strides) {
+  NPU_KERNEL_ASSERT(ndim >= 0 && ndim <= kMaxDims, "too many dimensions");
+  TensorDesc d;
+  d.data = const_cast<void*>(data);
+  d.dtype = dtype;
+  d.ndim = ndim;
+  int64_t expected = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    d.sizes[i] = sizes[i];
+    d.strides[i] = strides ? strides[i] : expected;
+    expected *= sizes[i];
+  }
+  return d;
+}
+
+TensorDesc TensorDesc::make(const void* data, DType dtype, std::initializer_list<int64_t> sizes,
+                            std::initializer_list<int64_t> strides) {
+  NPU_KERNEL_ASSERT(strides.size() == 0 || strides.size() == sizes.size(),
+                    "sizes and strides differ in length");
+  return make(data, dtype, sizes.begin(), static_cast<int>(sizes.size()),
+              strides.size() ? strides.begin() : nullptr);
+}
+
+TensorDesc TensorDesc::broadcast_scalar(const void* value, DType dtype, const TensorDesc& shape) {
+  TensorDesc d = shape;
+  d.data = const_cast<void*>(value);
+  d.dtype = dtype;
+  for (int i = 0; i < d.ndim; ++i) d.strides[i] = 0;
+  return d;
+}
+
+void copy(const TensorDesc& dst, const TensorDesc& src) {
+  const TensorDesc* ops[2] = {&dst, &src};
+  auto it = detail::make_iter<2>(ops);
+  detail::ConvertFn fn = detail::convert_fn(src.dtype, dst.dtype);
+  // Plain memory copies are bandwidth bound: large grains keep thread overhead negligible.
+  detail::for_each_segment(it, 64 * 1024, [&](char* const* p, const int64_t* s, int64_t n) {
+    fn(p[1], s[1], p[0], s[0], n);
+  });
+}
+
+void fill(const TensorDesc& dst, Scalar value) {
+  detail::dispatch_storage(dst.dtype, [&]<class T>() {
+    using C = detail::compute_t<T>;
+    T v;
+    if constexpr (std::is_floating_point_v<C>) v = detail::cast_value<T>(value.f);
+    else if constexpr (std::is_same_v<C, bool>) v = detail::cast_value<T>(value.i != 0 || value.f != 0);
+    else v = detail::cast_value<T>(value.i);
+    TensorDesc src = TensorDesc::broadcast_scalar(&v, dst.dtype, dst);
+    copy(dst, src);
+  });
+}
+
+}  // namespace npu::kernels

@@ -1,0 +1,100 @@
+// Register-blocked GEMM micro-kernels: C[MR x NR] (+)= A_panel[MR x K] * B_panel[K x NR] on
+// packed panels (A: MR values per k, B: NR values per k, both contiguous).
+//
+// The accumulators are MR x NV vector registers: 14 x 2 zmm (14 x 32 floats, 28 of the 32
+// AVX-512 registers) or 6 x 2 ymm for AVX2 (12 of 16). Each k step loads NV vectors of B,
+// broadcasts MR scalars of A and issues MR*NV FMAs, enough independent chains to cover FMA
+// latency on both FMA ports. The AVX-512 kernels are compiled with a target attribute and are
+// only called after __builtin_cpu_supports("avx512f") (see gemm.cpp).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace npu::kernels::detail::gemm {
+
+#define NPU_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
+#define NPU_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Vector traits: one width and type per instruction set and element type.
+struct Avx512F {
+  using T = float;
+  using V = __m512;
+  static constexpr int kWidth = 16;
+  NPU_AVX512 NPU_ALWAYS_INLINE static V zero() { return _mm512_setzero_ps(); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static V load(const T* p) { return _mm512_loadu_ps(p); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static void store(T* p, V v) { _mm512_storeu_ps(p, v); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static V set1(T x) { return _mm512_set1_ps(x); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+};
+struct Avx512D {
+  using T = double;
+  using V = __m512d;
+  static constexpr int kWidth = 8;
+  NPU_AVX512 NPU_ALWAYS_INLINE static V zero() { return _mm512_setzero_pd(); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static V load(const T* p) { return _mm512_loadu_pd(p); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static void store(T* p, V v) { _mm512_storeu_pd(p, v); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static V set1(T x) { return _mm512_set1_pd(x); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  NPU_AVX512 NPU_ALWAYS_INLINE static V mul(V a, V b) { return _mm512_mul_pd(a, b); }
+};
+struct Avx2F {
+  using T = float;
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  NPU_ALWAYS_INLINE static V zero() { return _mm256_setzero_ps(); }
+  NPU_ALWAYS_INLINE static V load(const T* p) { return _mm256_loadu_ps(p); }
+  NPU_ALWAYS_INLINE static void store(T* p, V v) { _mm256_storeu_ps(p, v); }
+  NPU_ALWAYS_INLINE static V set1(T x) { return _mm256_set1_ps(x); }
+  NPU_ALWAYS_INLINE static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  NPU_ALWAYS_INLINE static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+};
+struct Avx2D {
+  using T = double;
+  using V = __m256d;
+  static constexpr int kWidth = 4;
+  NPU_ALWAYS_INLINE static V zero() { return _mm256_setzero_pd(); }
+  NPU_ALWAYS_INLINE static V load(const T* p) { return _mm256_loadu_pd(p); }
+  NPU_ALWAYS_INLINE static void store(T* p, V v) { _mm256_storeu_pd(p, v); }
+  NPU_ALWAYS_INLINE static V set1(T x) { return _mm256_set1_pd(x); }
+  NPU_ALWAYS_INLINE static V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  NPU_ALWAYS_INLINE static V mul(V a, V b) { return _mm256_mul_pd(a, b); }
+};
+
+#define NPU_GEMM_NAME body_avx2
+#define NPU_GEMM_ATTR
+#include "gemm_body.inc"
+#undef NPU_GEMM_NAME
+#undef NPU_GEMM_ATTR
+#define NPU_GEMM_NAME body_avx512
+#define NPU_GEMM_ATTR NPU_AVX512
+#include "gemm_body.inc"
+#undef NPU_GEMM_NAME
+#undef NPU_GEMM_ATTR
+
+using KernelF = void (*)(int64_t k, const float* a, const float* b, float* c, int64_t ldc,
+                         float alpha, float beta);
+using KernelD = void (*)(int64_t k, const double* a, const double* b, double* c, int64_t ldc,
+                         double alpha, double beta);
+
+NPU_AVX512 inline void kernel_avx512_f32_14x32(int64_t k, const float* a, const float* b,
+                                               float* c, int64_t ldc, float alpha, float beta) {
+  body_avx512<Avx512F, 14, 2>(k, a, b, c, ldc, alpha, beta);
+}
+NPU_AVX512 inline void kernel_avx512_f64_14x16(int64_t k, const double* a, const double* b,
+                                               double* c, int64_t ldc, double alpha,
+                                               double beta) {
+  body_avx512<Avx512D, 14, 2>(k, a, b, c, ldc, alpha, beta);
+}
+inline void kernel_avx2_f32_6x16(int64_t k, const float* a, const float* b, float* c,
+                                 int64_t ldc, float alpha, float beta) {
+  body_avx2<Avx2F, 6, 2>(k, a, b, c, ldc, alpha, beta);
+}
+inline void kernel_avx2_f64_6x8(int64_t k, const double* a, const double* b, double* c,
+                                int64_t ldc, double alpha, double beta) {
+  body_avx2<Avx2D, 6, 2>(k, a, b, c, ldc, alpha, beta);
+}
+
+}  // namespace npu::kernels::detail::gemm

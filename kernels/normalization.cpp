@@ -1,0 +1,317 @@
+// softmax / log_softmax, layer_norm, rms_norm and their backward passes.
+//
+// All of them work row by row: softmax moves its dim last (a stride permutation), the norms
+// take the trailing dims as the row (rows.h). A row is loaded into a contiguous buffer of the
+// compute type (or used in place when it already is one), processed by a vectorised loop,
+// and stored back with conversion. Rows are spread over the pool.
+#include <immintrin.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "rows.h"
+#include "vec_math.h"
+#include "npu/kernels/normalization.h"
+#include "npu/kernels/thread_pool.h"
+
+namespace npu::kernels {
+namespace detail {
+namespace {
+
+template <class F>
+void dispatch_float(DType t, F&& f) {
+  if (t == DType::Float64) f.template operator()<double>();
+  else f.template operator()<float>();
+}
+
+// ---- softmax ----------------------------------------------------------------------------
+
+inline float max_f32(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  float r = hmax256(m);
+  for (; i < n; ++i) r = x[i] > r ? x[i] : r;
+  return r;
+}
+
+// y = exp(x - shift); returns the sum (float lanes, combined in double).
+inline double exp_shift_sum_f32(const float* x, float* y, int64_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(y + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  double sum = hsum256(acc);
+  if (i < n) {
+    map8(y + i, x + i, n - i, [&](__m256 v) { return exp256(_mm256_sub_ps(v, s)); });
+    for (; i < n; ++i) sum += y[i];
+  }
+  return sum;
+}
+
+void softmax_row(const float* x, float* y, int64_t n, bool log) {
+  float m = max_f32(x, n);
+  double sum = exp_shift_sum_f32(x, y, n, m);
+  if (log) {
+    float shift = m + static_cast<float>(std::log(sum));
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
+  } else {
+    float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+  }
+}
+
+void softmax_row(const double* x, double* y, int64_t n, bool log) {
+  double m = -INFINITY, sum = 0;
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int64_t i = 0; i < n; ++i) sum += (y[i] = std::exp(x[i] - m));
+  if (log) {
+    double shift = m + std::log(sum);
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] /= sum;
+  }
+}
+
+// Runs fn(row, T* const* in_bufs, T* out_buf, n) over the rows of `outs[0]`, loading the
+// inputs and storing the output (in place when possible).
+template <class T, int NIn, class F>
+void for_each_row(const Rows& out, const Rows* const* ins, int64_t cost_per_elem, F&& fn) {
+  const int64_t M = out.M(), N = out.N();
+  if (M == 0 || N == 0) return;
+  parallel_for(0, M, std::max<int64_t>(1, 32768 / (N * cost_per_elem)), [&](int64_t r0, int64_t r1) {
+    std::vector<T> bufs(static_cast<size_t>(N) * (NIn + 1));
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* in[NIn];
+      for (int k = 0; k < NIn; ++k) {
+        const T* d = ins[k]->template direct<T>(r);
+        if (!d) {
+          ins[k]->load(r, bufs.data() + k * N);
+          d = bufs.data() + k * N;
+        }
+        in[k] = d;
+      }
+      T* o = out.template direct<T>(r);
+      T* dst = o ? o : bufs.data() + NIn * N;
+      fn(r, in, dst, N);
+      if (!o) out.store(r, dst);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace detail
+
+void softmax(const TensorDesc& out, const TensorDesc& in, int dim, bool log) {
+  using namespace detail;
+  Rows ro(move_dim_last(out, dim), 1), ri(move_dim_last(in, dim), 1);
+  const Rows* ins[1] = {&ri};
+  dispatch_float(in.dtype == DType::Float64 || out.dtype == DType::Float64 ? DType::Float64
+                                                                           : DType::Float32,
+                 [&]<class T>() {
+    for_each_row<T, 1>(ro, ins, 4, [&](int64_t, const T* const* x, T* y, int64_t n) {
+      softmax_row(x[0], y, n, log);
+    });
+  });
+}
+
+void softmax_backward(const TensorDesc& grad_input, const TensorDesc& grad_output,
+                      const TensorDesc& output, int dim, bool log) {
+  using namespace detail;
+  Rows rgi(move_dim_last(grad_input, dim), 1), rgo(move_dim_last(grad_output, dim), 1),
+      ry(move_dim_last(output, dim), 1);
+  const Rows* ins[2] = {&rgo, &ry};
+  dispatch_float(grad_input.dtype == DType::Float64 ? DType::Float64 : DType::Float32,
+                 [&]<class T>() {
+    for_each_row<T, 2>(rgi, ins, 2, [&](int64_t, const T* const* in, T* gi, int64_t n) {
+      const T* g = in[0];
+      const T* y = in[1];
+      double s = 0;
+      if (log) {
+        for (int64_t i = 0; i < n; ++i) s += g[i];
+        for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - std::exp(y[i]) * T(s);
+      } else {
+        for (int64_t i = 0; i < n; ++i) s += double(g[i]) * y[i];
+        for (int64_t i = 0; i < n; ++i) gi[i] = y[i] * (g[i] - T(s));
+      }
+    });
+  });
+}
+
+// ---- layer norm / rms norm ---------------------------------------------------------------
+
+namespace detail {
+namespace {
+
+// Loads an optional per-column vector (weight / bias) as N values of T; 1 (or 0) if absent.
+template <class T>
+std::vector<T> load_vector(const TensorDesc* t, int64_t N, T absent) {
+  std::vector<T> v(static_cast<size_t>(N), absent);
+  if (t && t->data) Rows(*t, t->ndim).load(0, v.data());
+  return v;
+}
+
+template <class T>
+void store_scalar(const Rows& r, int64_t i, double v) {
+  T x = static_cast<T>(v);
+  r.store(i, &x);
+}
+template <class T>
+double load_scalar(const Rows& r, int64_t i) {
+  T x;
+  r.load(i, &x);
+  return x;
+}
+
+// Column sums over rows, in parallel: each task accumulates its rows into its own double
+// partials, which are then added in task order (deterministic for a given thread count).
+template <class RowFn>
+void column_sums(int64_t M, int64_t N, int ncols, RowFn&& fn, std::vector<double>* out) {
+  int64_t tasks = std::min<int64_t>(M, 4 * num_threads());
+  std::vector<std::vector<double>> part(static_cast<size_t>(tasks * ncols));
+  parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      std::vector<double>* acc = &part[t * ncols];
+      for (int c = 0; c < ncols; ++c) acc[c].assign(static_cast<size_t>(N), 0.0);
+      for (int64_t r = M * t / tasks; r < M * (t + 1) / tasks; ++r) fn(r, acc);
+    }
+  });
+  for (int c = 0; c < ncols; ++c) {
+    out[c].assign(static_cast<size_t>(N), 0.0);
+    for (int64_t t = 0; t < tasks; ++t) {
+      for (int64_t j = 0; j < N; ++j) out[c][j] += part[t * ncols + c][j];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+void layer_norm(const TensorDesc& out, const TensorDesc& mean, const TensorDesc& rstd,
+                const TensorDesc& in, const TensorDesc* weight, const TensorDesc* bias,
+                int normalized_ndim, double eps) {
+  using namespace detail;
+  Rows ro(out, normalized_ndim), ri(in, normalized_ndim), rm(mean, 0), rr(rstd, 0);
+  const Rows* ins[1] = {&ri};
+  dispatch_float(in.dtype, [&]<class T>() {
+    const int64_t N = ri.N();
+    std::vector<T> w = load_vector<T>(weight, N, T(1)), b = load_vector<T>(bias, N, T(0));
+    for_each_row<T, 1>(ro, ins, 2, [&](int64_t r, const T* const* x, T* y, int64_t n) {
+      double s = 0, m2 = 0;
+      for (int64_t i = 0; i < n; ++i) s += x[0][i];
+      double mu = s / n;
+      for (int64_t i = 0; i < n; ++i) m2 += (x[0][i] - mu) * (x[0][i] - mu);
+      double rs = 1.0 / std::sqrt(m2 / n + eps);
+      const T tm = T(mu), tr = T(rs);
+      for (int64_t i = 0; i < n; ++i) y[i] = (x[0][i] - tm) * tr * w[i] + b[i];
+      if (mean.data) store_scalar<T>(rm, r, mu);
+      if (rstd.data) store_scalar<T>(rr, r, rs);
+    });
+  });
+}
+
+void layer_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                         const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                         const TensorDesc& in, const TensorDesc& mean, const TensorDesc& rstd,
+                         const TensorDesc* weight, int normalized_ndim) {
+  using namespace detail;
+  Rows rgo(grad_output, normalized_ndim), ri(in, normalized_ndim), rm(mean, 0), rr(rstd, 0);
+  dispatch_float(in.dtype, [&]<class T>() {
+    const int64_t M = ri.M(), N = ri.N();
+    std::vector<T> w = load_vector<T>(weight, N, T(1));
+    if (grad_input && grad_input->data) {
+      Rows rgi(*grad_input, normalized_ndim);
+      const Rows* ins[2] = {&rgo, &ri};
+      for_each_row<T, 2>(rgi, ins, 4, [&](int64_t r, const T* const* v, T* dx, int64_t n) {
+        const T* dy = v[0];
+        const T* x = v[1];
+        const double mu = load_scalar<T>(rm, r), rs = load_scalar<T>(rr, r);
+        double a = 0, b = 0;  // mean(g), mean(g * xhat) with g = dy * w
+        for (int64_t i = 0; i < n; ++i) {
+          double g = double(dy[i]) * w[i];
+          a += g;
+          b += g * (x[i] - mu) * rs;
+        }
+        a /= n, b /= n;
+        for (int64_t i = 0; i < n; ++i) {
+          double xhat = (x[i] - mu) * rs;
+          dx[i] = T(rs * (double(dy[i]) * w[i] - a - xhat * b));
+        }
+      });
+    }
+    const bool want_w = grad_weight && grad_weight->data, want_b = grad_bias && grad_bias->data;
+    if (!want_w && !want_b) return;
+    std::vector<double> sums[2];
+    column_sums(M, N, 2, [&](int64_t r, std::vector<double>* acc) {
+      std::vector<T> dy(static_cast<size_t>(N)), x(static_cast<size_t>(N));
+      rgo.load(r, dy.data());
+      ri.load(r, x.data());
+      const double mu = load_scalar<T>(rm, r), rs = load_scalar<T>(rr, r);
+      for (int64_t j = 0; j < N; ++j) {
+        acc[0][j] += double(dy[j]) * (x[j] - mu) * rs;
+        acc[1][j] += dy[j];
+      }
+    }, sums);
+    if (want_w) Rows(*grad_weight, grad_weight->ndim).store(0, sums[0].data());
+    if (want_b) Rows(*grad_bias, grad_bias->ndim).store(0, sums[1].data());
+  });
+}
+
+void rms_norm(const TensorDesc& out, const TensorDesc& rstd, const TensorDesc& in,
+              const TensorDesc* weight, int normalized_ndim, double eps) {
+  using namespace detail;
+  Rows ro(out, normalized_ndim), ri(in, normalized_ndim), rr(rstd, 0);
+  const Rows* ins[1] = {&ri};
+  dispatch_float(in.dtype, [&]<class T>() {
+    std::vector<T> w = load_vector<T>(weight, ri.N(), T(1));
+    for_each_row<T, 1>(ro, ins, 2, [&](int64_t r, const T* const* x, T* y, int64_t n) {
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += double(x[0][i]) * x[0][i];
+      double rs = 1.0 / std::sqrt(ss / n + eps);
+      const T tr = T(rs);
+      for (int64_t i = 0; i < n; ++i) y[i] = x[0][i] * tr * w[i];
+      if (rstd.data) store_scalar<T>(rr, r, rs);
+    });
+  });
+}
+
+void rms_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                       const TensorDesc& grad_output, const TensorDesc& in,
+                       const TensorDesc& rstd, const TensorDesc* weight, int normalized_ndim) {
+  using namespace detail;
+  Rows rgo(grad_output, normalized_ndim), ri(in, normalized_ndim), rr(rstd, 0);
+  dispatch_float(in.dtype, [&]<class T>() {
+    const int64_t M = ri.M(), N = ri.N();
+    std::vector<T> w = load_vector<T>(weight, N, T(1));
+    if (grad_input && grad_input->data) {
+      Rows rgi(*grad_input, normalized_ndim);
+      const Rows* ins[2] = {&rgo, &ri};
+      for_each_row<T, 2>(rgi, ins, 4, [&](int64_t r, const T* const* v, T* dx, int64_t n) {
+        const T* dy = v[0];
+        const T* x = v[1];
+        const double rs = load_scalar<T>(rr, r);
+        double b = 0;  // mean(g * xhat), g = dy * w, xhat = x * rstd
+        for (int64_t i = 0; i < n; ++i) b += double(dy[i]) * w[i] * x[i] * rs;
+        b /= n;
+        for (int64_t i = 0; i < n; ++i) dx[i] = T(rs * (double(dy[i]) * w[i] - x[i] * rs * b));
+      });
+    }
+    if (!grad_weight || !grad_weight->data) return;
+    std::vector<double> sums[1];
+    column_sums(M, N, 1, [&](int64_t r, std::vector<double>* acc) {
+      std::vector<T> dy(static_cast<size_t>(N)), x(static_cast<size_t>(N));
+      rgo.load(r, dy.data());
+      ri.load(r, x.data());
+      const double rs = load_scalar<T>(rr, r);
+      for (int64_t j = 0; j < N; ++j) acc[0][j] += double(dy[j]) * x[j] * rs;
+    }, sums);
+    Rows(*grad_weight, grad_weight->ndim).store(0, sums[0].data());
+  });
+}
+
+}  // namespace npu::kernels

@@ -1,0 +1,450 @@
+// Reductions (sum, mean, prod, amax, ...) and arg-reductions: reducer functors on contiguous
+// chunks, run by the generic loop of reduce_driver.h.
+#include <immintrin.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "binary_ops.h"
+#include "reduce_driver.h"
+#include "npu/kernels/reduce.h"
+
+namespace npu::kernels {
+namespace detail {
+
+ReduceGeometry make_reduce_geometry(const TensorDesc& in, const TensorDesc* const* outs,
+                                    int n_outs) {
+  ReduceGeometry g;
+  for (int k = 0; k < n_outs; ++k) {
+    NPU_KERNEL_ASSERT(outs[k]->ndim == in.ndim, "reduction output must keep the input's ndim");
+  }
+  for (int d = 0; d < in.ndim; ++d) {
+    int64_t s = in.sizes[d];
+    bool reduced = outs[0]->sizes[d] == 1 && s != 1;
+    for (int k = 0; k < n_outs; ++k) {
+      NPU_KERNEL_ASSERT(outs[k]->sizes[d] == (reduced ? 1 : s), "reduction output shape");
+    }
+    if (s == 1) continue;
+    if (reduced) {
+      g.R *= s;
+      if (g.n_red > 0 && g.red_in[g.n_red - 1] == in.strides[d] * s) {
+        g.red_sizes[g.n_red - 1] *= s;  // merge with the previous (outer) reduced dim
+        g.red_in[g.n_red - 1] = in.strides[d];
+        continue;
+      }
+      g.red_sizes[g.n_red] = s;
+      g.red_in[g.n_red++] = in.strides[d];
+    } else {
+      g.n_out *= s;
+      if (g.n_kept > 0 && g.kept_in[g.n_kept - 1] == in.strides[d] * s) {
+        bool mergeable = true;
+        for (int k = 0; k < n_outs; ++k) {
+          if (g.kept_out[k][g.n_kept - 1] != outs[k]->strides[d] * s) mergeable = false;
+        }
+        if (mergeable) {
+          g.kept_sizes[g.n_kept - 1] *= s;
+          g.kept_in[g.n_kept - 1] = in.strides[d];
+          for (int k = 0; k < n_outs; ++k) g.kept_out[k][g.n_kept - 1] = outs[k]->strides[d];
+          continue;
+        }
+      }
+      g.kept_sizes[g.n_kept] = s;
+      g.kept_in[g.n_kept] = in.strides[d];
+      for (int k = 0; k < n_outs; ++k) g.kept_out[k][g.n_kept] = outs[k]->strides[d];
+      ++g.n_kept;
+    }
+  }
+  if (g.n_red == 0) {  // nothing reduced: rows of one element
+    g.red_sizes[0] = 1;
+    g.red_in[0] = 0;
+    g.n_red = 1;
+  }
+  return g;
+}
+
+namespace red {
+
+// Float32 chunk sums: 32 lanes of float partial sums (each lane sees n/32 values, so the
+// error of a 4096-element chunk is that of ~128 sequential adds), lanes added in double.
+// Chunks are then combined in double: accurate like PyTorch's cascade sum, at float speed.
+inline double sum_f32(const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+  }
+  alignas(32) float lanes[32];
+  _mm256_store_ps(lanes, a0);
+  _mm256_store_ps(lanes + 8, a1);
+  _mm256_store_ps(lanes + 16, a2);
+  _mm256_store_ps(lanes + 24, a3);
+  double s = 0;
+  for (float v : lanes) s += v;
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+inline double sum_f64(const double* x, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_add_pd(a0, _mm256_loadu_pd(x + i));
+    a1 = _mm256_add_pd(a1, _mm256_loadu_pd(x + i + 4));
+    a2 = _mm256_add_pd(a2, _mm256_loadu_pd(x + i + 8));
+    a3 = _mm256_add_pd(a3, _mm256_loadu_pd(x + i + 12));
+  }
+  alignas(32) double lanes[16];
+  _mm256_store_pd(lanes, a0);
+  _mm256_store_pd(lanes + 4, a1);
+  _mm256_store_pd(lanes + 8, a2);
+  _mm256_store_pd(lanes + 12, a3);
+  double s = 0;
+  for (double v : lanes) s += v;
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+template <class T>
+using wide_t = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+
+template <class T>
+struct Sum {
+  static constexpr unsigned kTypes = kAll;
+  using Acc = wide_t<T>;
+  Acc init() const { return 0; }
+  Acc reduce(const T* x, int64_t n, int64_t) const {
+    if constexpr (std::is_same_v<T, float>) return sum_f32(x, n);
+    else if constexpr (std::is_same_v<T, double>) return sum_f64(x, n);
+    else {
+      int64_t s = 0;
+      for (int64_t i = 0; i < n; ++i) s += static_cast<int64_t>(x[i]);
+      return s;
+    }
+  }
+  Acc combine(Acc a, Acc b) const { return a + b; }
+  Acc finish(Acc a, int64_t) const { return a; }
+};
+
+template <class T>
+struct Mean : Sum<T> {
+  static constexpr unsigned kTypes = kFloating;
+  double finish(double a, int64_t n) const { return a / static_cast<double>(n); }
+};
+
+template <class T>
+struct Prod {
+  static constexpr unsigned kTypes = kAll;
+  using Acc = wide_t<T>;
+  Acc init() const { return 1; }
+  Acc reduce(const T* x, int64_t n, int64_t) const {
+    Acc p = 1;
+    for (int64_t i = 0; i < n; ++i) p *= static_cast<Acc>(x[i]);
+    return p;
+  }
+  Acc combine(Acc a, Acc b) const { return a * b; }
+  Acc finish(Acc a, int64_t) const { return a; }
+};
+
+template <class T, bool kMax>
+struct Extremum {
+  static constexpr unsigned kTypes = kAll;
+  using Acc = T;
+  Acc init() const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+    } else {
+      return kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+    }
+  }
+  Acc reduce(const T* x, int64_t n, int64_t) const {
+    Acc m = init();
+    if constexpr (std::is_floating_point_v<T>) {
+      bool nan = false;
+      for (int64_t i = 0; i < n; ++i) {  // branch-free so the compiler vectorises it
+        nan |= std::isnan(x[i]);
+        m = kMax ? (x[i] > m ? x[i] : m) : (x[i] < m ? x[i] : m);
+      }
+      return nan ? std::numeric_limits<T>::quiet_NaN() : m;
+    } else {
+      for (int64_t i = 0; i < n; ++i) m = kMax ? std::max(m, x[i]) : std::min(m, x[i]);
+      return m;
+    }
+  }
+  Acc combine(Acc a, Acc b) const { return kMax ? ops::max_nan(a, b) : ops::min_nan(a, b); }
+  Acc finish(Acc a, int64_t) const { return a; }
+};
+template <class T>
+struct Amax : Extremum<T, true> {};
+template <class T>
+struct Amin : Extremum<T, false> {};
+
+template <class T, bool kAny>
+struct AnyAll {
+  static constexpr unsigned kTypes = kAll;
+  using Acc = bool;
+  Acc init() const { return !kAny; }
+  Acc reduce(const T* x, int64_t n, int64_t) const {
+    for (int64_t i = 0; i < n; ++i) {
+      if ((x[i] != T(0)) == kAny) return kAny;
+    }
+    return !kAny;
+  }
+  Acc combine(Acc a, Acc b) const { return kAny ? (a || b) : (a && b); }
+  Acc finish(Acc a, int64_t) const { return a; }
+};
+template <class T>
+struct Any : AnyAll<T, true> {};
+template <class T>
+struct All : AnyAll<T, false> {};
+
+template <class T>
+struct CountNonzero {
+  static constexpr unsigned kTypes = kAll;
+  using Acc = int64_t;
+  Acc init() const { return 0; }
+  Acc reduce(const T* x, int64_t n, int64_t) const {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; ++i) c += x[i] != T(0);
+    return c;
+  }
+  Acc combine(Acc a, Acc b) const { return a + b; }
+  Acc finish(Acc a, int64_t) const { return a; }
+};
+
+// Vector p-norms, accumulated in double.
+template <class T>
+struct Norm {
+  static constexpr unsigned kTypes = kFloating;
+  using Acc = double;
+  double p;
+  explicit Norm(Scalar p0) : p(p0.f) {}
+  Acc init() const { return p == -INFINITY ? INFINITY : 0.0; }
+  Acc reduce(const T* x, int64_t n, int64_t) const {
+    double s = init();
+    for (int64_t i = 0; i < n; ++i) {
+      double a = std::fabs(static_cast<double>(x[i]));
+      if (p == INFINITY) s = ops::max_nan(s, a);
+      else if (p == -INFINITY) s = ops::min_nan(s, a);
+      else if (p == 0) s += a != 0;
+      else if (p == 1) s += a;
+      else if (p == 2) s += a * a;
+      else s += std::pow(a, p);
+    }
+    return s;
+  }
+  Acc combine(Acc a, Acc b) const {
+    if (p == INFINITY) return ops::max_nan(a, b);
+    if (p == -INFINITY) return ops::min_nan(a, b);
+    return a + b;
+  }
+  double finish(Acc a, int64_t) const {
+    if (p == INFINITY || p == -INFINITY || p == 0 || p == 1) return a;
+    if (p == 2) return std::sqrt(a);
+    return std::pow(a, 1.0 / p);
+  }
+};
+
+// Variance: each chunk two-pass (mean, then squared deviations) in double, chunks merged
+// with Chan et al.'s pairwise update, which stays accurate when the mean is large.
+struct Moments {
+  double n = 0, mean = 0, m2 = 0;
+};
+template <class T, bool kStd>
+struct VarStd {
+  static constexpr unsigned kTypes = kFloating;
+  using Acc = Moments;
+  double correction;
+  explicit VarStd(Scalar p0) : correction(p0.f) {}
+  Acc init() const { return {}; }
+  Acc reduce(const T* x, int64_t n, int64_t) const {
+    if (n == 0) return {};
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += x[i];
+    double mean = s / n, m2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double d = x[i] - mean;
+      m2 += d * d;
+    }
+    return {double(n), mean, m2};
+  }
+  Acc combine(Acc a, Acc b) const {
+    if (a.n == 0) return b;
+    if (b.n == 0) return a;
+    double n = a.n + b.n, delta = b.mean - a.mean;
+    return {n, a.mean + delta * b.n / n, a.m2 + b.m2 + delta * delta * a.n * b.n / n};
+  }
+  double finish(Acc a, int64_t) const {
+    double v = a.m2 / std::max(0.0, a.n - correction);
+    return kStd ? std::sqrt(v) : v;
+  }
+};
+template <class T>
+struct Var : VarStd<T, false> {
+  using VarStd<T, false>::VarStd;
+};
+template <class T>
+struct Std : VarStd<T, true> {
+  using VarStd<T, true>::VarStd;
+};
+
+// logsumexp = shift + log(sum exp(x - shift)) with shift = max, or 0 when the max is
+// infinite (PyTorch's rule: then the plain sum gives inf or log(0) = -inf).
+struct LseAcc {
+  double shift = 0, sum = 0;
+  bool empty = true;
+};
+template <class T>
+struct LogSumExp {
+  static constexpr unsigned kTypes = kFloating;
+  using Acc = LseAcc;
+  Acc init() const { return {}; }
+  Acc reduce(const T* x, int64_t n, int64_t) const {
+    if (n == 0) return {};
+    double m = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) m = ops::max_nan(m, double(x[i]));
+    double shift = std::isinf(m) ? 0.0 : m, s = 0;
+    for (int64_t i = 0; i < n; ++i) s += std::exp(double(x[i]) - shift);
+    return {shift, s, false};
+  }
+  Acc combine(Acc a, Acc b) const {
+    if (a.empty) return b;
+    if (b.empty) return a;
+    double shift = ops::max_nan(a.shift, b.shift);
+    return {shift, a.sum * std::exp(a.shift - shift) + b.sum * std::exp(b.shift - shift), false};
+  }
+  double finish(Acc a, int64_t) const { return a.empty ? -INFINITY : std::log(a.sum) + a.shift; }
+};
+
+template <class T>
+struct ArgAcc {
+  T value;
+  int64_t index = -1;
+};
+template <class T, bool kMax>
+struct ArgExtremum {
+  using Acc = ArgAcc<T>;
+  // True when b (later) should replace a (earlier): strictly better, or a NaN over a number.
+  static bool better(T b, T a) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(a)) return false;
+      if (std::isnan(b)) return true;
+    }
+    return kMax ? b > a : b < a;
+  }
+  Acc init() const { return {T(0), -1}; }
+  Acc reduce(const T* x, int64_t n, int64_t first) const {
+    if (n == 0) return {};
+    Acc best{x[0], first};
+    for (int64_t i = 1; i < n; ++i) {
+      if (better(x[i], best.value)) best = {x[i], first + i};
+    }
+    return best;
+  }
+  Acc combine(Acc a, Acc b) const {
+    if (a.index < 0) return b;
+    if (b.index < 0) return a;
+    return better(b.value, a.value) ? b : a;
+  }
+};
+
+}  // namespace red
+
+namespace {
+
+template <template <class> class R, class T>
+constexpr bool red_supports() {
+  return (R<T>::kTypes & type_bit<T>()) != 0;
+}
+
+template <class T, class Red>
+void reduce_with(const Red& r, const TensorDesc& out, const TensorDesc& in) {
+  const TensorDesc* outs[1] = {&out};
+  ReduceGeometry g = make_reduce_geometry(in, outs, 1);
+  using Value = decltype(r.finish(r.init(), 0));
+  ConvertFn store = convert_fn(dtype_of<Value>(), out.dtype);
+  char* obase = static_cast<char*>(out.data);
+  const int64_t osize = static_cast<int64_t>(dtype_size(out.dtype));
+  run_reduce<T>(r, g, in, [&](int64_t o, const typename Red::Acc& acc) {
+    Value v = r.finish(acc, g.R);
+    store(&v, 1, obase + g.out_offset(0, o) * osize, 1, 1);
+  });
+}
+
+template <template <class> class R>
+void reduce_op(const char* name, const TensorDesc& out, const TensorDesc& in, DType compute,
+               Scalar p0) {
+  dispatch_compute(compute, [&]<class T>() {
+    if constexpr (red_supports<R, T>()) {
+      if constexpr (std::is_constructible_v<R<T>, Scalar>) reduce_with<T>(R<T>(p0), out, in);
+      else reduce_with<T>(R<T>{}, out, in);
+    } else {
+      NPU_KERNEL_ASSERT(false, std::string(name) + " does not support compute dtype " +
+                                   dtype_name(compute));
+    }
+  });
+}
+
+}  // namespace
+}  // namespace detail
+
+const char* op_name(ReduceOp op) {
+#define NPU_NAME(name, str) \
+  case ReduceOp::name: return str;
+  switch (op) { NPU_KERNELS_REDUCE_OPS(NPU_NAME) }
+#undef NPU_NAME
+  return "?";
+}
+
+bool reduce_supports(ReduceOp op, DType compute) {
+#define NPU_SUPPORTS(name, str)                                                         \
+  case ReduceOp::name:                                                                  \
+    return detail::dispatch_compute(                                                    \
+        compute, []<class T>() { return detail::red_supports<detail::red::name, T>(); });
+  switch (op) { NPU_KERNELS_REDUCE_OPS(NPU_SUPPORTS) }
+#undef NPU_SUPPORTS
+  return false;
+}
+
+void reduce(ReduceOp op, const TensorDesc& out, const TensorDesc& in, DType compute, Scalar p0) {
+#define NPU_RUN(name, str) \
+  case ReduceOp::name: return detail::reduce_op<detail::red::name>(str, out, in, compute, p0);
+  switch (op) { NPU_KERNELS_REDUCE_OPS(NPU_RUN) }
+#undef NPU_RUN
+  NPU_KERNEL_ASSERT(false, "unknown reduce op");
+}
+
+bool arg_reduce_supports(DType compute) { return compute != DType::Bool; }
+
+void arg_reduce(ArgReduceOp op, const TensorDesc& values, const TensorDesc& indices,
+                const TensorDesc& in, DType compute) {
+  NPU_KERNEL_ASSERT(indices.dtype == DType::Int64, "indices must be Int64");
+  const bool with_values = values.data != nullptr;
+  const TensorDesc* outs[2] = {&indices, &values};
+  detail::ReduceGeometry g = detail::make_reduce_geometry(in, outs, with_values ? 2 : 1);
+  detail::dispatch_compute(compute, [&]<class T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      NPU_KERNEL_ASSERT(false, "arg_reduce of bool");
+    } else {
+      auto run = [&](const auto& r) {
+        detail::ConvertFn store_v = detail::convert_fn(detail::dtype_of<T>(), values.dtype);
+        const int64_t vsize = static_cast<int64_t>(dtype_size(values.dtype));
+        detail::run_reduce<T>(r, g, in, [&](int64_t o, const detail::red::ArgAcc<T>& acc) {
+          int64_t idx = acc.index < 0 ? 0 : acc.index;
+          static_cast<int64_t*>(indices.data)[g.out_offset(0, o)] = idx;
+          if (with_values) {
+            store_v(&acc.value, 1, static_cast<char*>(values.data) + g.out_offset(1, o) * vsize,
+                    1, 1);
+          }
+        });
+      };
+      if (op == ArgReduceOp::Max) run(detail::red::ArgExtremum<T, true>{});
+      else run(detail::red::ArgExtremum<T, false>{});
+    }
+  });
+}
+
+}  // namespace npu::kernels

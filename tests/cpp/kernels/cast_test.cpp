@@ -1,0 +1,100 @@
+// copy() between every pair of dtypes and layouts, and fill().
+#include <gtest/gtest.h>
+
+#include "kernel_test_util.h"
+
+namespace ktest {
+namespace {
+
+namespace nk = npu::kernels;
+
+const DType kAll[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64,
+                      DType::Int8,    DType::Int16,   DType::Int32,    DType::Int64,
+                      DType::UInt8,   DType::Bool};
+
+// The value PyTorch's conversion gives for `v` (already held by `from`) stored into `to`.
+double converted(double v, DType to) {
+  if (nk::is_floating(to)) return round_to(to, v);
+  if (to == DType::Bool) return v != 0;
+  return static_cast<double>(wrap_to(to, static_cast<int64_t>(v)));  // truncate, then wrap
+}
+
+TEST(Copy, EveryDtypePairEveryLayout) {
+  for (DType from : kAll) {
+    for (DType to : kAll) {
+      for (int layout = 0; layout < 5; ++layout) {
+        SCOPED_TRACE(dtype_str(from) + " -> " + dtype_str(to) + " layout " + std::to_string(layout));
+        std::vector<int64_t> sizes = {13, 17, 3};
+        if (layout == 3) sizes = {};
+        if (layout == 4) sizes = {4, 0};
+        HostTensor src(from, sizes, layout == 1 ? Layout::Transposed : Layout::Contiguous);
+        if (layout == 2) {  // broadcast source
+          HostTensor s1(from, {13, 1, 3});
+          fill_uniform(s1, -300, 300);
+          src = s1.expanded(1, 17);
+        } else {
+          fill_uniform(src, -300, 300);
+        }
+        HostTensor dst(to, sizes, layout == 0 ? Layout::Transposed : Layout::Contiguous);
+        nk::copy(dst.desc(), src.desc());
+        HostTensor expected(to, sizes);
+        for (int64_t i = 0; i < expected.numel(); ++i) expected.set(i, converted(src.get(i), to));
+        ASSERT_TRUE(all_close(dst, expected, 0, 0));
+      }
+    }
+  }
+}
+
+TEST(Copy, FloatToIntTruncatesAndWrapsLikePyTorch) {
+  float src[4] = {-1.5f, 300.7f, -300.2f, 2.99f};
+  uint8_t u8[4];
+  int8_t i8[4];
+  nk::copy(TensorDesc::make(u8, DType::UInt8, {4}), TensorDesc::make(src, DType::Float32, {4}));
+  nk::copy(TensorDesc::make(i8, DType::Int8, {4}), TensorDesc::make(src, DType::Float32, {4}));
+  EXPECT_EQ(u8[0], 255);  // torch.tensor([-1.5, 300.7, -300.2]).to(torch.uint8) = [255, 44, 212]
+  EXPECT_EQ(u8[1], 44);
+  EXPECT_EQ(u8[2], 212);
+  EXPECT_EQ(u8[3], 2);
+  EXPECT_EQ(i8[0], -1);
+  EXPECT_EQ(i8[1], 44);
+}
+
+TEST(Copy, HalfAndBFloat16RoundToNearestEven) {
+  float src[5] = {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 70000.0f, NAN};
+  uint16_t h[5], b[5];
+  nk::copy(TensorDesc::make(h, DType::Float16, {5}), TensorDesc::make(src, DType::Float32, {5}));
+  EXPECT_EQ(h[0], 0x3c00);  // tie rounds to even (down)
+  EXPECT_EQ(h[1], 0x3c02);  // tie rounds to even (up)
+  EXPECT_EQ(h[2], 0x7bff);
+  EXPECT_EQ(h[3], 0x7c00);  // overflow to inf
+  EXPECT_EQ(h[4] & 0x7c00, 0x7c00);
+  EXPECT_NE(h[4] & 0x3ff, 0);  // NaN stays NaN
+  nk::copy(TensorDesc::make(b, DType::BFloat16, {5}), TensorDesc::make(src, DType::Float32, {5}));
+  EXPECT_EQ(b[0], 0x3f80);
+  EXPECT_EQ(b[4], 0x7fc0);
+}
+
+TEST(Copy, LargeTransposeUsesThePoolAndIsExact) {
+  HostTensor src(DType::Float32, {1024, 1031}, Layout::Transposed);
+  fill_uniform(src, -1, 1);
+  HostTensor dst(DType::BFloat16, {1024, 1031});
+  nk::copy(dst.desc(), src.desc());
+  HostTensor expected(DType::BFloat16, {1024, 1031});
+  for (int64_t i = 0; i < expected.numel(); ++i) expected.set(i, src.get(i));
+  EXPECT_TRUE(all_close(dst, expected, 0, 0));
+}
+
+TEST(Fill, WritesEveryElementOfAStridedView) {
+  HostTensor t(DType::Int32, {6, 8}, Layout::Transposed);
+  nk::fill(t.desc(), nk::Scalar(int64_t{-7}));
+  for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.get_int(i), -7);
+  HostTensor h(DType::Float16, {3, 5});
+  nk::fill(h.desc(), 0.1);
+  for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.get(i), round_to(DType::Float16, 0.1));
+  HostTensor b(DType::Bool, {7});
+  nk::fill(b.desc(), true);
+  for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(b.get_int(i), 1);
+}
+
+}  // namespace
+}  // namespace ktest

@@ -1,0 +1,186 @@
+// gemm / gemm_batched against a naive double-precision triple loop: shapes around the
+// micro-kernel and cache-block edges, transposed and strided operands, column-major C,
+// alpha/beta, 16-bit and mixed dtypes, K == 0, broadcast batches, both micro-kernel ISAs.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "kernel_test_util.h"
+#include "npu/kernels/matmul.h"
+
+namespace ktest {
+namespace {
+
+namespace nk = npu::kernels;
+
+struct GemmCase {
+  int64_t m, n, k;
+  bool ta, tb, tc;  // operand stored transposed (column-major)
+  double alpha, beta;
+  DType at, bt, ct;
+};
+
+// Checks C = alpha A B + beta C0 elementwise with a bound relative to sum |alpha a b| + |beta c|.
+void check_gemm(const GemmCase& g) {
+  SCOPED_TRACE(::testing::Message() << g.m << "x" << g.n << "x" << g.k << " ta=" << g.ta
+                                    << " tb=" << g.tb << " tc=" << g.tc << " alpha=" << g.alpha
+                                    << " beta=" << g.beta << " " << dtype_str(g.at) << "/"
+                                    << dtype_str(g.bt) << "/" << dtype_str(g.ct));
+  HostTensor a(g.at, {g.m, g.k}, g.ta ? Layout::Transposed : Layout::Contiguous);
+  HostTensor b(g.bt, {g.k, g.n}, g.tb ? Layout::Transposed : Layout::Contiguous);
+  HostTensor c(g.ct, {g.m, g.n}, g.tc ? Layout::Transposed : Layout::Contiguous);
+  fill_uniform(a, -1, 1);
+  fill_uniform(b, -1, 1);
+  fill_uniform(c, -1, 1);
+  if (g.beta == 0 && c.numel() > 0) c.set(0, NAN);  // beta == 0 must not read C
+  HostTensor c0 = c;
+  nk::gemm(c.desc(), a.desc(), b.desc(), g.alpha, g.beta);
+
+  double eps = std::max(default_rtol(g.ct), std::max(default_rtol(g.at), default_rtol(g.bt)));
+  if (g.at == DType::Float64) eps = 1e-13;
+  int bad = 0;
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        double t = a.get(i * g.k + p) * b.get(p * g.n + j);
+        ref += t;
+        mag += std::fabs(t);
+      }
+      ref *= g.alpha;
+      mag *= std::fabs(g.alpha);
+      if (g.beta != 0) {
+        ref += g.beta * c0.get(i * g.n + j);
+        mag += std::fabs(g.beta * c0.get(i * g.n + j));
+      }
+      double got = c.get(i * g.n + j);
+      if (!(std::fabs(got - ref) <= eps * (mag + 1e-30) + 1e-30) && bad++ < 5) {
+        ADD_FAILURE() << "C[" << i << "," << j << "] = " << got << ", want " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+class GemmIsa : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { nk::testing::set_gemm_isa(GetParam()); }
+  void TearDown() override { nk::testing::set_gemm_isa("auto"); }
+};
+
+TEST_P(GemmIsa, ShapesAroundTileAndBlockEdges) {
+  const int64_t shapes[][3] = {{1, 1, 1},    {1, 37, 5},   {29, 1, 8},    {14, 32, 16},
+                               {15, 33, 17}, {6, 16, 400}, {100, 70, 50}, {131, 257, 385},
+                               {3100, 20, 9}, {45, 1100, 20}};
+  for (auto& s : shapes) {
+    check_gemm({s[0], s[1], s[2], false, false, false, 1.0, 0.0, DType::Float32, DType::Float32,
+                DType::Float32});
+    check_gemm({s[0], s[1], s[2], false, false, false, 1.0, 0.0, DType::Float64, DType::Float64,
+                DType::Float64});
+  }
+}
+
+TEST_P(GemmIsa, TransposedOperandsAndColumnMajorC) {
+  for (int mask = 0; mask < 8; ++mask) {
+    check_gemm({37, 45, 53, bool(mask & 1), bool(mask & 2), bool(mask & 4), 1.0, 0.0,
+                DType::Float32, DType::Float32, DType::Float32});
+    check_gemm({37, 45, 53, bool(mask & 1), bool(mask & 2), bool(mask & 4), -0.5, 2.0,
+                DType::Float64, DType::Float64, DType::Float64});
+  }
+}
+
+TEST_P(GemmIsa, AlphaBeta) {
+  for (double alpha : {1.0, -2.0, 0.0}) {
+    for (double beta : {0.0, 1.0, 0.5}) {
+      check_gemm({40, 50, 400, false, true, false, alpha, beta, DType::Float32, DType::Float32,
+                  DType::Float32});
+    }
+  }
+}
+
+TEST_P(GemmIsa, HalfBFloat16AndMixedDtypes) {
+  check_gemm({33, 65, 70, false, false, false, 1.0, 0.0, DType::Float16, DType::Float16, DType::Float16});
+  check_gemm({33, 65, 70, true, false, false, 1.0, 1.0, DType::BFloat16, DType::BFloat16, DType::BFloat16});
+  check_gemm({33, 65, 70, false, true, true, 1.0, 0.0, DType::BFloat16, DType::Float32, DType::Float32});
+  check_gemm({20, 30, 40, false, false, false, 2.0, 0.5, DType::Float32, DType::Float32, DType::Float16});
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, GemmIsa, ::testing::Values("auto", "avx2"));
+
+TEST(Gemm, LargeSquareUsesEveryThread) {
+  check_gemm({512, 512, 512, false, false, false, 1.0, 0.0, DType::Float32, DType::Float32,
+              DType::Float32});
+}
+
+TEST(Gemm, StridedRowsWithPadding) {
+  // Row strides larger than the row length (sub-matrices of bigger buffers).
+  std::vector<float> abuf(20 * 64), bbuf(30 * 64), cbuf(20 * 64, 7.0f);
+  for (auto& v : abuf) v = float(rng()() % 100) / 50.0f - 1;
+  for (auto& v : bbuf) v = float(rng()() % 100) / 50.0f - 1;
+  TensorDesc a = TensorDesc::make(abuf.data(), DType::Float32, {20, 30}, {64, 1});
+  TensorDesc b = TensorDesc::make(bbuf.data(), DType::Float32, {30, 40}, {64, 1});
+  TensorDesc c = TensorDesc::make(cbuf.data(), DType::Float32, {20, 40}, {64, 1});
+  nk::gemm(c, a, b);
+  for (int i = 0; i < 20; ++i) {
+    for (int j = 0; j < 64; ++j) {
+      if (j >= 40) {
+        ASSERT_EQ(cbuf[i * 64 + j], 7.0f) << "wrote outside C";
+        continue;
+      }
+      double ref = 0;
+      for (int p = 0; p < 30; ++p) ref += double(abuf[i * 64 + p]) * bbuf[p * 64 + j];
+      ASSERT_NEAR(cbuf[i * 64 + j], ref, 1e-4);
+    }
+  }
+}
+
+TEST(Gemm, EmptyKScalesC) {
+  float c[6] = {1, 2, 3, 4, 5, 6};
+  float dummy = 0;
+  nk::gemm(TensorDesc::make(c, DType::Float32, {2, 3}), TensorDesc::make(&dummy, DType::Float32, {2, 0}),
+           TensorDesc::make(&dummy, DType::Float32, {0, 3}), 1.0, 0.5);
+  EXPECT_FLOAT_EQ(c[5], 3.0f);
+  nk::gemm(TensorDesc::make(c, DType::Float32, {2, 3}), TensorDesc::make(&dummy, DType::Float32, {2, 0}),
+           TensorDesc::make(&dummy, DType::Float32, {0, 3}), 1.0, 0.0);
+  EXPECT_EQ(c[0], 0.0f);
+  // M == 0: nothing happens (and nothing is read).
+  nk::gemm(TensorDesc::make(nullptr, DType::Float32, {0, 3}), TensorDesc::make(nullptr, DType::Float32, {0, 4}),
+           TensorDesc::make(nullptr, DType::Float32, {4, 3}));
+}
+
+TEST(GemmBatched, SmallAndLargeBatchesWithBroadcast) {
+  for (auto [batch, m, n, k] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{7, 9, 11, 13},
+                                {3, 150, 140, 130}}) {
+    HostTensor a(DType::Float32, {batch, m, k});
+    HostTensor b1(DType::Float32, {1, k, n}, Layout::Transposed);  // broadcast over batch
+    HostTensor b = b1.expanded(0, batch);
+    HostTensor c(DType::Float32, {batch, m, n});
+    fill_uniform(a, -1, 1);
+    fill_uniform(b1, -1, 1);
+    b = b1.expanded(0, batch);
+    fill_uniform(c, -1, 1);
+    HostTensor c0 = c;
+    nk::gemm_batched(c.desc(), a.desc(), b.desc(), 1.5, -1.0);
+    int bad = 0;
+    for (int64_t z = 0; z < batch; ++z)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0;
+          for (int64_t p = 0; p < k; ++p) ref += a.get((z * m + i) * k + p) * b.get((z * k + p) * n + j);
+          ref = 1.5 * ref - c0.get((z * m + i) * n + j);
+          if (std::fabs(c.get((z * m + i) * n + j) - ref) > 1e-4) ++bad;
+        }
+    EXPECT_EQ(bad, 0) << "batch " << batch;
+  }
+}
+
+TEST(Gemm, SupportedDtypes) {
+  EXPECT_TRUE(nk::gemm_supports(DType::Float32, DType::Float32, DType::Float32));
+  EXPECT_TRUE(nk::gemm_supports(DType::BFloat16, DType::BFloat16, DType::BFloat16));
+  EXPECT_TRUE(nk::gemm_supports(DType::Float64, DType::Float64, DType::Float64));
+  EXPECT_FALSE(nk::gemm_supports(DType::Int32, DType::Int32, DType::Int32));
+  EXPECT_FALSE(nk::gemm_supports(DType::Float64, DType::Float32, DType::Float32));
+}
+
+}  // namespace
+}  // namespace ktest
