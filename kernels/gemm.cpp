@@ -13,6 +13,8 @@
 //  - Other C layouts or dtypes (column-major C is transposed away first, 16-bit C, ...) are
 //    computed into a float workspace and converted at the end, so 16-bit outputs are rounded
 //    exactly once. Packing converts Float16/BFloat16 inputs to float on the fly.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -93,6 +95,49 @@ struct MatRef {
 
 // Packs rows [0, mc) x cols [0, kc) of A (already offset to the block) into MR-row panels
 // [first_panel, last_panel); rows past mc are zero.
+// 8x8 float transpose in registers: r[j] becomes column j.
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Row-major float A (the common case): 8 k at a time, rows in groups of 8 transposed in
+// registers, so both the loads and the stores are contiguous vectors.
+inline void pack_a_rowmajor_f32(const float* a, int64_t rs, int rows, int64_t kc, int mr,
+                                float* d) {
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    for (int g = 0; g < mr; g += 8) {
+      const int width = std::min(8, mr - g);
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) {
+        r[i] = (i < width && g + i < rows) ? _mm256_loadu_ps(a + (g + i) * rs + k)
+                                           : _mm256_setzero_ps();
+      }
+      transpose8x8(r);
+      const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width),
+                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      for (int j = 0; j < 8; ++j) _mm256_maskstore_ps(d + (k + j) * mr + g, mask, r[j]);
+    }
+  }
+  for (; k < kc; ++k) {
+    for (int i = 0; i < mr; ++i) d[k * mr + i] = i < rows ? a[i * rs + k] : 0.0f;
+  }
+}
+
 template <class T, class S>
 void pack_a(const S* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
             int64_t first_panel, int64_t last_panel, T* dst) {
@@ -100,6 +145,12 @@ void pack_a(const S* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
     T* d = dst + p * kc * mr;
     int64_t r0 = p * mr;
     int rows = static_cast<int>(std::min<int64_t>(mr, mc - r0));
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+      if (cs == 1) {
+        pack_a_rowmajor_f32(a + r0 * rs, rs, rows, kc, mr, d);
+        continue;
+      }
+    }
     if (rows < mr) std::memset(static_cast<void*>(d), 0, sizeof(T) * kc * mr);
     if (cs == 1 || rs != 1) {
       for (int i = 0; i < rows; ++i) {
