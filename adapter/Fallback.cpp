@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include "NPUGenerator.h"
+#include "ops/HostKernel.h"
 
 namespace torch_npu {
 namespace {
@@ -57,7 +58,9 @@ c10::DeviceIndex firstNPUDevice(const torch::jit::Stack& stack, size_t begin) {
 // generator (not seeded by torch.npu.manual_seed). Each Generator argument becomes a CPU
 // generator seeded from the npu generator (or the device's default one), as the native RNG
 // kernels do.
-void replaceGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+}  // namespace
+
+void replaceNPUGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
   const auto& arguments = schema.arguments();
   const size_t begin = stack->size() - arguments.size();
   for (size_t i = 0; i < arguments.size(); ++i) {
@@ -74,7 +77,7 @@ void replaceGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* sta
   }
 }
 
-void npuCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = c10::toString(op.schema().operator_name());
   TORCH_CHECK_NOT_IMPLEMENTED(!fallbackDisabled(), "The operator [", name,
                               "] is not supported on NPU and ", kDisableVariable,
@@ -87,13 +90,11 @@ void npuCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                  name.c_str());
     std::fflush(stderr);
   }
-  replaceGenerators(op.schema(), stack);
+  replaceNPUGenerators(op.schema(), stack);
   // View ops must alias their input, which a copy to the CPU cannot do: the native table lists
   // every view op without a composite kernel, so reaching here with one is an error.
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
-
-}  // namespace
 
 std::map<std::string, int64_t> fallbackCounts() {
   std::lock_guard<std::mutex> lock(g_counts_mutex);
@@ -101,7 +102,8 @@ std::map<std::string, int64_t> fallbackCounts() {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&npuCpuFallback>());
+  // ATen's CPU kernel on the stream where it can, the CPU fallback otherwise (HostKernel.h).
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&runOnHost>());
 }
 
 }  // namespace torch_npu

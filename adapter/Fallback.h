@@ -3,6 +3,8 @@
 // TORCH_NPU_FALLBACK_CPU_DISABLE=1 forbids it.
 #pragma once
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -11,5 +13,13 @@ namespace torch_npu {
 
 // How many times each op ("aten::isin.Tensor_Tensor_out") has fallen back, for the op report.
 std::map<std::string, int64_t> fallbackCounts();
+
+// Copies the inputs to the CPU, runs the op there and copies the results back (warns once per
+// op; TORCH_NPU_FALLBACK_CPU_DISABLE=1 turns it into an error).
+void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Replaces each Generator argument (npu, or none: the device's default) by a CPU generator
+// seeded from it, so a CPU kernel draws reproducible numbers from the npu generator's stream.
+void replaceNPUGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* stack);
 
 }  // namespace torch_npu

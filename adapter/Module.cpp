@@ -15,6 +15,7 @@
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUStream.h"
+#include "ops/HostKernel.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
 
@@ -269,6 +270,12 @@ py::object getDefaultGenerator(int64_t device) {
   return py::reinterpret_steal<py::object>(wrapped);
 }
 
+py::dict hostKernelOps(bool synchronizing) {
+  py::dict d;
+  for (const auto& [name, count] : hostKernelCounts(synchronizing)) d[py::str(name)] = count;
+  return d;
+}
+
 py::dict fallbackOps() {
   py::dict d;
   for (const auto& [name, count] : fallbackCounts()) d[py::str(name)] = count;
@@ -320,5 +327,6 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_npu_getDefaultGenerator", &getDefaultGenerator);
   m.def("_fallback_ops", &fallbackOps);
+  m.def("_host_kernel_ops", &hostKernelOps, py::arg("synchronizing") = false);
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
 }

@@ -73,4 +73,15 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
 at::Tensor native_dropout_backward(const at::Tensor& grad_output, const at::Tensor& mask,
                                    double scale);
 
+// ---- Convolution.cpp: the backend hooks aten::convolution calls for a non-CPU/CUDA device ---
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef dilation,
+                                    bool transposed, at::IntArrayRef output_padding,
+                                    int64_t groups);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+    at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask);
+
 }  // namespace torch_npu::native
