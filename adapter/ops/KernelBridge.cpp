@@ -1,0 +1,103 @@
+#include "KernelBridge.h"
+
+#include <cstring>
+
+#include "NPUStream.h"
+
+namespace torch_npu::native {
+
+std::optional<nk::DType> toKernelDType(c10::ScalarType type) {
+  switch (type) {
+    case c10::kFloat: return nk::DType::Float32;
+    case c10::kHalf: return nk::DType::Float16;
+    case c10::kBFloat16: return nk::DType::BFloat16;
+    case c10::kDouble: return nk::DType::Float64;
+    case c10::kChar: return nk::DType::Int8;
+    case c10::kShort: return nk::DType::Int16;
+    case c10::kInt: return nk::DType::Int32;
+    case c10::kLong: return nk::DType::Int64;
+    case c10::kByte: return nk::DType::UInt8;
+    case c10::kBool: return nk::DType::Bool;
+    default: return std::nullopt;
+  }
+}
+
+bool describable(const at::Tensor& t) {
+  return t.dim() <= nk::kMaxDims && toKernelDType(t.scalar_type()).has_value() && !t.is_conj() &&
+         !t.is_neg();
+}
+
+nk::TensorDesc describe(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(describable(t), "describe: ", t.scalar_type(), " tensor of ", t.dim(),
+                        " dims has no kernel descriptor");
+  return nk::TensorDesc::make(t.numel() > 0 ? t.data_ptr() : nullptr,
+                              *toKernelDType(t.scalar_type()), t.sizes().data(),
+                              static_cast<int>(t.dim()), t.strides().data());
+}
+
+nk::TensorDesc describeReduced(const at::Tensor& t, const at::Tensor& in, uint64_t mask,
+                               bool keepdim) {
+  nk::TensorDesc d;
+  d.data = t.numel() > 0 ? t.data_ptr() : nullptr;
+  d.dtype = *toKernelDType(t.scalar_type());
+  d.ndim = static_cast<int>(in.dim());
+  int64_t src = 0;
+  for (int64_t i = 0; i < in.dim(); ++i) {
+    const bool reduced = (mask >> i) & 1;
+    if (reduced) {
+      d.sizes[i] = 1;
+      d.strides[i] = 0;
+      if (keepdim) ++src;
+    } else {
+      d.sizes[i] = t.size(src);
+      d.strides[i] = t.stride(src);
+      ++src;
+    }
+  }
+  return d;
+}
+
+nk::Scalar toKernelScalar(const at::Scalar& s) {
+  if (s.isFloatingPoint()) return nk::Scalar(s.toDouble());
+  if (s.isBoolean()) return nk::Scalar(s.toBool());
+  return nk::Scalar(s.toLong());
+}
+
+bool iterSupported(const at::TensorIteratorBase& iter) {
+  if (iter.ndim() > nk::kMaxDims) return false;
+  for (int i = 0; i < iter.ntensors(); ++i) {
+    if (!toKernelDType(iter.dtype(i)).has_value()) return false;
+    const at::TensorBase& t = iter.tensor_base(i);
+    if (t.is_conj() || t.is_neg()) return false;
+  }
+  return iter.maybe_common_dtype().has_value() || iter.noutputs() > 0;
+}
+
+Operand iterOperand(const at::TensorIteratorBase& iter, int arg) {
+  Operand op;
+  nk::TensorDesc& d = op.desc;
+  d.dtype = *toKernelDType(iter.dtype(arg));
+  const int ndim = iter.ndim();
+  d.ndim = ndim;
+  const int64_t element = static_cast<int64_t>(nk::dtype_size(d.dtype));
+  const at::IntArrayRef shape = iter.shape();
+  const at::IntArrayRef strides = iter.strides(arg);  // bytes, fastest dim first
+  for (int k = 0; k < ndim; ++k) {
+    d.sizes[k] = shape[ndim - 1 - k];
+    d.strides[k] = strides[ndim - 1 - k] / element;
+  }
+  if (iter.is_cpu_scalar(arg)) {
+    std::memcpy(op.value, iter.data_ptr(arg), static_cast<size_t>(element));
+    op.inline_value = true;
+    for (int k = 0; k < ndim; ++k) d.strides[k] = 0;
+  } else {
+    d.data = iter.numel() > 0 ? iter.data_ptr(arg) : nullptr;
+  }
+  return op;
+}
+
+void launchKernel(const char* name, std::function<void()> fn) {
+  launchTask(getCurrentNPUStream(), name, std::move(fn));
+}
+
+}  // namespace torch_npu::native
