@@ -23,6 +23,7 @@
 #include "NPUHostAllocator.h"
 #include "NPUNativeFunctions.h"
 #include "NPUStream.h"
+#include "KernelBridge.h"
 #include "TaskTensor.h"
 
 namespace torch_npu::native {
@@ -56,6 +57,12 @@ void copyOnDevice(const at::Tensor& dst, const at::Tensor& src, const NPUStream&
   if (sameDenseLayout(dst, src)) {
     NPU_CHECK(npuMemcpyAsync(dst.data_ptr(), src.data_ptr(), spanBytes(dst),
                              npuMemcpyDeviceToDevice, stream.handle()));
+    return;
+  }
+  if (native::describable(dst) && native::describable(src)) {
+    launchTask(stream, "copy_", [to = native::describe(dst), from = native::describe(src)] {
+      npu::kernels::copy(to, from);
+    });
     return;
   }
   launchTask(stream, "copy_", [to = TaskTensor(dst), from = TaskTensor(src)] {

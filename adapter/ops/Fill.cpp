@@ -8,6 +8,7 @@
 #include "NPUException.h"
 #include "NPUNativeFunctions.h"
 #include "NPUStream.h"
+#include "KernelBridge.h"
 #include "TaskTensor.h"
 
 namespace torch_npu::native {
@@ -38,6 +39,12 @@ at::Tensor& fill_Scalar_(at::Tensor& self, const at::Scalar& value) {
   // CPU kernel's message, instead of later on the stream.
   const at::Scalar converted =
       at::empty({}, self.options().device(at::kCPU)).fill_(value).item();
+  if (describable(self)) {
+    launchTask(stream, "fill_", [d = describe(self), v = toKernelScalar(converted)] {
+      npu::kernels::fill(d, v);
+    });
+    return self;
+  }
   launchTask(stream, "fill_", [view = TaskTensor(self), converted] {
     view.cpu().fill_(converted);
   });

@@ -1,0 +1,178 @@
+// mm, addmm, bmm, baddbmm (and so matmul, linear, einsum's paths) on the library's GEMM.
+// Transposed operands need no copy: a descriptor with swapped strides is a transposed matrix.
+// Integer matmul, mismatched dtypes and bad shapes go to ATen's CPU kernel, which computes the
+// former and reports the latter with PyTorch's messages.
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "HostKernel.h"
+#include "KernelBridge.h"
+#include "NPUStream.h"
+
+namespace torch_npu::native {
+namespace {
+
+bool gemmOk(const at::Tensor& a, const at::Tensor& b, int dims) {
+  if (a.dim() != dims || b.dim() != dims || !describable(a) || !describable(b)) return false;
+  if (a.scalar_type() != b.scalar_type()) return false;
+  const nk::DType t = *toKernelDType(a.scalar_type());
+  if (!nk::gemm_supports(t, t, t)) return false;
+  if (dims == 3 && a.size(0) != b.size(0)) return false;
+  return a.size(dims - 1) == b.size(dims - 2);
+}
+
+// out (already sized [.., M, N]) = alpha * a @ b + beta * self (self broadcast; null: none).
+void launchGemm(const at::Tensor& out, const at::Tensor* self, const at::Tensor& a,
+                const at::Tensor& b, double alpha, double beta, bool batched, const char* name) {
+  if (out.numel() == 0) return;
+  std::optional<nk::TensorDesc> init;
+  if (self != nullptr && beta != 0.0 && !self->is_same(out)) {
+    init = describe(self->expand(out.sizes()));
+  }
+  if (self == nullptr) beta = 0.0;
+  launchTask(getCurrentNPUStream(out.device().index()), name,
+             [c = describe(out), x = describe(a), y = describe(b), init, alpha, beta, batched] {
+               if (init) nk::copy(c, *init);
+               if (batched) {
+                 nk::gemm_batched(c, x, y, alpha, beta);
+               } else {
+                 nk::gemm(c, x, y, alpha, beta);
+               }
+             });
+}
+
+at::Tensor& sizedOut(at::Tensor& out, std::vector<int64_t> shape) {
+  at::native::resize_output(out, shape);
+  return out;
+}
+
+at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
+  if (!gemmOk(self, mat2, 2)) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("mm", ""), self, mat2);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty({self.size(0), mat2.size(1)}, self.options());
+  launchGemm(out, nullptr, self, mat2, 1.0, 0.0, false, "mm");
+  return out;
+}
+at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  if (!gemmOk(self, mat2, 2) || out.scalar_type() != self.scalar_type() || !describable(out)) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("mm", "out"), self, mat2, out);
+    return out;
+  }
+  const c10::DeviceGuard guard(self.device());
+  launchGemm(sizedOut(out, {self.size(0), mat2.size(1)}), nullptr, self, mat2, 1.0, 0.0, false,
+             "mm");
+  return out;
+}
+
+bool addOk(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, int dims,
+           const at::Scalar& beta, const at::Scalar& alpha) {
+  if (!gemmOk(a, b, dims) || self.scalar_type() != a.scalar_type() || !describable(self)) {
+    return false;
+  }
+  if (beta.isComplex() || alpha.isComplex()) return false;
+  std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
+  shape.push_back(b.size(-1));
+  return at::is_expandable_to(self.sizes(), shape);
+}
+
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                 const at::Scalar& beta, const at::Scalar& alpha) {
+  if (!addOk(self, m1, m2, 2, beta, alpha)) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("addmm", ""), self, m1, m2, beta, alpha);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty({m1.size(0), m2.size(1)}, m1.options());
+  launchGemm(out, &self, m1, m2, alpha.toDouble(), beta.toDouble(), false, "addmm");
+  return out;
+}
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  if (!addOk(self, m1, m2, 2, beta, alpha) || out.scalar_type() != m1.scalar_type() ||
+      !describable(out)) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("addmm", "out"), self, m1, m2, beta, alpha, out);
+    return out;
+  }
+  const c10::DeviceGuard guard(self.device());
+  if (!out.is_same(self)) sizedOut(out, {m1.size(0), m2.size(1)});
+  launchGemm(out, &self, m1, m2, alpha.toDouble(), beta.toDouble(), false, "addmm");
+  return out;
+}
+at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                   const at::Scalar& beta, const at::Scalar& alpha) {
+  TORCH_CHECK(self.dim() == 2 && self.size(0) == m1.size(0) && self.size(1) == m2.size(1),
+              "addmm_: self must be a [", m1.size(0), ", ", m2.size(1), "] matrix, got ",
+              self.sizes());
+  return addmm_out(self, m1, m2, beta, alpha, self);
+}
+
+at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
+  if (!gemmOk(self, mat2, 3)) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("bmm", ""), self, mat2);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty({self.size(0), self.size(1), mat2.size(2)}, self.options());
+  launchGemm(out, nullptr, self, mat2, 1.0, 0.0, true, "bmm");
+  return out;
+}
+at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  if (!gemmOk(self, mat2, 3) || out.scalar_type() != self.scalar_type() || !describable(out)) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("bmm", "out"), self, mat2, out);
+    return out;
+  }
+  const c10::DeviceGuard guard(self.device());
+  launchGemm(sizedOut(out, {self.size(0), self.size(1), mat2.size(2)}), nullptr, self, mat2, 1.0,
+             0.0, true, "bmm");
+  return out;
+}
+
+at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                   const at::Scalar& beta, const at::Scalar& alpha) {
+  if (!addOk(self, b1, b2, 3, beta, alpha)) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("baddbmm", ""), self, b1, b2, beta, alpha);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty({b1.size(0), b1.size(1), b2.size(2)}, b1.options());
+  launchGemm(out, &self, b1, b2, alpha.toDouble(), beta.toDouble(), true, "baddbmm");
+  return out;
+}
+at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                        const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  if (!addOk(self, b1, b2, 3, beta, alpha) || out.scalar_type() != b1.scalar_type() ||
+      !describable(out)) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("baddbmm", "out"), self, b1, b2, beta, alpha, out);
+    return out;
+  }
+  const c10::DeviceGuard guard(self.device());
+  if (!out.is_same(self)) sizedOut(out, {b1.size(0), b1.size(1), b2.size(2)});
+  launchGemm(out, &self, b1, b2, alpha.toDouble(), beta.toDouble(), true, "baddbmm");
+  return out;
+}
+at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                     const at::Scalar& beta, const at::Scalar& alpha) {
+  TORCH_CHECK(self.dim() == 3 && self.size(0) == b1.size(0) && self.size(1) == b1.size(1) &&
+                  self.size(2) == b2.size(2),
+              "baddbmm_: self must be a [", b1.size(0), ", ", b1.size(1), ", ", b2.size(2),
+              "] batch, got ", self.sizes());
+  return baddbmm_out(self, b1, b2, beta, alpha, self);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mm", TORCH_FN(mm));
+  m.impl("mm.out", TORCH_FN(mm_out));
+  m.impl("addmm", TORCH_FN(addmm));
+  m.impl("addmm.out", TORCH_FN(addmm_out));
+  m.impl("addmm_", TORCH_FN(addmm_));
+  m.impl("bmm", TORCH_FN(bmm));
+  m.impl("bmm.out", TORCH_FN(bmm_out));
+  m.impl("baddbmm", TORCH_FN(baddbmm));
+  m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
+  m.impl("baddbmm_", TORCH_FN(baddbmm_));
+}
+
+}  // namespace torch_npu::native
