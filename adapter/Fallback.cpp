@@ -1,5 +1,6 @@
 #include "Fallback.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,8 +26,11 @@ bool fallbackDisabled() {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
+std::atomic<int64_t> g_total{0};
+
 // Counts the fallback of `name`; true the first time.
 bool countFallback(const std::string& name) {
+  g_total.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(g_counts_mutex);
   return ++g_counts[name] == 1;
 }
@@ -95,6 +99,8 @@ void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // every view op without a composite kernel, so reaching here with one is an error.
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
+
+int64_t fallbackTotal() { return g_total.load(std::memory_order_relaxed); }
 
 std::map<std::string, int64_t> fallbackCounts() {
   std::lock_guard<std::mutex> lock(g_counts_mutex);

@@ -328,5 +328,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getDefaultGenerator", &getDefaultGenerator);
   m.def("_fallback_ops", &fallbackOps);
   m.def("_host_kernel_ops", &hostKernelOps, py::arg("synchronizing") = false);
+  m.def("_npu_pathTotals", [] {
+    const auto t = pathTotals();
+    return py::make_tuple(t[0], t[1], t[2]);
+  });
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
 }

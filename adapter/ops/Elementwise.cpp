@@ -16,6 +16,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "HostKernel.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
 
@@ -67,6 +68,7 @@ at::Tensor unary(UOp op, Kind kind, at::Tensor out, const at::Tensor& self, cons
                  nk::unary(op, o.get(), i.get(), c, p0, p1);
                });
   } else {
+    countHostKernelCall(name);
     launchTask(stream, name, [o = HostArg(result), i = HostArg(self), host] {
       at::Tensor r = o.get();
       host(r, i.get());
@@ -148,6 +150,7 @@ at::Tensor& logical_not_out(const at::Tensor& self, at::Tensor& out) {
       nk::unary(UOp::LogicalNot, o.get(), i.get(), c);
     });
   } else {
+    countHostKernelCall("logical_not");
     launchTask(stream, "logical_not", [o = HostArg(out), i = HostArg(self)] {
       at::Tensor r = o.get();
       at::logical_not_out(r, i.get());
@@ -235,6 +238,7 @@ at::Tensor& clamp_out(const at::Tensor& self, const std::optional<at::Scalar>& m
     const c10::DeviceGuard guard(self.device());
     at::Tensor result = out.defined() ? out : at::empty({0}, self.options().dtype(
                                                              at::result_type(self, min ? *min : *max)));
+    countHostKernelCall("clamp");
     launchTask(getCurrentNPUStream(deviceOf(self)), "clamp",
                [o = HostArg(result), i = HostArg(self), host] {
                  at::Tensor r = o.get();
@@ -254,6 +258,7 @@ at::Tensor clamp(const at::Tensor& self, const std::optional<at::Scalar>& min,
     at::Tensor out = at::empty({0}, self.options().dtype(at::result_type(self, min ? *min : *max)));
     out.resize_(self.sizes());
     const c10::DeviceGuard guard(self.device());
+    countHostKernelCall("clamp");
     launchTask(getCurrentNPUStream(deviceOf(self)), "clamp",
                [o = HostArg(out), i = HostArg(self), min, max] {
                  at::Tensor r = o.get();
@@ -287,6 +292,7 @@ at::Tensor binary(BOp op, Kind kind, at::Tensor out, const at::Tensor& a, const 
                [op, o = iterOperand(iter, 0), x = iterOperand(iter, 1), y = iterOperand(iter, 2),
                 c = *compute, p0] { nk::binary(op, o.get(), x.get(), y.get(), c, p0); });
   } else {
+    countHostKernelCall(name);
     launchTask(stream, name, [o = HostArg(result), x = HostArg(a), y = HostArg(b), host] {
       at::Tensor r = o.get();
       host(r, x.get(), y.get());
@@ -572,6 +578,7 @@ at::Tensor ternary(TOp op, at::Tensor out, const at::Tensor& a, const at::Tensor
                  nk::ternary(op, o.get(), x.get(), y.get(), z.get(), k, p0);
                });
   } else {
+    countHostKernelCall(name);
     launchTask(stream, name,
                [o = HostArg(result), x = HostArg(a), y = HostArg(b), z = HostArg(c), host] {
                  at::Tensor r = o.get();

@@ -1,5 +1,6 @@
 #include "HostKernel.h"
 
+#include <atomic>
 #include <mutex>
 #include <set>
 
@@ -18,7 +19,11 @@ std::mutex g_counts_mutex;
 std::map<std::string, int64_t> g_async_counts;
 std::map<std::string, int64_t> g_sync_counts;
 
+std::atomic<int64_t> g_async_total{0};
+std::atomic<int64_t> g_sync_total{0};
+
 void countCall(bool synchronizing, const c10::OperatorHandle& op) {
+  (synchronizing ? g_sync_total : g_async_total).fetch_add(1, std::memory_order_relaxed);
   std::string name = c10::toString(op.schema().operator_name());
   std::lock_guard<std::mutex> lock(g_counts_mutex);
   ++(synchronizing ? g_sync_counts : g_async_counts)[std::move(name)];
@@ -296,6 +301,17 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
   cpuFallback(op, stack);
+}
+
+void countHostKernelCall(const char* name) {
+  g_async_total.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(g_counts_mutex);
+  ++g_async_counts[std::string("aten::") + name];
+}
+
+std::array<int64_t, 3> pathTotals() {
+  return {g_async_total.load(std::memory_order_relaxed),
+          g_sync_total.load(std::memory_order_relaxed), fallbackTotal()};
 }
 
 std::map<std::string, int64_t> hostKernelCounts(bool synchronizing) {

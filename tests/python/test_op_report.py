@@ -10,6 +10,10 @@ x = torch.ones(4, 4, device='npu')
 for _ in range(3):
     y = x @ x
 x.fill_(2.0)
+torch.sort(x, dim=1)                                   # ATen's CPU kernel on the stream
+x[x > 1]                                               # data-dependent: synchronizes
+torch.ops.aten.batch_norm_update_stats(x, None, None, 0.1)   # no meta kernel: CPU fallback
+(x.to(torch.complex64) * 2)                            # a dtype the library lacks
 print('script ran ok')
 """
 
@@ -26,9 +30,16 @@ def test_report_lists_ops_counts_and_how_they_ran(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "script ran ok" in r.stdout
-    assert row(r.stdout, "aten::mm") == (3, "cpu fallback")
+    assert row(r.stdout, "aten::mm") == (3, "npu kernel")
     assert row(r.stdout, "aten::fill_.Scalar")[1] == "npu kernel"
-    assert re.search(r"\d+ ops, \d+ calls: \d+ npu kernel", r.stdout)
+    assert row(r.stdout, "aten::sort") == (1, "aten host kernel")
+    assert row(r.stdout, "aten::index.Tensor") == (1, "aten host (sync)")
+    assert row(r.stdout, "aten::batch_norm_update_stats") == (1, "cpu fallback")
+    assert row(r.stdout, "aten::mul.Tensor") == (1, "aten host kernel")
+    m = re.search(r"(\d+) ops, (\d+) calls: (\d+) npu kernel, (\d+) composite, (\d+) aten host "
+                  r"kernel, (\d+) aten host \(sync\), (\d+) cpu fallback", r.stdout)
+    assert m, r.stdout
+    assert int(m.group(2)) == sum(int(m.group(i)) for i in range(3, 8))
 
 
 def test_missing_script_is_a_clear_error(tmp_path):

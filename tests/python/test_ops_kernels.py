@@ -1,0 +1,243 @@
+"""The adapter's mapping of aten ops onto the kernel library, compared with PyTorch's CPU device
+for every dtype, broadcasting, type promotion, non-contiguous and overlapping (expanded) views,
+in-place and out= forms, 0-dim, empty and large tensors. The ops must run as our kernels (no
+host kernel, no fallback) where the library covers the dtype."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_npu
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+ALL = FLOATS + INTS + [torch.bool]
+
+
+def make(shape, dtype, seed=0, low=-4, high=4):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * (high - low) + low).to(dtype)
+    lo = 1 if low > 0 else (0 if dtype == torch.uint8 else low)
+    return torch.randint(int(lo), int(high), shape, generator=g, dtype=dtype)
+
+
+def tol(dtype):
+    return {torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}.get(dtype, (1e-5, 1e-6))
+
+
+def close(got, want, dtype=None):
+    assert got.device.type == "npu"
+    got = got.cpu()
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    rtol, atol = tol(dtype or want.dtype)
+    if want.dtype.is_floating_point:
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        assert torch.equal(got, want)
+
+
+class NoHost:
+    """Asserts that the block ran no host kernel and no fallback."""
+
+    def __enter__(self):
+        self.before = torch_npu._C._npu_pathTotals()
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            assert torch_npu._C._npu_pathTotals() == self.before, "an op left the kernel library"
+
+
+BINARY = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b, "max": torch.maximum, "min": torch.minimum,
+    "eq": torch.eq, "lt": torch.lt, "ge": torch.ge,
+}
+
+
+# PyTorch itself rejects bool subtraction (tested below) and bool division.
+BINARY_CASES = [(op, dt) for op in BINARY for dt in ALL
+                if not (dt == torch.bool and op in ("sub", "div"))]
+
+
+@pytest.mark.parametrize("op,dtype", BINARY_CASES, ids=str)
+def test_binary_broadcast_all_dtypes(op, dtype):
+    fn = BINARY[op]
+    a, b = make((3, 1, 5), dtype), make((4, 1), dtype, seed=1)
+    if op == "div" and not dtype.is_floating_point:
+        b = b.masked_fill(b == 0, 1)
+    with NoHost():
+        got = fn(a.npu(), b.npu())
+    close(got, fn(a, b), dtype)
+
+
+@pytest.mark.parametrize("pair", [(torch.int32, torch.float16), (torch.uint8, torch.int8),
+                                  (torch.bool, torch.float32), (torch.float16, torch.bfloat16),
+                                  (torch.int64, torch.float64)], ids=str)
+def test_type_promotion_and_python_scalars(pair):
+    a, b = make((6, 7), pair[0]), make((7,), pair[1], seed=2)
+    with NoHost():
+        results = [a.npu() + b.npu(), a.npu() * 2.5, a.npu() + 3, b.npu() * a.npu()]
+    for got, want in zip(results, [a + b, a * 2.5, a + 3, b * a]):
+        close(got, want)
+
+
+UNARY = ["exp", "log", "sqrt", "tanh", "sigmoid", "abs", "neg", "sin", "floor", "erf", "relu",
+         "rsqrt", "reciprocal"]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("op", UNARY)
+def test_unary(op, dtype):
+    a = make((5, 9), dtype, low=0.1 if op in ("log", "sqrt", "rsqrt") else -3, high=3)
+    fn = getattr(torch, op)
+    with NoHost():
+        got = fn(a.npu())
+    close(got, fn(a), dtype)
+
+
+def test_non_contiguous_overlapping_in_place_and_out():
+    a, b = make((8, 6), torch.float32), make((6,), torch.float32, seed=3)
+    x = a.npu()
+    with NoHost():
+        t = x.t() * 2                               # transposed input
+        e = b.npu().expand(8, 6) + x                 # an expanded (overlapping) operand
+        s = x[:, ::2].exp()                          # strided slice
+        y = x.clone()
+        y[1:5].mul_(3)                               # in place on a view
+        out = torch.empty(0, device="npu")
+        torch.add(x, b.npu(), alpha=0.5, out=out)    # out= resized
+    close(t, a.t() * 2)
+    close(e, b.expand(8, 6) + a)
+    close(s, a[:, ::2].exp())
+    want = a.clone()
+    want[1:5].mul_(3)
+    close(y, want)
+    close(out, torch.add(a, b, alpha=0.5))
+
+
+def test_zero_dim_empty_and_large():
+    with NoHost():
+        z = torch.tensor(2.5, device="npu") * torch.tensor(4.0, device="npu")
+        e = torch.empty(0, 3, device="npu") + 1
+        big = torch.ones(1 << 24, device="npu")
+        s = (big * 2 + 1).sum()
+    close(z, torch.tensor(10.0))
+    assert e.shape == (0, 3) and e.device.type == "npu"
+    assert s.item() == 3 * (1 << 24)
+
+
+def test_in_place_type_errors_match_cpu():
+    x = torch.ones(3, dtype=torch.int64, device="npu")
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        x.add_(1.5)
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with two bool tensors"):
+        torch.ones(2, dtype=torch.bool, device="npu") - torch.ones(2, dtype=torch.bool, device="npu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32,
+                                   torch.int64, torch.bool], ids=str)
+def test_reductions(dtype):
+    a = make((4, 5, 6), dtype)
+    x = a.npu()
+    if dtype == torch.bool:   # PyTorch has no argmax of bool; max of bool is ATen's kernel
+        with NoHost():
+            got = [x.sum(), x.sum(1), x.amax(2), x.any(0), x.all()]
+        for g, w in zip(got, [a.sum(), a.sum(1), a.amax(2), a.any(0), a.all()]):
+            close(g, w)
+        return
+    with NoHost():
+        got = [x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.amax(2), x.amin((0, 1)),
+               x.max(1).values, x.max(1).indices, x.argmax(), x.argmin(2, keepdim=True)]
+    want = [a.sum(), a.sum(1), a.sum((0, 2), keepdim=True), a.amax(2), a.amin((0, 1)),
+            a.max(1).values, a.max(1).indices, a.argmax(), a.argmin(2, keepdim=True)]
+    if dtype == torch.float16:
+        rtol = 1e-2
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.cpu(), w, rtol=rtol, atol=1e-1)
+        return
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_float_reductions_and_scans(dtype):
+    a = make((7, 9), dtype)
+    x = a.npu()
+    with NoHost():
+        got = [x.mean(0), x.var(1), x.std(), torch.var_mean(x, 1)[0], x.norm(), x.prod(1),
+               x.cumsum(1), x.cumprod(0), (x > 0).any(1), (x > -5).all()]
+    want = [a.mean(0), a.var(1), a.std(), torch.var_mean(a, 1)[0], a.norm(), a.prod(1),
+            a.cumsum(1), a.cumprod(0), (a > 0).any(1), (a > -5).all()]
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=str)
+def test_matmul_family(dtype):
+    a, b = make((17, 33), dtype), make((33, 9), dtype, seed=1)
+    bias = make((9,), dtype, seed=2)
+    A, B = make((3, 5, 7), dtype, seed=3), make((3, 7, 4), dtype, seed=4)
+    with NoHost():
+        got = [a.npu() @ b.npu(), torch.addmm(bias.npu(), a.npu(), b.npu(), beta=0.5, alpha=2),
+               b.npu().t() @ a.npu().t(), torch.bmm(A.npu(), B.npu()),
+               torch.baddbmm(A.npu()[:, :, :4], A.npu(), B.npu()), F.linear(a.npu(), b.npu().t())]
+    want = [a @ b, torch.addmm(bias, a, b, beta=0.5, alpha=2), b.t() @ a.t(), torch.bmm(A, B),
+            torch.baddbmm(A[:, :, :4], A, B), F.linear(a, b.t())]
+    for g, w in zip(got, want):
+        if dtype in (torch.float16, torch.bfloat16):
+            torch.testing.assert_close(g.cpu(), w, rtol=3e-2, atol=3e-1)
+        else:
+            close(g, w)
+
+
+def test_nn_and_indexing_ops():
+    a = make((6, 8), torch.float32)
+    w, b = make((8,), torch.float32, seed=1), make((8,), torch.float32, seed=2)
+    idx = torch.tensor([0, 2, 5, 2])
+    x = a.npu()
+    with NoHost():
+        got = [F.softmax(x, 1), F.log_softmax(x, 0), F.layer_norm(x, (8,), w.npu(), b.npu()),
+               F.embedding(idx.npu(), x), x.index_select(1, idx.npu()),
+               x.gather(1, idx.npu().expand(6, 4).contiguous()),
+               torch.zeros(6, 8, device="npu").index_add(0, idx.npu(), x[:4]),
+               torch.cat([x, x.half().float()], 1), torch.stack([x, x]), x.flip(0), x.roll(2, 1),
+               x.tril(), x.triu(1), torch.where(x > 0, x, 0.0), x.masked_fill(x < 0, -1.0),
+               torch.arange(3, 20, 4, device="npu"), torch.linspace(0, 1, 11, device="npu")]
+    want = [F.softmax(a, 1), F.log_softmax(a, 0), F.layer_norm(a, (8,), w, b),
+            F.embedding(idx, a), a.index_select(1, idx), a.gather(1, idx.expand(6, 4).contiguous()),
+            torch.zeros(6, 8).index_add(0, idx, a[:4]), torch.cat([a, a.half().float()], 1),
+            torch.stack([a, a]), a.flip(0), a.roll(2, 1), a.tril(), a.triu(1),
+            torch.where(a > 0, a, 0.0), a.masked_fill(a < 0, -1.0), torch.arange(3, 20, 4),
+            torch.linspace(0, 1, 11)]
+    for g, w_ in zip(got, want):
+        close(g, w_)
+
+
+def test_backward_of_a_small_network_matches_cpu():
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(),
+              torch.nn.Linear(16, 4)]
+    cpu = torch.nn.Sequential(*layers)
+    x = make((5, 8), torch.float32)
+    y = torch.tensor([0, 1, 2, 3, 0])
+    F.cross_entropy(cpu(x), y).backward()
+    grads = [p.grad.clone() for p in cpu.parameters()]
+    npu = cpu.npu()   # the same parameters, moved
+    npu.zero_grad()
+    F.cross_entropy(npu(x.npu()), y.npu()).backward()
+    for p, g in zip(npu.parameters(), grads):
+        close(p.grad, g)
+
+
+def test_index_out_of_range_is_reported_at_synchronize():
+    x = torch.ones(4, 3, device="npu")
+    y = x.index_select(0, torch.tensor([9], device="npu"))   # returns at once
+    with pytest.raises(RuntimeError, match=r"index_select\(\): index out of range in self"):
+        torch.npu.synchronize()
+    close(x + 1, torch.full((4, 3), 2.0))                     # the device is still usable
+    del y
