@@ -50,13 +50,13 @@ c10::DeviceIndex resolveDevice(c10::DeviceIndex device) {
 }
 
 void runTask(void* arg) {
-  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(arg));
+  std::unique_ptr<detail::TaskBody> body(static_cast<detail::TaskBody*>(arg));
   // Tasks run ATen CPU kernels on tensors that wrap device memory; autograd is the business of
   // the host thread that launched them.
   c10::impl::ExcludeDispatchKeyGuard no_autograd(
       c10::autograd_dispatch_keyset_with_ADInplaceOrView);
   try {
-    (*fn)();
+    body->run();
   } catch (const c10::Error& e) {
     npuTaskFail(e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -129,15 +129,17 @@ NPUStream setCurrentNPUStream(NPUStream stream) {
   return previous;
 }
 
-void launchTask(const NPUStream& stream, const char* name, std::function<void()> fn) {
-  auto* heap_fn = new std::function<void()>(std::move(fn));
-  const npuError_t error = npuLaunchTask(stream.handle(), name, &runTask, heap_fn);
+namespace detail {
+
+void launchBody(const NPUStream& stream, const char* name, TaskBody* body) {
+  const npuError_t error = npuLaunchTask(stream.handle(), name, &runTask, body);
   if (error != npuSuccess) {
     // With ASCEND_LAUNCH_BLOCKING=1 the task has already run (and freed itself) when it is the
     // task that failed; otherwise it was never queued.
-    if (error != npuErrorLaunchFailure) delete heap_fn;
+    if (error != npuErrorLaunchFailure) delete body;
     NPU_CHECK(error);
   }
 }
 
+}  // namespace detail
 }  // namespace torch_npu

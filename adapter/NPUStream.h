@@ -14,6 +14,8 @@
 #include <c10/core/Stream.h>
 
 #include <functional>
+#include <type_traits>
+#include <utility>
 
 #include "npu/runtime.h"
 
@@ -52,9 +54,29 @@ NPUStream getStreamFromPool(int priority = 0, c10::DeviceIndex device = -1);
 // Makes `stream` current on its device for the calling thread; returns the previous one.
 NPUStream setCurrentNPUStream(NPUStream stream);
 
+namespace detail {
+// The type-erased body of a queued task (one allocation per launch: the callable itself).
+struct TaskBody {
+  virtual ~TaskBody() = default;
+  virtual void run() = 0;
+};
+template <class F>
+struct TaskBodyOf final : TaskBody {
+  F fn;
+  explicit TaskBodyOf(F f) : fn(std::move(f)) {}
+  void run() override { fn(); }
+};
+void launchBody(const NPUStream& stream, const char* name, TaskBody* body);
+}  // namespace detail
+
 // Enqueues fn on `stream`; it runs later on the stream's worker thread (at once and
 // synchronously with ASCEND_LAUNCH_BLOCKING=1). An exception thrown by fn fails the task: the
-// error, with `name`, is reported by the next synchronize or query of the stream.
-void launchTask(const NPUStream& stream, const char* name, std::function<void()> fn);
+// error, with `name` (kept by the runtime, truncated to 55 characters), is reported by the next
+// synchronize or query of the stream.
+template <class F>
+void launchTask(const NPUStream& stream, const char* name, F&& fn) {
+  detail::launchBody(stream, name,
+                     new detail::TaskBodyOf<std::decay_t<F>>(std::forward<F>(fn)));
+}
 
 }  // namespace torch_npu

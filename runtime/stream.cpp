@@ -36,7 +36,9 @@ struct npuStream_st {
   std::atomic<uint64_t> submitted{0};  // sequence number of the last task enqueued
   std::atomic<uint64_t> completed{0};  // sequence number of the last task finished
   bool worker_sleeping = false;
-  int host_waiters = 0;
+  // Hosts blocked in waitFor; atomic so the worker checks it without taking the mutex after
+  // every task (seq_cst with `completed`: a waiter either sees the new count or is seen).
+  std::atomic<int> host_waiters{0};
   bool stopping = false;
 
   // Error state, under mutex.
@@ -131,9 +133,11 @@ void workerLoop(npuStream_st* s) {
       s->queued.fetch_sub(1, std::memory_order_relaxed);
     }
     runTask(s, task);
-    s->completed.fetch_add(1, std::memory_order_release);
-    std::lock_guard<std::mutex> lock(s->mutex);
-    if (s->host_waiters > 0) s->done_cv.notify_all();
+    s->completed.fetch_add(1, std::memory_order_seq_cst);
+    if (s->host_waiters.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      s->done_cv.notify_all();
+    }
   }
 }
 
@@ -156,9 +160,9 @@ void waitFor(npuStream_st* s, uint64_t target) {
     _mm_pause();
   }
   std::unique_lock<std::mutex> lock(s->mutex);
-  ++s->host_waiters;
-  s->done_cv.wait(lock, [&] { return s->completed.load(std::memory_order_acquire) >= target; });
-  --s->host_waiters;
+  s->host_waiters.fetch_add(1, std::memory_order_seq_cst);
+  s->done_cv.wait(lock, [&] { return s->completed.load(std::memory_order_seq_cst) >= target; });
+  s->host_waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 // Reports (and clears) the stream's error state.
@@ -368,7 +372,11 @@ npuError_t npuLaunchTask(npuStream_t stream, const char* name, npuTaskFn fn, voi
   task.kind = Task::kWork;
   task.fn = fn;
   task.arg = arg;
-  std::snprintf(task.name, sizeof(task.name), "%s", name ? name : "task");
+  // A bounded copy (launches are the hot path: no printf machinery here).
+  const char* from = name ? name : "task";
+  const size_t n = strnlen(from, sizeof(task.name) - 1);
+  std::memcpy(task.name, from, n);
+  task.name[n] = '\0';
   return enqueue(s, task);
 }
 

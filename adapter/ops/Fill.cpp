@@ -36,15 +36,28 @@ at::Tensor& fill_Scalar_(at::Tensor& self, const at::Scalar& value) {
     return self;
   }
   // Converting on the host first raises a bad value (overflow, complex -> real) here, with the
-  // CPU kernel's message, instead of later on the stream.
-  const at::Scalar converted =
-      at::empty({}, self.options().device(at::kCPU)).fill_(value).item();
-  if (describable(self)) {
-    launchTask(stream, "fill_", [d = describe(self), v = toKernelScalar(converted)] {
-      npu::kernels::fill(d, v);
-    });
+  // CPU kernel's message (Scalar::to checks as the CPU fill does), instead of on the stream.
+  if (describable(self) && !value.isComplex()) {
+    nk::Scalar v;
+    switch (self.scalar_type()) {
+      case at::kFloat: v = nk::Scalar(static_cast<double>(value.to<float>())); break;
+      case at::kDouble: v = nk::Scalar(value.to<double>()); break;
+      case at::kHalf: v = nk::Scalar(static_cast<double>(static_cast<float>(value.to<at::Half>()))); break;
+      case at::kBFloat16:
+        v = nk::Scalar(static_cast<double>(static_cast<float>(value.to<at::BFloat16>())));
+        break;
+      case at::kBool: v = nk::Scalar(value.to<bool>()); break;
+      case at::kChar: v = nk::Scalar(static_cast<int64_t>(value.to<int8_t>())); break;
+      case at::kShort: v = nk::Scalar(static_cast<int64_t>(value.to<int16_t>())); break;
+      case at::kInt: v = nk::Scalar(static_cast<int64_t>(value.to<int32_t>())); break;
+      case at::kByte: v = nk::Scalar(static_cast<int64_t>(value.to<uint8_t>())); break;
+      default: v = nk::Scalar(value.to<int64_t>()); break;
+    }
+    launchTask(stream, "fill_", [d = describe(self), v] { nk::fill(d, v); });
     return self;
   }
+  const at::Scalar converted =
+      at::empty({}, self.options().device(at::kCPU)).fill_(value).item();
   launchTask(stream, "fill_", [view = TaskTensor(self), converted] {
     view.cpu().fill_(converted);
   });
