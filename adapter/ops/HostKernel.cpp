@@ -132,7 +132,8 @@ struct HostGuard {
 };
 
 // Path 1. Returns false (stack untouched) when the meta kernel cannot size the outputs.
-bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
+              bool* meta_refused) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t begin = stack->size() - num_args;
@@ -146,11 +147,11 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const c10::NotImplementedError&) {
     return false;  // no meta kernel for these arguments
-  } catch (const c10::Error&) {
-    throw;  // bad input: the meta kernel's message is the CPU kernel's
   } catch (const std::exception&) {
-    // A Python meta registration refused (data-dependent ops do), or raised for bad input:
-    // the CPU kernel then reports it with its own message.
+    // The meta kernel refused: a data-dependent op (Python meta registrations raise for those)
+    // or bad input. Either way the CPU kernel itself decides, synchronously (path 2), so an
+    // error carries the CPU kernel's own message.
+    *meta_refused = true;
     return false;
   }
 
@@ -291,11 +292,12 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   replaceNPUGenerators(op.schema(), stack);
-  if (canRunAsync(op) && runAsync(op, stack, device)) {
+  bool meta_refused = false;
+  if (canRunAsync(op) && runAsync(op, stack, device, &meta_refused)) {
     countCall(/*synchronizing=*/false, op);
     return;
   }
-  if (mayDependOnData(op)) {
+  if (meta_refused || mayDependOnData(op)) {
     runSynchronizing(op, stack, device);
     countCall(/*synchronizing=*/true, op);
     return;

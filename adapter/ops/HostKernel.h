@@ -6,8 +6,9 @@
 //     dtypes on the host; the outputs are allocated on the npu and the CPU kernel is queued on
 //     the stream, so the host returns at once, as with any npu kernel;
 //  2. synchronizing host kernel: ops whose output size depends on the data (nonzero,
-//     masked_select, unique, boolean-mask indexing, ...) wait for the stream, run the CPU
-//     kernel on aliases of the inputs and copy the outputs to the device;
+//     masked_select, unique, boolean-mask indexing, ...) and ops whose meta kernel refused the
+//     arguments (bad input: the CPU kernel then raises its own message) wait for the stream,
+//     run the CPU kernel on aliases of the inputs and copy the outputs to the device;
 //  3. anything else (no meta kernel, a non-tensor result, a view) is the CPU fallback
 //     (Fallback.cpp): copies to the host and back, a warning, TORCH_NPU_FALLBACK_CPU_DISABLE.
 // The op report (python -m torch_npu.utils.op_report) shows which of these each op took.
