@@ -20,6 +20,26 @@ def _autoload() -> None:
     """
 
 
+# ---- `python -m torch_npu.utils.collect_env` ----------------------------------------------------
+# The environment check is the tool users run when this package is broken, and `-m` imports this
+# package before the tool runs (sys.argv[0] is "-m" while it does). So the tool runs here, before
+# anything below can fail, and exits; it imports torch and torch_npu only in a child process.
+import sys as _sys  # noqa: E402
+
+
+def _collect_env_requested() -> bool:
+    argv = getattr(_sys, "orig_argv", [])
+    return _sys.argv[:1] == ["-m"] and any(
+        a == "-m" and argv[i + 1:i + 2] == ["torch_npu.utils.collect_env"]
+        for i, a in enumerate(argv))
+
+
+if _collect_env_requested():
+    from torch_npu.utils.collect_env import main as _collect_env_main
+
+    _sys.exit(_collect_env_main(_sys.argv[1:]))
+# ---------------------------------------------------------------------------------------------------
+
 import torch  # noqa: E402
 
 
