@@ -108,5 +108,23 @@ _register_backend()
 import torch_npu.npu as npu  # noqa: E402
 
 
+# ---- TORCH_TRANSFER_TO_NPU=1: run CUDA-style scripts unmodified -------------------------------
+# The same as `from torch_npu.contrib import transfer_to_npu`; with torch's backend autoload, an
+# unmodified script that only does `import torch` gets it too.
+def _transfer_to_npu_from_env() -> None:
+    value = _os.environ.get("TORCH_TRANSFER_TO_NPU", "")
+    if value == "1":
+        import torch_npu.contrib.transfer_to_npu  # noqa: F401
+    elif value not in ("", "0"):
+        import warnings
+
+        warnings.warn(f"TORCH_TRANSFER_TO_NPU={value!r} is ignored: set it to 1 to run CUDA-style "
+                      "code on npu, or 0 (or unset) to leave torch.cuda alone", stacklevel=2)
+
+
+_transfer_to_npu_from_env()
+# ---------------------------------------------------------------------------------------------------
+
+
 
 __all__ = ["npu", "__version__"]
