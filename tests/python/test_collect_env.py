@@ -158,7 +158,8 @@ def test_invalid_visible_devices_are_diagnosed(value, why):
 def test_valid_visible_devices_are_reported():
     r = collect_env(HERE, env={"ASCEND_RT_VISIBLE_DEVICES": "2,5"})
     assert r.returncode == 0, r.stdout
-    assert "'2,5': 2 device(s), renumbered from 0" in check_line(r.stdout, "ASCEND_RT_VISIBLE_DEVICES")
+    line = check_line(r.stdout, "ASCEND_RT_VISIBLE_DEVICES")
+    assert "'2,5': 2 device(s), renumbered from 0" in line
     assert "  ASCEND_RT_VISIBLE_DEVICES=2,5" in r.stdout
 
 

@@ -43,7 +43,8 @@ _ENV_VARS = (
     "NPU_SIM_HBM_GB", "NPU_SIM_RUNTIME_DIR", "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT",
     "HCCL_BUFFSIZE", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH",
 )
-_RELEVANT_PACKAGES = re.compile(r"torch|npu|numpy|mypy|onnx|triton|optree|apex|accelerate|transformers")
+_RELEVANT_PACKAGES = re.compile(
+    r"torch|npu|numpy|mypy|onnx|triton|optree|apex|accelerate|transformers")
 _CPU_TORCH_INSTALL = "pip install torch=={version} --index-url https://download.pytorch.org/whl/cpu"
 _REINSTALL = ("reinstall simnpu from its source tree: `make setup`, or "
               "`pip install --no-build-isolation --no-deps .`")
@@ -230,11 +231,13 @@ def run_probe(env: Optional[dict] = None) -> dict:
     child_env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     loader = ("import importlib.util, sys; "
               "s = importlib.util.spec_from_file_location('_npu_collect_env_probe', sys.argv[1]); "
-              "m = sys.modules[s.name] = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+              "m = sys.modules[s.name] = importlib.util.module_from_spec(s); "
+              "s.loader.exec_module(m); "
               "m._probe_main(sys.argv[2])")
     try:
-        r = subprocess.run([sys.executable, "-c", loader, os.path.abspath(__file__), package_parent],
-                           capture_output=True, text=True, env=child_env, timeout=_PROBE_TIMEOUT_S)
+        argv = [sys.executable, "-c", loader, os.path.abspath(__file__), package_parent]
+        r = subprocess.run(argv, capture_output=True, text=True, env=child_env,
+                           timeout=_PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return {"probe_failed": f"the probe did not finish within {_PROBE_TIMEOUT_S} s",
@@ -372,7 +375,8 @@ def _torch_checks(facts: dict) -> list[Check]:
     checks = [Check("torch imports", "OK", f"torch {torch['version']} from {torch['file']}")]
     if torch["cuda"]:
         checks.append(Check(
-            "torch is a CPU build", "FAIL", f"torch {torch['version']} is built for CUDA {torch['cuda']}",
+            "torch is a CPU build", "FAIL",
+            f"torch {torch['version']} is built for CUDA {torch['cuda']}",
             symptom="device mismatches and CUDA errors that have nothing to do with the NPU",
             cause="torch_npu plugs into the CPU build of PyTorch; a CUDA build brings its own "
                   "device runtime",
@@ -510,7 +514,9 @@ def _torch_npu_attr_check(facts: dict, env: dict) -> Check:
 def _visible_devices_fix(warning: str) -> str:
     """The runtime's warning ends with the fix ("Set it to ..."); reuse it, it knows the count."""
     at = warning.find("Set it to")
-    return warning[at:] if at >= 0 else "use unique, ascending ids, e.g. ASCEND_RT_VISIBLE_DEVICES=0,1"
+    if at >= 0:
+        return warning[at:]
+    return "use unique, ascending ids, e.g. ASCEND_RT_VISIBLE_DEVICES=0,1"
 
 
 def _device_checks(facts: dict, env: dict) -> list[Check]:
@@ -642,7 +648,8 @@ def format_env_info(info: dict) -> str:
         f"PyTorch version: {info['torch_version']}",
         f"Is debug build: {info['is_debug_build']}",
         f"torch_npu version: {info['torch_npu_version']} (simnpu, "
-        f"{info['torch_npu_build_type']} build, built for torch {info['torch_npu_built_for_torch']})",
+        f"{info['torch_npu_build_type']} build, "
+        f"built for torch {info['torch_npu_built_for_torch']})",
         f"NPU driver version: {info['driver_version']} (simulated NPU)",
         f"CANN version: {info['cann_version']} (the SimNPU runtime, in the role of CANN)",
     ]
