@@ -20,6 +20,26 @@ def _autoload() -> None:
     """
 
 
+# ---- `python -m torch_npu.utils.collect_env` ----------------------------------------------------
+# The environment check is the tool users run when this package is broken, and `-m` imports this
+# package before the tool runs (sys.argv[0] is "-m" while it does). So the tool runs here, before
+# anything below can fail, and exits; it imports torch and torch_npu only in a child process.
+import sys as _sys  # noqa: E402
+
+
+def _collect_env_requested() -> bool:
+    argv = getattr(_sys, "orig_argv", [])
+    return _sys.argv[:1] == ["-m"] and any(
+        a == "-m" and argv[i + 1:i + 2] == ["torch_npu.utils.collect_env"]
+        for i, a in enumerate(argv))
+
+
+if _collect_env_requested():
+    from torch_npu.utils.collect_env import main as _collect_env_main
+
+    _sys.exit(_collect_env_main(_sys.argv[1:]))
+# --------------------------------------------------------------------------------------------------
+
 import torch  # noqa: E402
 
 
@@ -86,6 +106,24 @@ def _register_backend() -> None:
 _register_backend()
 
 import torch_npu.npu as npu  # noqa: E402
+
+
+# ---- TORCH_TRANSFER_TO_NPU=1: run CUDA-style scripts unmodified -------------------------------
+# The same as `from torch_npu.contrib import transfer_to_npu`; with torch's backend autoload, an
+# unmodified script that only does `import torch` gets it too.
+def _transfer_to_npu_from_env() -> None:
+    value = _os.environ.get("TORCH_TRANSFER_TO_NPU", "")
+    if value == "1":
+        import torch_npu.contrib.transfer_to_npu  # noqa: F401
+    elif value not in ("", "0"):
+        import warnings
+
+        warnings.warn(f"TORCH_TRANSFER_TO_NPU={value!r} is ignored: set it to 1 to run CUDA-style "
+                      "code on npu, or 0 (or unset) to leave torch.cuda alone", stacklevel=2)
+
+
+_transfer_to_npu_from_env()
+# --------------------------------------------------------------------------------------------------
 
 
 

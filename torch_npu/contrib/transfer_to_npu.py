@@ -1,0 +1,394 @@
+"""Run an unmodified CUDA-style script on npu.
+
+    import torch
+    import torch_npu
+    from torch_npu.contrib import transfer_to_npu  # or: TORCH_TRANSFER_TO_NPU=1 python train.py
+
+From then on, in this process:
+
+    torch.cuda.*                         torch.npu.* (is_available, set_device, Event, Stream, ...)
+    Tensor.cuda(), Module.cuda()         .npu()
+    Tensor.is_cuda                       True for npu tensors
+    device="cuda" / "cuda:N" /           device="npu" / "npu:N" in factory functions (torch.randn,
+      torch.device("cuda", N)              torch.zeros, ...), Tensor.to / new_*, Module.to /
+                                           to_empty, torch.Generator, DataLoader(pin_memory_device)
+    torch.load(map_location=...)         CUDA locations in a checkpoint (saved on a GPU machine)
+                                           restore on npu, with or without map_location
+    torch.autocast("cuda"),              torch.autocast("npu"); see below for what runs today
+      torch.cuda.amp.autocast
+    torch.amp.GradScaler("cuda"),        a GradScaler on npu
+      torch.cuda.amp.GradScaler
+    init_process_group("nccl")           "hccl", once torch.distributed has an hccl backend;
+                                           until then a clear error instead of NCCL's
+    torch.cuda.CUDAGraph                 torch.npu.NPUGraph
+
+How: thin wrappers around those entry points rewrite only the arguments that *are* CUDA
+devices: the string "cuda" or "cuda:N", or a torch.device of type cuda. Anything else passes
+through untouched, so a path such as "cuda_ckpt.pt" or a tensor named "cuda" stays as it is.
+The patches are applied once per process, and a one-line notice says so on stderr (on rank 0).
+
+Not covered: a torch.device("cuda") object itself stays a CUDA device (comparing
+`t.device == torch.device("cuda")` is False for npu tensors: use `t.is_cuda`); the legacy
+tensor types (torch.cuda.FloatTensor); CUDA-only modules (torch.cuda.nvtx, torch.backends.cudnn
+options are accepted and have no effect); torch.cuda.get_device_capability() returns None, as
+torch_npu's does.
+
+Mixed precision: torch.autocast("npu") needs autocast kernels for npu (the AutocastPrivateUse1
+dispatch key), which SimNPU does not register yet; entering it works, but every op under it
+then fails with "Could not run 'aten::...' with arguments from the 'Autocastnpu' backend". So
+the first torch.autocast("cuda") checks whether npu autocast actually casts; if not, it runs
+as autocast("npu", enabled=False), i.e. in float32, with one warning. GradScaler works on npu.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+import sys
+import warnings
+
+import torch
+import torch.distributed
+import torch.utils.data
+
+import torch_npu
+
+__all__ = ["REDIRECTED", "npu_autocast_casts"]
+
+_CUDA_DEVICE = re.compile(r"cuda(:\d+)?")
+# Keyword arguments that name a device in the entry points wrapped below.
+_DEVICE_KWARGS = ("device", "device_type", "map_location", "device_id", "output_device",
+                  "pin_memory_device")
+REDIRECTED: list[str] = []  # the entry points patched, for the notice and for users to read
+
+
+# ---- rewriting one argument ------------------------------------------------------------------
+
+
+def _npu(value):
+    """"cuda" / "cuda:N" / torch.device("cuda", N) as the npu equivalent; anything else as is."""
+    if isinstance(value, str):
+        m = _CUDA_DEVICE.fullmatch(value)
+        return "npu" + (m.group(1) or "") if m else value
+    if isinstance(value, torch.device) and value.type == "cuda":
+        return torch.device("npu") if value.index is None else torch.device("npu", value.index)
+    return value
+
+
+def _npu_call(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    args = tuple(_npu(a) for a in args)
+    for key in _DEVICE_KWARGS:
+        if key in kwargs:
+            kwargs[key] = _npu(kwargs[key])
+    if isinstance(kwargs.get("device_ids"), (list, tuple)):
+        kwargs["device_ids"] = [_npu(d) for d in kwargs["device_ids"]]
+    return args, kwargs
+
+
+def _redirect(fn):
+    """`fn` with its CUDA device arguments rewritten to npu."""
+
+    @functools.wraps(fn)
+    def redirected(*args, **kwargs):
+        args, kwargs = _npu_call(args, kwargs)
+        return fn(*args, **kwargs)
+
+    return redirected
+
+
+def _patch(owner, name: str, make, label: str | None = None) -> None:
+    """Replaces owner.name by make(owner.name) when it exists (torch builds differ)."""
+    original = getattr(owner, name, None)
+    if original is None:
+        return
+    setattr(owner, name, make(original))
+    REDIRECTED.append(label or f"{getattr(owner, '__name__', owner)}.{name}")
+
+
+# ---- torch.cuda -> torch.npu -----------------------------------------------------------------
+
+
+def _patch_torch_cuda() -> None:
+    """Points torch.cuda's functions at torch.npu's, on the torch.cuda module itself.
+
+    The module object stays (its attributes change), so `from torch.cuda import X` after this
+    import, `torch.cuda.amp` and `torch.get_device_module("cuda")` all see the npu versions.
+    """
+    npu = torch_npu.npu
+    names = sorted(set(npu.__all__) | {"is_initialized", "init", "StreamContext"})
+    for name in names:
+        value = getattr(npu, name, None)
+        if value is None:
+            continue
+        if callable(value) and not isinstance(value, type):
+            value = _redirect(value)
+        setattr(torch.cuda, name, value)
+    torch.cuda.CUDAGraph = npu.NPUGraph
+    REDIRECTED.append("torch.cuda.* (" + ", ".join(names + ["CUDAGraph"]) + ")")
+    # Classes keep their identity (isinstance works); their constructors accept "cuda:N".
+    npu.device.__init__ = _redirect(npu.device.__init__)
+    npu.Stream.__new__ = staticmethod(_redirect(npu.Stream.__new__))
+
+
+# ---- tensors and modules ---------------------------------------------------------------------
+
+
+def _tensor_cuda(self, device=None, non_blocking=False, **kwargs):
+    return self.npu(_npu(device), non_blocking, **kwargs)
+
+
+def _module_cuda(self, device=None):
+    return self.npu(_npu(device))
+
+
+def _patch_tensors_and_modules() -> None:
+    for name in ("to", "new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor",
+                 "new_zeros"):
+        _patch(torch.Tensor, name, _redirect, f"torch.Tensor.{name}")
+    torch.Tensor.cuda = _tensor_cuda
+    torch.Tensor.is_cuda = property(lambda self: self.device.type == "npu")
+    torch.nn.Module.cuda = _module_cuda
+    REDIRECTED.extend(["torch.Tensor.cuda", "torch.Tensor.is_cuda", "torch.nn.Module.cuda"])
+    for name in ("to", "to_empty"):
+        _patch(torch.nn.Module, name, _redirect, f"torch.nn.Module.{name}")
+
+
+# ---- factory functions, Generator, load ------------------------------------------------------
+
+
+def _factory_functions() -> list[tuple[object, str]]:
+    try:  # the list torch.set_default_device itself uses
+        from torch.utils._device import _device_constructors
+
+        names = sorted(f.__name__ for f in _device_constructors())
+    except ImportError:
+        names = ["arange", "empty", "eye", "full", "linspace", "ones", "rand", "randint", "randn",
+                 "randperm", "tensor", "zeros"]
+    names += ["empty_like", "full_like", "ones_like", "rand_like", "randint_like", "randn_like",
+              "zeros_like", "normal", "frombuffer", "from_file", "set_default_device"]
+    out = []
+    for name in names:
+        if name.startswith("fft_"):
+            out.append((torch.fft, name[len("fft_"):]))
+        else:
+            out.append((torch, name))
+    return out
+
+
+class _GeneratorMeta(type(torch.Generator)):
+    """Keeps isinstance(g, torch.Generator) true for every generator, old or new."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, torch._C.Generator)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, torch._C.Generator)
+
+
+class _Generator(torch._C.Generator, metaclass=_GeneratorMeta):
+    """torch.Generator that accepts device="cuda" (torch._C.Generator cannot be patched)."""
+
+    def __new__(cls, device="cpu"):
+        return super().__new__(cls, device=_npu(device))
+
+
+_Generator.__name__ = _Generator.__qualname__ = "Generator"
+_Generator.__module__ = "torch"
+
+
+def _npu_location(location: str) -> str:
+    return _npu(location) if isinstance(location, str) else location
+
+
+def _npu_map_location(map_location):
+    """A map_location under which CUDA storages of a checkpoint restore on npu.
+
+    A checkpoint saved on a GPU names its storages "cuda:N"; torch would restore them on CUDA,
+    so every form of map_location is turned into one that ends on npu for those.
+    """
+    from torch.serialization import default_restore_location
+
+    if isinstance(map_location, (str, torch.device)):
+        return _npu(map_location)
+    if map_location is None:
+        def restore(storage, location):
+            return default_restore_location(storage, _npu_location(location))
+    elif isinstance(map_location, dict):
+        def restore(storage, location):
+            target = map_location.get(location, location)
+            return default_restore_location(storage, _npu_location(str(target)))
+    elif callable(map_location):
+        def restore(storage, location):
+            result = map_location(storage, location)
+            if result is None:
+                result = default_restore_location(storage, _npu_location(location))
+            return result
+    else:
+        return map_location
+    return restore
+
+
+def _redirect_load(load):
+    signature = inspect.signature(load)
+
+    @functools.wraps(load)
+    def redirected_load(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["map_location"] = _npu_map_location(bound.arguments.get("map_location"))
+        return load(*bound.args, **bound.kwargs)
+
+    return redirected_load
+
+
+def _patch_factories() -> None:
+    for owner, name in _factory_functions():
+        _patch(owner, name, _redirect, f"{owner.__name__}.{name}")
+    torch.Generator = _Generator
+    REDIRECTED.append("torch.Generator")
+    load = _redirect_load(torch.serialization.load)
+    torch.load = torch.serialization.load = load
+    REDIRECTED.append("torch.load")
+    _patch(torch.utils.data.DataLoader, "__init__", _redirect, "torch.utils.data.DataLoader")
+
+
+# ---- mixed precision -------------------------------------------------------------------------
+
+
+@functools.cache
+def npu_autocast_casts() -> bool:
+    """Whether torch.autocast("npu") runs ops and casts them (needs AutocastPrivateUse1 kernels).
+
+    Checked once, by running one small matmul under it: the dispatcher cannot be asked whether
+    a backend fallback exists for a dispatch key.
+    """
+    try:
+        a = torch.ones(2, 2, device="npu")
+        with torch.autocast("npu", dtype=torch.float16):
+            return (a @ a).dtype == torch.float16
+    except (NotImplementedError, RuntimeError):
+        return False
+
+
+_autocast_warned = False
+
+
+def _redirect_autocast_init(init):
+    @functools.wraps(init)
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        global _autocast_warned
+        if _npu(device_type) != device_type:  # asked for "cuda"
+            device_type = "npu"
+            if enabled and not npu_autocast_casts():
+                enabled = False
+                if not _autocast_warned:
+                    _autocast_warned = True
+                    warnings.warn(
+                        "transfer_to_npu: torch.autocast('cuda') runs as torch.autocast('npu', "
+                        "enabled=False), i.e. in float32: SimNPU registers no autocast kernels "
+                        "for npu yet (AutocastPrivateUse1). GradScaler still works.",
+                        stacklevel=2)
+        init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    return __init__
+
+
+def _redirect_grad_scaler_init(init):
+    @functools.wraps(init)
+    def __init__(self, device="cuda", *args, **kwargs):
+        init(self, _npu(device), *args, **kwargs)
+
+    return __init__
+
+
+def _patch_amp() -> None:
+    from torch.amp.autocast_mode import autocast
+    from torch.amp.grad_scaler import GradScaler
+
+    _patch(autocast, "__init__", _redirect_autocast_init, "torch.autocast")
+    _patch(GradScaler, "__init__", _redirect_grad_scaler_init, "torch.amp.GradScaler")
+    # torch.cuda.amp.autocast / GradScaler subclass these and pass "cuda" to them.
+    REDIRECTED.extend(["torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler"])
+    for name in ("custom_fwd", "custom_bwd"):
+        _patch(torch.amp, name, _redirect, f"torch.amp.{name}")
+    for name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled",
+                 "set_autocast_dtype"):
+        _patch(torch, name, _redirect, f"torch.{name}")
+
+
+# ---- torch.distributed -----------------------------------------------------------------------
+
+
+def hccl_registered() -> bool:
+    return torch.distributed.is_available() and "hccl" in torch.distributed.Backend.backend_list
+
+
+def _npu_backend(backend, where: str):
+    if not isinstance(backend, str) or "nccl" not in backend.lower():
+        return backend
+    if not hccl_registered():
+        raise RuntimeError(
+            f"{where}(backend={backend!r}): transfer_to_npu maps NCCL to HCCL, but "
+            f"torch.distributed has no 'hccl' backend in this SimNPU build yet (registered: "
+            f"{', '.join(b for b in torch.distributed.Backend.backend_list if b != 'undefined')}). "
+            "Run the script on one device without init_process_group, or use backend='gloo' "
+            "with CPU tensors.")
+    # "nccl", or a per-device list such as "cuda:nccl,cpu:gloo"
+    return re.sub(r"\bcuda:", "npu:", backend.lower().replace("nccl", "hccl"))
+
+
+def _redirect_backend(fn):
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def redirected(*args, **kwargs):
+        bound = signature.bind_partial(*args, **kwargs)
+        if "backend" in bound.arguments:
+            bound.arguments["backend"] = _npu_backend(bound.arguments["backend"], fn.__name__)
+        if "device_id" in bound.arguments:
+            bound.arguments["device_id"] = _npu(bound.arguments["device_id"])
+        return fn(*bound.args, **bound.kwargs)
+
+    return redirected
+
+
+def _patch_distributed() -> None:
+    if not torch.distributed.is_available():
+        return
+    dist = torch.distributed
+    for name in ("init_process_group", "new_group"):
+        _patch(dist, name, _redirect_backend, f"torch.distributed.{name}")
+        _patch(dist.distributed_c10d, name, _redirect_backend, f"distributed_c10d.{name}")
+    dist.is_nccl_available = hccl_registered
+    REDIRECTED.append("torch.distributed.is_nccl_available")
+    from torch.nn.parallel import DistributedDataParallel
+
+    _patch(DistributedDataParallel, "__init__", _redirect, "DistributedDataParallel")
+
+
+# ---- once per process ------------------------------------------------------------------------
+
+
+def _notice() -> None:
+    if os.environ.get("RANK", "0") != "0":
+        return  # one notice per job, not one per rank
+    print("[transfer_to_npu] CUDA calls now run on npu: torch.cuda -> torch.npu, .cuda() -> "
+          ".npu(), device 'cuda[:N]' -> 'npu[:N]', backend 'nccl' -> 'hccl' "
+          f"({len(REDIRECTED)} entry points, listed in "
+          "torch_npu.contrib.transfer_to_npu.REDIRECTED)", file=sys.stderr, flush=True)
+
+
+def _apply() -> None:
+    if getattr(torch, "_transfer_to_npu_applied", False):
+        return  # applied already (a reloaded module would wrap the wrappers)
+    _patch_torch_cuda()
+    _patch_tensors_and_modules()
+    _patch_factories()
+    _patch_amp()
+    _patch_distributed()
+    torch._transfer_to_npu_applied = True
+    _notice()
+
+
+_apply()
