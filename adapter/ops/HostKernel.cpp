@@ -4,6 +4,7 @@
 #include <mutex>
 #include <set>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -197,6 +198,23 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
   for (size_t i = 0; i < num_args; ++i) {
     host.push_back(mapValue((*stack)[begin + i], hostAlias, c10::Device(c10::kCPU)));
   }
+  // out= arguments: some CPU kernels resize their out tensor on the way (to an intermediate
+  // shape), which a host alias of device memory cannot do. They get a CPU tensor of their own,
+  // copied into the device tensor after the kernel.
+  std::vector<std::pair<at::Tensor, at::Tensor>> out_copies;  // (CPU out, host alias)
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::Argument& arg = schema.arguments()[i];
+    const c10::AliasInfo* alias = arg.alias_info();
+    if (!arg.kwarg_only() || alias == nullptr || !alias->isWrite() || !host[i].isTensor()) {
+      continue;
+    }
+    const at::Tensor& device_out = (*stack)[begin + i].toTensor();
+    if (!device_out.defined() || !device_out.is_privateuseone()) continue;
+    // Empty, so the kernel sizes it without the "resized a non-empty output" warning.
+    at::Tensor cpu_out = at::empty({0}, device_out.options().device(c10::kCPU));
+    out_copies.emplace_back(cpu_out, host[i].toTensor());
+    host[i] = cpu_out;
+  }
   std::vector<at::Tensor> output_aliases;
   output_aliases.reserve(fresh_outputs.size());
   for (const at::Tensor& t : fresh_outputs) {
@@ -205,9 +223,11 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
 
   const NPUStream stream = getCurrentNPUStream(device);
   launchTask(stream, schema.name().c_str(),
-             [op, host = std::move(host), output_aliases = std::move(output_aliases)]() mutable {
+             [op, host = std::move(host), output_aliases = std::move(output_aliases),
+              out_copies = std::move(out_copies)]() mutable {
                HostGuard guard;
                op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+               for (auto& [cpu_out, alias] : out_copies) alias.copy_(cpu_out);
                // host now holds the results; copy the fresh ones into the npu outputs.
                size_t next = 0;
                const auto& rets = op.schema().returns();
