@@ -54,3 +54,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace torch_npu::native
+
+namespace torch_npu::native {
+
+// Our copies honour the conj / neg bits themselves (Copy.cpp resolves them while copying). Left
+// to the Conjugate and Negative fallbacks, copying a conjugated npu tensor would materialise it
+// with clone(), itself a copy: endless recursion.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+}  // namespace torch_npu::native
