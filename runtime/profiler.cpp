@@ -8,6 +8,9 @@
 //    npuProfilerStop are still recorded, and stale ones never leak into the next session.
 //  - Records go into one process-wide buffer under a mutex: a lock per task only while
 //    profiling, and a drain that sees every stream in the order the tasks finished.
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -32,6 +35,11 @@ uint64_t g_dropped = 0;  // under g_buffer_mutex
 
 thread_local uint64_t t_correlation_id = 0;
 
+int32_t systemThreadId() {
+  thread_local const auto tid = static_cast<int32_t>(syscall(SYS_gettid));
+  return tid;
+}
+
 npuActivityKind activityKind(Task::Kind kind) {
   switch (kind) {
     case Task::kCopy:
@@ -51,6 +59,7 @@ void profilerStampLaunch(Task& task) {
   task.prof_session = session;
   task.correlation_id = t_correlation_id;
   task.launch_ns = nowNs();
+  task.launch_thread = systemThreadId();
 }
 
 bool profilerWants(const Task& task) {
@@ -70,6 +79,7 @@ void profilerRecord(const Task& task, int device, int stream_id, uint64_t start_
   r.device = device;
   r.stream_id = stream_id;
   r.memcpy_kind = task.kind == Task::kCopy ? task.memcpy_kind : 0;
+  r.launch_thread = task.launch_thread;
   static_assert(sizeof(r.name) == sizeof(task.name));
   std::memcpy(r.name, task.name, sizeof(r.name));
   std::lock_guard<std::mutex> lock(g_buffer_mutex);
@@ -103,7 +113,12 @@ npuError_t npuProfilerStart(void) {
 }
 
 npuError_t npuProfilerStop(void) {
-  g_session.store(0, std::memory_order_release);
+  if (g_session.exchange(0, std::memory_order_acq_rel) == 0) return npuSuccess;
+  // Tasks of the session still queued are recorded when they run: wait for them, leaving any
+  // stream error for the user's own synchronize to report.
+  for (int i = 0; i < deviceCount(); ++i) {
+    if (Device* dev = device(i)) waitDeviceIdle(dev);
+  }
   return npuSuccess;
 }
 

@@ -93,6 +93,7 @@ struct Task {
   int8_t memcpy_kind = 0;        // kCopy: the resolved direction, for the profiler record
   uint64_t correlation_id = 0;
   uint64_t launch_ns = 0;
+  int32_t launch_thread = 0;
   char name[56] = {};
 };
 

@@ -10,9 +10,9 @@
  *  - The correlation id is per host thread (npuProfilerSetCorrelationId). A host-side tracer
  *    sets it to the id of the operator it is inside, so each record names the host op that
  *    launched it even though it runs later, on another thread.
- *  - npuProfilerStop ends the session for new launches. Tasks launched during the session
- *    that have not run yet are still recorded when they run: synchronize the streams, then
- *    drain. npuProfilerStart of the next session discards what was not drained.
+ *  - npuProfilerStop ends the session for new launches and waits until every stream is idle
+ *    (without consuming stream errors), so a drain after it sees every task of the session.
+ *    npuProfilerStart of the next session discards what was not drained.
  *  - All times are nanoseconds of one clock, npuProfilerClockNs (CLOCK_MONOTONIC, the clock of
  *    std::chrono::steady_clock), so host and device records can be compared directly.
  *  - Off, the cost is one relaxed atomic load per launch and per task run.
@@ -45,13 +45,16 @@ typedef struct npuActivityRecord {
   int32_t device;          /* logical device index */
   int32_t stream_id;       /* npuStreamGetId of the stream that ran it */
   int32_t memcpy_kind;     /* copies: the resolved npuMemcpyKind (never npuMemcpyDefault) */
+  int32_t launch_thread;   /* system thread id (gettid) of the launching host thread */
+  int32_t reserved;
   char name[56];           /* the task name ("memcpy" / "memset" for copies and memsets) */
 } npuActivityRecord;
 
 /* Opens a session (discarding undrained records of the previous one); npuErrorNotReady if a
  * session is already open (one consumer at a time). */
 NPU_API npuError_t npuProfilerStart(void);
-NPU_API npuError_t npuProfilerStop(void); /* no-op when no session is open */
+/* Closes the session and waits for the streams; a no-op when no session is open. */
+NPU_API npuError_t npuProfilerStop(void);
 NPU_API int npuProfilerIsActive(void);
 /* Sets the calling thread's correlation id; returns the previous one (to restore it). */
 NPU_API uint64_t npuProfilerSetCorrelationId(uint64_t id);

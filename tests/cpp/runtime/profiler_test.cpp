@@ -68,6 +68,7 @@ TEST(Profiler, KernelRecordCarriesCorrelationIdAndRunsAfterItsLaunch) {
   EXPECT_GE(mm->end_ns, mm->start_ns);
   EXPECT_GE(mm->start_ns, busy->end_ns);  // one stream runs its tasks in order
   EXPECT_GE(busy->end_ns - busy->start_ns, 20'000'000u);
+  EXPECT_GT(mm->launch_thread, 0);
 }
 
 TEST(Profiler, CopiesAndMemsetsRecordDirectionAndBytes) {
@@ -118,16 +119,21 @@ TEST(Profiler, StreamsHaveDistinctIds) {
   ASSERT_NPU_OK(npuStreamDestroy(b));
 }
 
-TEST(Profiler, TasksLaunchedInASessionAreRecordedAfterStopButNotInTheNextSession) {
+TEST(Profiler, StopWaitsForTheSessionsTasksAndLaterLaunchesAreNotRecorded) {
+  npuStream_t other = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&other));
   ASSERT_NPU_OK(npuProfilerStart());
   ASSERT_NPU_OK(npuLaunchTask(nullptr, "slow", &sleepTask, reinterpret_cast<void*>(30)));
   ASSERT_NPU_OK(npuLaunchTask(nullptr, "late", &noopTask, nullptr));
-  ASSERT_NPU_OK(npuProfilerStop());
-  ASSERT_NPU_OK(npuLaunchTask(nullptr, "after_stop", &noopTask, nullptr));
-  ASSERT_NPU_OK(npuDeviceSynchronize());
+  ASSERT_NPU_OK(npuLaunchTask(other, "slow_other", &sleepTask, reinterpret_cast<void*>(30)));
+  ASSERT_NPU_OK(npuProfilerStop());  // no synchronize: Stop itself waits
   const auto first = drainAll();
   EXPECT_TRUE(findByName(first, "late"));
-  EXPECT_FALSE(findByName(first, "after_stop"));
+  EXPECT_TRUE(findByName(first, "slow_other"));
+  ASSERT_NPU_OK(npuLaunchTask(nullptr, "after_stop", &noopTask, nullptr));
+  ASSERT_NPU_OK(npuDeviceSynchronize());
+  EXPECT_TRUE(drainAll().empty());
+  ASSERT_NPU_OK(npuStreamDestroy(other));
 
   // A task of session 1 still queued when session 2 opens is not session 2's.
   ASSERT_NPU_OK(npuProfilerStart());
