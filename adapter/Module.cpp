@@ -14,6 +14,7 @@
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
+#include "Profiler.h"
 #include "NPUStream.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
@@ -321,4 +322,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getDefaultGenerator", &getDefaultGenerator);
   m.def("_fallback_ops", &fallbackOps);
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
+  profiler::initProfilerBindings(m);
 }
