@@ -313,13 +313,14 @@ class KinetoSession final : public libkineto::IActivityProfilerSession {
       return;
     }
     started_ = true;
+    owns_records_ = true;
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
   void stop() override {
     if (!started_) return;
     npuProfilerStop();
-    started_ = false;
+    started_ = false;  // owns_records_ stays: processTrace, after stop, drains what we recorded
     status_ = libkineto::TraceStatus::PROCESSING;
   }
 
@@ -332,7 +333,8 @@ class KinetoSession final : public libkineto::IActivityProfilerSession {
   void processTrace(libkineto::ActivityLogger& logger,
                     libkineto::getLinkedActivityCallback linked_activity, int64_t /*start*/,
                     int64_t /*end*/) override {
-    static const libkineto::TraceSpan kSpan(0, 0, "SimNPU");
+    // Without our own runtime session the records belong to whoever holds it.
+    if (!owns_records_) return;
     std::vector<npuActivityRecord> records(4096);
     std::vector<libkineto::GenericTraceActivity*> logged;
     {
@@ -360,12 +362,15 @@ class KinetoSession final : public libkineto::IActivityProfilerSession {
 
   std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override { return nullptr; }
 
+  // Only a session that owns the runtime's records sets correlation ids: two profilers setting
+  // the one per-thread id, with their op exits interleaved, would leave a stale id behind.
   void pushCorrelationId(uint64_t id) override {
+    if (!owns_records_) return;
     t_kineto_correlation_stack.push_back(npuProfilerSetCorrelationId(id));
   }
 
   void popCorrelationId() override {
-    if (t_kineto_correlation_stack.empty()) return;
+    if (!owns_records_ || t_kineto_correlation_stack.empty()) return;
     npuProfilerSetCorrelationId(t_kineto_correlation_stack.back());
     t_kineto_correlation_stack.pop_back();
   }
@@ -431,6 +436,7 @@ class KinetoSession final : public libkineto::IActivityProfilerSession {
   }
 
   bool started_ = false;
+  bool owns_records_ = false;  // npuProfilerStart succeeded for this session
   int64_t epoch_offset_ns_ = 0;
   std::vector<std::string> errors_;
   std::vector<std::pair<int, int>> streams_seen_;

@@ -270,6 +270,21 @@ def test_one_profiler_at_a_time():
         pass
 
 
+@pytest.mark.skipif(not torch_npu._C._npu_profiler_has_kineto_plugin,
+                    reason="torch was built without Kineto")
+def test_torch_profiler_does_not_take_the_records_of_a_running_npu_profiler(tmp_path):
+    x = torch.empty(8, device="npu")
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.PrivateUse1]
+    with profile(activities=BOTH, on_trace_ready=tensorboard_trace_handler(str(tmp_path))):
+        with torch.profiler.profile(activities=activities) as inner:
+            x.fill_(1.0)
+            torch.npu.synchronize()
+    assert not [e for e in inner.events() if e.name == "fill_"]  # only aten::fill_, on the host
+    (run_dir,) = run_dirs(tmp_path)
+    events, _ = load(run_dir)
+    assert [e["name"] for e in device_events(events)] == ["fill_"]
+
+
 def test_profiling_mode_prints_a_table_at_exit(python):
     code = """
         import torch, torch_npu
