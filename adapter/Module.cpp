@@ -14,8 +14,8 @@
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
-#include "Profiler.h"
 #include "NPUStream.h"
+#include "Profiler.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
 
