@@ -15,6 +15,7 @@
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUStream.h"
+#include "Profiler.h"
 #include "ops/HostKernel.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
@@ -333,4 +334,5 @@ PYBIND11_MODULE(_C, m) {
     return py::make_tuple(t[0], t[1], t[2]);
   });
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
+  profiler::initProfilerBindings(m);
 }

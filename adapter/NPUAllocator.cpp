@@ -10,6 +10,7 @@
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUStream.h"
+#include "Profiler.h"
 #include "npu/caching_allocator.h"
 
 namespace torch_npu {
@@ -20,11 +21,19 @@ constexpr c10::DeviceType kNPU = c10::DeviceType::PrivateUse1;
 
 alloc::CachingAllocator& caching() { return alloc::CachingAllocator::instance(); }
 
+void reportToProfiler(void* ptr, int64_t delta, int device);
+
 void freeBlock(void* ptr) {
   // A child forked from an initialised parent inherits tensors it cannot free: leak them.
   if (ptr == nullptr || isInBadFork()) return;
   try {
+    // Profilers get the free too (its size is looked up only while one listens).
+    const bool report = profiler::recordsMemory() || c10::memoryProfilingEnabled();
+    int device = -1;
+    size_t size = 0;
+    if (report) caching().findAllocation(ptr, &device, nullptr, &size);
     caching().free(ptr);
+    if (report && device >= 0) reportToProfiler(ptr, -static_cast<int64_t>(size), device);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "torch_npu: freeing NPU memory %p failed: %s\n", ptr, e.what());
   }
@@ -64,6 +73,7 @@ c10::CachingDeviceAllocator::DeviceStats toC10(const alloc::DeviceStats& s) {
 }
 
 void reportToProfiler(void* ptr, int64_t delta, int device) {
+  if (profiler::recordsMemory()) profiler::recordMemoryEvent(ptr, delta, device);
   if (!c10::memoryProfilingEnabled()) return;
   const alloc::DeviceStats stats = caching().getStats(device);
   c10::reportMemoryUsageToProfiler(

@@ -135,6 +135,12 @@ npuError_t prepareCopy(const char* api, void* dst, const void* src, size_t count
   }
   std::snprintf(task->name, sizeof(task->name), "%s", "memcpy");
   task->kind = Task::kCopy;
+  if (kind == npuMemcpyDefault) {  // the profiler reports the direction the pointers imply
+    kind = static_cast<npuMemcpyKind>(
+        d.is_device ? (s.is_device ? npuMemcpyDeviceToDevice : npuMemcpyHostToDevice)
+                    : (s.is_device ? npuMemcpyDeviceToHost : npuMemcpyHostToHost));
+  }
+  task->memcpy_kind = static_cast<int8_t>(kind);
   task->payload[0] = reinterpret_cast<uintptr_t>(dst);
   task->payload[1] = reinterpret_cast<uintptr_t>(src);
   task->payload[2] = count;

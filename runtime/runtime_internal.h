@@ -53,6 +53,7 @@ struct Device {
 
   std::mutex streams_mutex;
   npuStream_st* default_stream = nullptr;  // created on first use
+  std::atomic<int> next_stream_id{1};      // npuStreamGetId of the next non-default stream
   std::vector<npuStream_st*> streams;      // every live stream of the device, default included
 
   std::mutex util_mutex;  // utilization sampling
@@ -87,6 +88,12 @@ struct Task {
   void* arg = nullptr;
   npuEvent_st* event = nullptr;  // kRecord / kWait
   uint64_t event_seq = 0;        // record number to mark / wait for
+  // Profiling (see profiler.cpp): set at launch when a session is open, 0 otherwise.
+  uint32_t prof_session = 0;
+  int8_t memcpy_kind = 0;        // kCopy: the resolved direction, for the profiler record
+  uint64_t correlation_id = 0;
+  uint64_t launch_ns = 0;
+  int32_t launch_thread = 0;
   char name[56] = {};
 };
 
@@ -106,6 +113,16 @@ void eventRetain(npuEvent_st* event);
 void eventRelease(npuEvent_st* event);
 void eventComplete(npuEvent_st* event, uint64_t seq);  // run by the stream worker
 void eventWait(npuEvent_st* event, uint64_t seq);      // run by the stream worker
+
+// ---- profiling ------------------------------------------------------------------------------
+// Stamps `task` with the open session, the thread's correlation id and the launch time; a no-op
+// (one relaxed load) when no session is open.
+void profilerStampLaunch(Task& task);
+// True when `task` was stamped by the session that is still the current one.
+bool profilerWants(const Task& task);
+// Appends the record of a task that ran from start_ns to end_ns on `stream_id` of `device`.
+void profilerRecord(const Task& task, int device, int stream_id, uint64_t start_ns,
+                    uint64_t end_ns);
 
 // ---- registry --------------------------------------------------------------------------------
 // Publishes this process in the registry (idempotent) and points each device's counters into

@@ -27,6 +27,7 @@ struct npuStream_st {
   npu::rt::Device* dev = nullptr;
   int priority = 0;
   bool is_default = false;
+  int id = 0;  // npuStreamGetId: 0 for the default stream, then creation order per device
 
   std::mutex mutex;
   std::condition_variable work_cv;  // worker waits for tasks
@@ -90,7 +91,7 @@ void runTask(npuStream_st* s, Task& task) {
     if (failed) ++s->skipped;
   }
   if (failed) return;
-  uint64_t t0 = nowNs();
+  const uint64_t t0 = nowNs();
   std::string failure;
   t_task_failure = &failure;
   try {
@@ -109,7 +110,9 @@ void runTask(npuStream_st* s, Task& task) {
     if (failure.empty()) failure = "unknown exception";
   }
   t_task_failure = nullptr;
-  s->dev->busy_ns->fetch_add(nowNs() - t0, std::memory_order_relaxed);
+  const uint64_t t1 = nowNs();
+  s->dev->busy_ns->fetch_add(t1 - t0, std::memory_order_relaxed);
+  if (profilerWants(task)) profilerRecord(task, s->dev->index, s->id, t0, t1);
   if (!failure.empty()) recordFailure(s, task, failure);
 }
 
@@ -146,6 +149,7 @@ npuStream_st* createStream(Device* dev, int priority, bool is_default) {
   s->dev = dev;
   s->priority = priority;
   s->is_default = is_default;
+  s->id = is_default ? 0 : dev->next_stream_id.fetch_add(1, std::memory_order_relaxed);
   s->worker = std::thread(workerLoop, s);
   std::lock_guard<std::mutex> lock(dev->streams_mutex);
   dev->streams.push_back(s);
@@ -190,6 +194,7 @@ npuError_t validateStream(npuStream_t stream) {
 uint64_t push(npuStream_st* s, const Task& task) {
   std::lock_guard<std::mutex> lock(s->mutex);
   s->queue.push_back(task);
+  profilerStampLaunch(s->queue.back());
   s->queued.fetch_add(1, std::memory_order_release);
   uint64_t seq = s->submitted.fetch_add(1, std::memory_order_relaxed) + 1;
   if (s->worker_sleeping) s->work_cv.notify_one();
@@ -332,6 +337,14 @@ npuError_t npuStreamGetDevice(npuStream_t stream, int* device) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
   *device = s->dev->index;
+  return npuSuccess;
+}
+
+npuError_t npuStreamGetId(npuStream_t stream, int* id) {
+  if (!id) return fail(npuErrorInvalidValue, "npuStreamGetId: id is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  *id = s->id;
   return npuSuccess;
 }
 

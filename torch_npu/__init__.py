@@ -106,6 +106,10 @@ def _register_backend() -> None:
 _register_backend()
 
 import torch_npu.npu as npu  # noqa: E402
+import torch_npu.profiler as profiler  # noqa: E402
+from torch_npu.profiler import _profiling_mode  # noqa: E402
+
+_profiling_mode.enable_from_environment()  # TORCH_NPU_PROFILING_MODE=true / PROFILING_MODE=true
 
 
 # ---- TORCH_TRANSFER_TO_NPU=1: run CUDA-style scripts unmodified -------------------------------

@@ -143,6 +143,9 @@ NPU_API npuError_t npuStreamQuery(npuStream_t stream); /* npuSuccess, npuErrorNo
 NPU_API npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int flags);
 NPU_API npuError_t npuStreamGetPriority(npuStream_t stream, int* priority);
 NPU_API npuError_t npuStreamGetDevice(npuStream_t stream, int* device);
+/* A small number naming the stream within its device: 0 for the default stream, then 1, 2, ...
+ * in creation order (never reused). Profiler records carry it. */
+NPU_API npuError_t npuStreamGetId(npuStream_t stream, int* id);
 /* The default stream of `device` (never NULL); lets callers hold a concrete handle. */
 NPU_API npuError_t npuGetDefaultStream(int device, npuStream_t* stream);
 
