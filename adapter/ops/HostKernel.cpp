@@ -236,7 +236,11 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
                  const c10::IValue& v = host[r];
                  auto fill = [&](const at::Tensor& result) {
                    at::Tensor& alias = output_aliases[next++];
-                   if (alias.defined()) alias.copy_(result);
+                   // An output the CPU kernel leaves empty where the meta kernel sized it
+                   // (native_batch_norm's saved statistics in eval mode) has no values to copy.
+                   if (alias.defined() && !(result.numel() == 0 && alias.numel() != 0)) {
+                     alias.copy_(result);
+                   }
                  };
                  if (v.isTensor()) {
                    fill(v.toTensor());
