@@ -39,8 +39,10 @@
  *   layer_norm(...), layer_norm_backward(...), rms_norm(...), rms_norm_backward(...)
  *   index_select, index_add, embedding(_backward), gather, scatter, arange, linspace,
  *   tril_triu, flip, roll
+ *   nll_loss(...), nll_loss_backward(...)  [N, C] / [C] / [N, C, d...] (nll_loss2d)
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
- * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, thread_pool.h.
+ * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
+ *   thread_pool.h.
  *
  * Example (torch.add(x, y, alpha=2) with x: float32 [4, 5], y: float16 [5] broadcast):
  *   TensorDesc out = TensorDesc::make(o, DType::Float32, {4, 5});
@@ -52,6 +54,7 @@
 
 #include "npu/kernels/elementwise.h"
 #include "npu/kernels/indexing.h"
+#include "npu/kernels/loss.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/normalization.h"
 #include "npu/kernels/reduce.h"
