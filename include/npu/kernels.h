@@ -40,9 +40,10 @@
  *   index_select, index_add, embedding(_backward), gather, scatter, arange, linspace,
  *   tril_triu, flip, roll
  *   nll_loss(...), nll_loss_backward(...)  [N, C] / [C] / [N, C, d...] (nll_loss2d)
+ *   batch_norm(...), batch_norm_backward(...)          [N, C, *], training or eval
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
  * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
- *   thread_pool.h.
+ *   batch_norm.h, thread_pool.h.
  *
  * Example (torch.add(x, y, alpha=2) with x: float32 [4, 5], y: float16 [5] broadcast):
  *   TensorDesc out = TensorDesc::make(o, DType::Float32, {4, 5});
@@ -52,6 +53,7 @@
  */
 #pragma once
 
+#include "npu/kernels/batch_norm.h"
 #include "npu/kernels/elementwise.h"
 #include "npu/kernels/indexing.h"
 #include "npu/kernels/loss.h"
