@@ -41,9 +41,10 @@
  *   tril_triu, flip, roll
  *   nll_loss(...), nll_loss_backward(...)  [N, C] / [C] / [N, C, d...] (nll_loss2d)
  *   batch_norm(...), batch_norm_backward(...)          [N, C, *], training or eval
+ *   max_pool2d, avg_pool2d, adaptive_avg_pool2d (+ _backward), pool_output_size
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
  * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
- *   batch_norm.h, thread_pool.h.
+ *   batch_norm.h, pooling.h, thread_pool.h.
  *
  * Example (torch.add(x, y, alpha=2) with x: float32 [4, 5], y: float16 [5] broadcast):
  *   TensorDesc out = TensorDesc::make(o, DType::Float32, {4, 5});
@@ -59,6 +60,7 @@
 #include "npu/kernels/loss.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/normalization.h"
+#include "npu/kernels/pooling.h"
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/tensor_desc.h"
 #include "npu/kernels/thread_pool.h"
