@@ -39,8 +39,14 @@
  *   layer_norm(...), layer_norm_backward(...), rms_norm(...), rms_norm_backward(...)
  *   index_select, index_add, embedding(_backward), gather, scatter, arange, linspace,
  *   tril_triu, flip, roll
+ *   nll_loss(...), nll_loss_backward(...)  [N, C] / [C] / [N, C, d...] (nll_loss2d)
+ *   batch_norm(...), batch_norm_backward(...)          [N, C, *], training or eval
+ *   max_pool2d, avg_pool2d, adaptive_avg_pool2d (+ _backward), pool_output_size
+ *   conv2d(...), conv2d_backward(...)      im2col + gemm; conv1d = conv2d with H = 1
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
- * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, thread_pool.h.
+ * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
+ *   batch_norm.h, pooling.h, conv.h,
+ *   thread_pool.h.
  *
  * Example (torch.add(x, y, alpha=2) with x: float32 [4, 5], y: float16 [5] broadcast):
  *   TensorDesc out = TensorDesc::make(o, DType::Float32, {4, 5});
@@ -50,10 +56,14 @@
  */
 #pragma once
 
+#include "npu/kernels/batch_norm.h"
+#include "npu/kernels/conv.h"
 #include "npu/kernels/elementwise.h"
 #include "npu/kernels/indexing.h"
+#include "npu/kernels/loss.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/normalization.h"
+#include "npu/kernels/pooling.h"
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/tensor_desc.h"
 #include "npu/kernels/thread_pool.h"

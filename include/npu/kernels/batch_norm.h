@@ -1,0 +1,53 @@
+// Batch normalization over [N, C, *] (BatchNorm1d/2d/3d): forward in training or eval mode
+// and backward, with ATen's native_batch_norm / native_batch_norm_backward contracts.
+//
+// Layouts: input / output / grad_* are [N, C] or [N, C, d1, ..., dk] with any strides (each
+// (n, c) plane is read in place when contiguous, gathered otherwise: contiguous NCHW is the
+// fast path, channels-last works but is slower). Per-channel tensors (weight, bias,
+// running_mean, running_var, save_mean, save_invstd, grad_weight, grad_bias) are C elements
+// of any floating dtype (e.g. float32 stats for a Float16 input, as ATen's mixed mode).
+// An optional tensor is nullptr or a descriptor with null data.
+//
+// Math runs in float32 (float64 for Float64 input) with per-channel sums in double: mean and
+// the biased variance come from two passes over the channel (no cancellation). Channels are
+// spread over the pool (one channel per task; C = 1 runs on one thread).
+#pragma once
+
+#include "npu/kernels/tensor_desc.h"
+
+namespace npu::kernels {
+
+// Float32, Float64, Float16, BFloat16 inputs.
+bool batch_norm_supports(DType input);
+
+// training: per channel, mean and biased var over N * d1 * ... * dk elements;
+//   save_mean = mean, save_invstd = 1 / sqrt(var + eps) (both written when they have data);
+//   running_mean = (1 - momentum) * running_mean + momentum * mean and
+//   running_var  = (1 - momentum) * running_var + momentum * var * n / (n - 1) (unbiased),
+//   updated in place when given. n == 1 gives an infinite / NaN running_var, as ATen's
+//   kernel (Python's F.batch_norm rejects it first). An empty input (n == 0) writes an empty
+//   output, mean 0 and invstd 1 / sqrt(eps) and leaves the running stats (unbiased var NaN
+//   would poison them) -- the adapter may also skip the call.
+// eval (training == false): normalizes with running_mean / running_var (both required);
+//   save_mean / save_invstd are not written (ATen returns them empty on CPU).
+// out = (x - mean) * invstd * weight + bias (weight 1 / bias 0 when absent).
+void batch_norm(const TensorDesc& out, const TensorDesc* save_mean,
+                const TensorDesc* save_invstd, const TensorDesc& input, const TensorDesc* weight,
+                const TensorDesc* bias, const TensorDesc* running_mean,
+                const TensorDesc* running_var, bool training, double momentum, double eps);
+
+// grad_input / grad_weight / grad_bias: each may be nullptr (the output_mask of ATen).
+// training: mean = save_mean, invstd = save_invstd (the forward's outputs), and
+//   grad_input = weight * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat =
+//   (x - mean) * invstd, the means over the channel's N * d1 * ... * dk elements.
+// eval: mean = running_mean, invstd = 1 / sqrt(running_var + eps), and
+//   grad_input = dy * weight * invstd (the statistics are constants).
+// grad_weight = sum(dy * xhat), grad_bias = sum(dy) per channel, in both modes.
+void batch_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                         const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                         const TensorDesc& input, const TensorDesc* weight,
+                         const TensorDesc* running_mean, const TensorDesc* running_var,
+                         const TensorDesc* save_mean, const TensorDesc* save_invstd,
+                         bool training, double eps);
+
+}  // namespace npu::kernels

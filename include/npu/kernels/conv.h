@@ -1,0 +1,51 @@
+// 2-D convolution (cross-correlation, as torch.nn.functional.conv2d) and its backward, by
+// im2col + the library's gemm.
+//
+// Layouts: input [N, C_in, H, W], weight [C_out, C_in / groups, KH, KW], bias [C_out],
+// output [N, C_out, OH, OW] with OH / OW from conv_output_size(). All 4-D: an unbatched
+// [C, H, W] input is the adapter's unsqueeze(0), and conv1d is conv2d with H = KH = 1
+// (stride / padding / dilation 1 / 0 / 1 along H). Any strides are accepted: input is read
+// through its strides while building the im2col matrix; output / grad tensors whose (H, W)
+// dims merge into one (contiguous NCHW and channels-last both do) are written by gemm in
+// place, others go through a staging buffer; a weight whose last three dims do not merge is
+// staged once. transposed convolution is not provided (the adapter falls back).
+//
+// Dtypes: all of input / weight / output (and grads) Float64, or each of them any of
+// Float32 / Float16 / BFloat16 (math in float32, one rounding on store).
+//
+// Memory: one im2col buffer of (C_in / groups * KH * KW) x (OH * OW) compute-type elements
+// per concurrently processed sample (samples run one at a time with a multi-threaded gemm
+// when each is large, several at once with single-threaded gemms when they are small).
+#pragma once
+
+#include <cstdint>
+
+#include "npu/kernels/tensor_desc.h"
+
+namespace npu::kernels {
+
+bool conv2d_supports(DType input, DType weight, DType output);
+
+struct Conv2dParams {  // [0] along H, [1] along W
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+
+// (in + 2 pad - dilation (kernel - 1) - 1) / stride + 1, rounded down.
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                         int64_t dilation);
+
+// out = conv2d(input, weight, bias); bias may be nullptr (or have null data).
+void conv2d(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+            const TensorDesc* bias, const Conv2dParams& p);
+
+// Gradients of conv2d; each of grad_input / grad_weight / grad_bias may be nullptr (ATen's
+// output_mask) and is then not computed. All are overwritten. grad_weight sums over the
+// batch in a fixed order for a given thread count.
+void conv2d_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                     const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                     const TensorDesc& input, const TensorDesc& weight, const Conv2dParams& p);
+
+}  // namespace npu::kernels

@@ -1,0 +1,254 @@
+// Batch norm forward (training / eval) and backward over [N, C, *].
+//
+// How it works:
+//  - dim 1 (channels) is moved first, a stride permutation, so channel c is row c of a
+//    [C, N, d1, ...] view. A channel is visited as `segs` segments of `len` elements: the
+//    whole channel as one (gathered) row when it is small, one (n, c) plane per segment
+//    otherwise, so the staging buffer stays bounded while contiguous NCHW planes are used in
+//    place.
+//  - one task per channel: two passes for mean and biased variance (sums in double), then a
+//    pass writing y = x * scale + shift. Backward: one pass for sum(dy) and
+//    sum(dy * (x - mean)), one writing grad_input.
+#include "npu/kernels/batch_norm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "nn_common.h"
+#include "npu/kernels/thread_pool.h"
+
+namespace npu::kernels {
+namespace detail {
+namespace {
+
+// Segments of at most this many elements are gathered whole; larger channels go by plane.
+constexpr int64_t kWholeChannelElems = 1 << 16;
+
+class ChannelRows {
+ public:
+  explicit ChannelRows(const TensorDesc& t) : rows_(make_rows(t)) {
+    NPU_KERNEL_ASSERT(t.ndim >= 2, "batch_norm input must be [N, C, *]");
+    int64_t S = 1;
+    for (int d = 2; d < t.ndim; ++d) S *= t.sizes[d];
+    if (whole(t)) segs_ = 1, len_ = t.sizes[0] * S;
+    else segs_ = t.sizes[0], len_ = S;
+  }
+  int64_t segs() const { return segs_; }
+  int64_t len() const { return len_; }
+  int64_t count() const { return segs_ * len_; }  // elements per channel
+
+  // Segment k of channel c: in place when possible, else loaded into buf (len elements).
+  template <class T>
+  const T* get(int64_t c, int64_t k, T* buf) const {
+    const int64_t r = c * segs_ + k;
+    if (const T* p = rows_.direct<T>(r)) return p;
+    rows_.load(r, buf);
+    return buf;
+  }
+  // Where to compute segment k of channel c: in place when possible, else buf (then put()).
+  template <class T>
+  T* target(int64_t c, int64_t k, T* buf) const {
+    T* p = rows_.direct<T>(c * segs_ + k);
+    return p ? p : buf;
+  }
+  template <class T>
+  void put(int64_t c, int64_t k, T* computed) const {
+    const int64_t r = c * segs_ + k;
+    if (rows_.direct<T>(r) != computed) rows_.store(r, computed);
+  }
+
+ private:
+  static bool whole(const TensorDesc& t) {
+    int64_t S = 1;
+    for (int d = 2; d < t.ndim; ++d) S *= t.sizes[d];
+    return t.ndim == 2 || t.sizes[0] * S <= kWholeChannelElems;
+  }
+  static Rows make_rows(const TensorDesc& t) {
+    int64_t sizes[kMaxDims], strides[kMaxDims];  // [C, N, d1, ...]
+    for (int d = 0; d < t.ndim; ++d) {
+      const int from = d < 2 ? 1 - d : d;
+      sizes[d] = t.sizes[from], strides[d] = t.strides[from];
+    }
+    return Rows(TensorDesc::make(t.data, t.dtype, sizes, t.ndim, strides),
+                whole(t) ? t.ndim - 1 : t.ndim - 2);
+  }
+
+  Rows rows_;
+  int64_t segs_ = 1, len_ = 1;
+};
+
+// ATen's InvStd: 0 rather than inf for a constant channel with eps == 0.
+double inv_std(double var, double eps) {
+  if (var == 0 && eps == 0) return 0;
+  return 1.0 / std::sqrt(var + eps);
+}
+
+int64_t channel_grain(const TensorDesc& t) {
+  int64_t per = 1;
+  for (int d = 0; d < t.ndim; ++d) per *= d == 1 ? 1 : t.sizes[d];
+  return std::max<int64_t>(1, 65536 / std::max<int64_t>(per, 1));
+}
+
+template <class T>
+void batch_norm_typed(const TensorDesc& out, const TensorDesc* save_mean,
+                      const TensorDesc* save_invstd, const TensorDesc& input,
+                      const TensorDesc* weight, const TensorDesc* bias,
+                      const TensorDesc* running_mean, const TensorDesc* running_var,
+                      bool training, double momentum, double eps) {
+  const int64_t C = input.sizes[1];
+  const ChannelRows in(input), o(out);
+  const int64_t n = in.count();
+  const std::vector<double> w = load_vector<double>(weight, C, 1.0),
+                            b = load_vector<double>(bias, C, 0.0);
+  std::vector<double> rm = load_vector<double>(running_mean, C, 0.0),
+                      rv = load_vector<double>(running_var, C, 1.0);
+  std::vector<double> mean(static_cast<size_t>(C)), invstd(static_cast<size_t>(C));
+  if (!training) {
+    NPU_KERNEL_ASSERT(has_data(running_mean) && has_data(running_var),
+                      "batch_norm eval needs running stats");
+    for (int64_t c = 0; c < C; ++c) mean[c] = rm[c], invstd[c] = inv_std(rv[c], eps);
+  }
+  parallel_for(0, C, channel_grain(input), [&](int64_t c0, int64_t c1) {
+    std::vector<T> xbuf(static_cast<size_t>(in.len())), ybuf(xbuf.size());
+    for (int64_t c = c0; c < c1; ++c) {
+      if (training) {
+        double s = 0;
+        for (int64_t k = 0; k < in.segs(); ++k) {
+          const T* x = in.get(c, k, xbuf.data());
+          for (int64_t i = 0; i < in.len(); ++i) s += x[i];
+        }
+        const double mu = n > 0 ? s / n : 0.0;
+        double ss = 0;
+        for (int64_t k = 0; k < in.segs(); ++k) {
+          const T* x = in.get(c, k, xbuf.data());
+          for (int64_t i = 0; i < in.len(); ++i) ss += (x[i] - mu) * (x[i] - mu);
+        }
+        const double var = n > 0 ? ss / n : 0.0;
+        mean[c] = mu;
+        invstd[c] = inv_std(var, eps);
+        if (n > 0) {
+          rm[c] = (1 - momentum) * rm[c] + momentum * mu;
+          rv[c] = (1 - momentum) * rv[c] + momentum * (ss / double(n - 1));
+        }
+      }
+      const T scale = T(invstd[c] * w[c]), shift = T(b[c] - mean[c] * invstd[c] * w[c]);
+      for (int64_t k = 0; k < in.segs(); ++k) {
+        const T* x = in.get(c, k, xbuf.data());
+        T* y = o.target(c, k, ybuf.data());
+        for (int64_t i = 0; i < in.len(); ++i) y[i] = x[i] * scale + shift;
+        o.put(c, k, y);
+      }
+    }
+  });
+  if (training) {
+    if (has_data(save_mean)) store_vector(*save_mean, mean.data());
+    if (has_data(save_invstd)) store_vector(*save_invstd, invstd.data());
+    if (has_data(running_mean) && n > 0) store_vector(*running_mean, rm.data());
+    if (has_data(running_var) && n > 0) store_vector(*running_var, rv.data());
+  }
+}
+
+template <class T>
+void batch_norm_backward_typed(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                               const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                               const TensorDesc& input, const TensorDesc* weight,
+                               const TensorDesc* running_mean, const TensorDesc* running_var,
+                               const TensorDesc* save_mean, const TensorDesc* save_invstd,
+                               bool training, double eps) {
+  const int64_t C = input.sizes[1];
+  const ChannelRows in(input), go(grad_output);
+  const int64_t n = in.count();
+  const std::vector<double> w = load_vector<double>(weight, C, 1.0);
+  std::vector<double> mean, invstd;
+  if (training) {
+    NPU_KERNEL_ASSERT(has_data(save_mean) && has_data(save_invstd),
+                      "batch_norm_backward in training needs save_mean / save_invstd");
+    mean = load_vector<double>(save_mean, C, 0.0);
+    invstd = load_vector<double>(save_invstd, C, 0.0);
+  } else {
+    NPU_KERNEL_ASSERT(has_data(running_mean) && has_data(running_var),
+                      "batch_norm_backward in eval needs running stats");
+    mean = load_vector<double>(running_mean, C, 0.0);
+    invstd = load_vector<double>(running_var, C, 0.0);
+    for (double& v : invstd) v = inv_std(v, eps);
+  }
+  const bool want_gi = has_data(grad_input), want_gw = has_data(grad_weight),
+             want_gb = has_data(grad_bias);
+  std::vector<double> sum_dy(static_cast<size_t>(C)), sum_dy_xhat(static_cast<size_t>(C));
+  const bool need_sums = want_gw || want_gb || (want_gi && training);
+  const ChannelRows* gi = nullptr;
+  ChannelRows gi_rows = want_gi ? ChannelRows(*grad_input) : ChannelRows(input);
+  if (want_gi) gi = &gi_rows;
+
+  parallel_for(0, C, channel_grain(input), [&](int64_t c0, int64_t c1) {
+    std::vector<T> xbuf(static_cast<size_t>(in.len())), gbuf(xbuf.size()), obuf(xbuf.size());
+    for (int64_t c = c0; c < c1; ++c) {
+      const double mu = mean[c], rs = invstd[c];
+      if (need_sums) {
+        double sdy = 0, sdyx = 0;
+        for (int64_t k = 0; k < in.segs(); ++k) {
+          const T* x = in.get(c, k, xbuf.data());
+          const T* dy = go.get(c, k, gbuf.data());
+          for (int64_t i = 0; i < in.len(); ++i) {
+            sdy += dy[i];
+            sdyx += double(dy[i]) * (x[i] - mu);
+          }
+        }
+        sum_dy[c] = sdy;
+        sum_dy_xhat[c] = sdyx * rs;
+      }
+      if (!gi) continue;
+      // dx = a * dy + b * x + d  (training), a * dy (eval).
+      const double a = w[c] * rs;
+      double bcoef = 0, d = 0;
+      if (training && n > 0) {
+        bcoef = -a * rs * sum_dy_xhat[c] / n;
+        d = -a * sum_dy[c] / n - bcoef * mu;
+      }
+      const T ta = T(a), tb = T(bcoef), td = T(d);
+      for (int64_t k = 0; k < in.segs(); ++k) {
+        const T* dy = go.get(c, k, gbuf.data());
+        T* dx = gi->target(c, k, obuf.data());
+        if (training) {
+          const T* x = in.get(c, k, xbuf.data());
+          for (int64_t i = 0; i < in.len(); ++i) dx[i] = ta * dy[i] + tb * x[i] + td;
+        } else {
+          for (int64_t i = 0; i < in.len(); ++i) dx[i] = ta * dy[i];
+        }
+        gi->put(c, k, dx);
+      }
+    }
+  });
+  if (want_gw) store_vector(*grad_weight, sum_dy_xhat.data());
+  if (want_gb) store_vector(*grad_bias, sum_dy.data());
+}
+
+}  // namespace
+}  // namespace detail
+
+bool batch_norm_supports(DType input) { return detail::is_nn_float(input); }
+
+void batch_norm(const TensorDesc& out, const TensorDesc* save_mean,
+                const TensorDesc* save_invstd, const TensorDesc& input, const TensorDesc* weight,
+                const TensorDesc* bias, const TensorDesc* running_mean,
+                const TensorDesc* running_var, bool training, double momentum, double eps) {
+  detail::dispatch_compute_float(input.dtype, [&]<class T>() {
+    detail::batch_norm_typed<T>(out, save_mean, save_invstd, input, weight, bias, running_mean,
+                                running_var, training, momentum, eps);
+  });
+}
+
+void batch_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                         const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                         const TensorDesc& input, const TensorDesc* weight,
+                         const TensorDesc* running_mean, const TensorDesc* running_var,
+                         const TensorDesc* save_mean, const TensorDesc* save_invstd,
+                         bool training, double eps) {
+  detail::dispatch_compute_float(input.dtype, [&]<class T>() {
+    detail::batch_norm_backward_typed<T>(grad_input, grad_weight, grad_bias, grad_output, input,
+                                         weight, running_mean, running_var, save_mean,
+                                         save_invstd, training, eps);
+  });
+}
+
+}  // namespace npu::kernels

@@ -1,0 +1,370 @@
+// conv2d forward and backward by im2col + gemm.
+//
+// How it works (per sample n and group g; Cg = C_in / groups, Og = C_out / groups,
+// K = Cg * KH * KW, L = OH * OW):
+//  - forward:      out[n, g]  [Og, L] = W[g] [Og, K] @ col [K, L] (+ bias, preloaded into
+//                  out so that gemm's beta = 1 adds it before the one rounding);
+//  - grad_input:   colgrad [K, L] = W[g]^T @ grad_out[n, g], then col2im adds every column
+//                  entry back onto the input position it was read from;
+//  - grad_weight:  gw[g] [Og, K] += grad_out[n, g] [Og, L] @ col^T [L, K];
+//  - grad_bias:    a sum of grad_out over (N, OH, OW) by reduce().
+// col[(c * KH + kh) * KW + kw, oh * OW + ow] = input[n, g * Cg + c, oh * sh - ph + kh * dh,
+// ow * sw - pw + kw * dw] (0 in the padding), matching weight's [Og, Cg, KH, KW] order, so the
+// weight is used as a matrix without copying. A 1x1 kernel with stride 1 and no padding
+// skips im2col: the input plane already is that matrix.
+//
+// Samples are split into chunks: one chunk (and gemm using every thread) when a sample is
+// big, one chunk per thread (single-threaded gemms, since nested parallel_for runs inline)
+// when samples are small. Each chunk owns one im2col buffer, and for grad_weight its own
+// accumulator; the accumulators are added in chunk order at the end.
+#include "npu/kernels/conv.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "nn_common.h"
+#include "npu/kernels/elementwise.h"
+#include "npu/kernels/matmul.h"
+#include "npu/kernels/reduce.h"
+#include "npu/kernels/thread_pool.h"
+
+namespace npu::kernels {
+namespace detail {
+namespace {
+
+struct ConvGeom {
+  int64_t N, C, H, W, O, KH, KW, OH, OW, G, Cg, Og, K, L;
+  Conv2dParams p;
+  bool pointwise;  // 1x1 kernel, stride 1, no padding: col == the input plane
+
+  ConvGeom(const TensorDesc& in, const TensorDesc& weight, const TensorDesc& out,
+           const Conv2dParams& prm)
+      : p(prm) {
+    NPU_KERNEL_ASSERT(in.ndim == 4 && weight.ndim == 4 && out.ndim == 4,
+                      "conv2d takes 4-D input, weight and output");
+    N = in.sizes[0], C = in.sizes[1], H = in.sizes[2], W = in.sizes[3];
+    O = weight.sizes[0], KH = weight.sizes[2], KW = weight.sizes[3];
+    OH = out.sizes[2], OW = out.sizes[3];
+    G = p.groups;
+    NPU_KERNEL_ASSERT(G >= 1 && C % G == 0 && O % G == 0 && weight.sizes[1] == C / G &&
+                          out.sizes[1] == O && out.sizes[0] == N,
+                      "conv2d shapes do not agree");
+    Cg = C / G, Og = O / G, K = Cg * KH * KW, L = OH * OW;
+    pointwise = KH == 1 && KW == 1 && p.stride[0] == 1 && p.stride[1] == 1 &&
+                p.padding[0] == 0 && p.padding[1] == 0 && OH == H && OW == W;
+  }
+};
+
+// Stride of dims [first, last] of t merged into one, or -1 when they do not merge.
+int64_t merged_stride(const TensorDesc& t, int first, int last) {
+  int64_t inner = -1, expected = 0;
+  for (int d = last; d >= first; --d) {
+    if (t.sizes[d] == 1) continue;
+    if (inner < 0) {
+      inner = t.strides[d];
+      expected = t.strides[d] * t.sizes[d];
+    } else if (t.strides[d] == expected) {
+      expected *= t.sizes[d];
+    } else {
+      return -1;
+    }
+  }
+  return inner < 0 ? 1 : inner;
+}
+
+TensorDesc matrix(const void* data, DType dt, int64_t rows, int64_t cols, int64_t rs,
+                  int64_t cs) {
+  const int64_t sizes[2] = {rows, cols}, strides[2] = {rs, cs};
+  return TensorDesc::make(data, dt, sizes, 2, strides);
+}
+TensorDesc transposed(const TensorDesc& m) {
+  return matrix(m.data, m.dtype, m.sizes[1], m.sizes[0], m.strides[1], m.strides[0]);
+}
+
+// Channels [c0, c0 + c) of sample n of a 4-D tensor as a 3-D [c, H, W] view.
+TensorDesc sample_channels(const TensorDesc& t, int64_t n, int64_t c0, int64_t c) {
+  const int64_t sizes[3] = {c, t.sizes[2], t.sizes[3]},
+                strides[3] = {t.strides[1], t.strides[2], t.strides[3]};
+  return TensorDesc::make(elem_ptr(t, n * t.strides[0] + c0 * t.strides[1]), t.dtype, sizes, 3,
+                          strides);
+}
+
+// A 3-D [c, H, W] view as a [c, H * W] matrix, when H and W merge.
+bool as_matrix(const TensorDesc& t3, TensorDesc* m) {
+  const int64_t s = merged_stride(t3, 1, 2);
+  if (s < 0) return false;
+  *m = matrix(t3.data, t3.dtype, t3.sizes[0], t3.sizes[1] * t3.sizes[2], t3.strides[0], s);
+  return true;
+}
+
+// Output columns [lo, hi) whose input column ow * stride + off lies in [0, size).
+void valid_range(int64_t off, int64_t stride, int64_t size, int64_t out, int64_t* lo,
+                 int64_t* hi) {
+  *lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  *hi = size - off <= 0 ? 0 : (size - off + stride - 1) / stride;
+  *lo = std::min(*lo, out);
+  *hi = std::max(*lo, std::min(*hi, out));
+}
+
+// col [K, L] (row-major, T) from x3 = input[n, g] ([Cg, H, W], storage S, any strides).
+template <class S, class T>
+void im2col(const TensorDesc& x3, T* col, const ConvGeom& g) {
+  const S* x = static_cast<const S*>(x3.data);
+  const int64_t sc = x3.strides[0], sh = x3.strides[1], sw = x3.strides[2];
+  const Conv2dParams& p = g.p;
+  parallel_for(0, g.K, std::max<int64_t>(1, 65536 / std::max<int64_t>(g.L, 1)),
+               [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = r / (g.KH * g.KW), kh = (r / g.KW) % g.KH, kw = r % g.KW;
+      const int64_t hoff = kh * p.dilation[0] - p.padding[0];
+      const int64_t woff = kw * p.dilation[1] - p.padding[1];
+      int64_t lo, hi;
+      valid_range(woff, p.stride[1], g.W, g.OW, &lo, &hi);
+      T* row = col + r * g.L;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        T* dst = row + oh * g.OW;
+        const int64_t ih = oh * p.stride[0] + hoff;
+        if (ih < 0 || ih >= g.H) {
+          std::fill(dst, dst + g.OW, T(0));
+          continue;
+        }
+        std::fill(dst, dst + lo, T(0));
+        const S* src = x + c * sc + ih * sh;
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          dst[ow] = cast_value<T>(src[(ow * p.stride[1] + woff) * sw]);
+        }
+        std::fill(dst + hi, dst + g.OW, T(0));
+      }
+    }
+  });
+}
+
+// gi [Cg, H, W] (contiguous T, zeroed by the caller) += the columns of col [K, L] put back
+// where im2col read them. Parallel over channels, so no two tasks add to one element.
+template <class T>
+void col2im(const T* col, T* gi, const ConvGeom& g) {
+  const Conv2dParams& p = g.p;
+  parallel_for(0, g.Cg, std::max<int64_t>(1, 65536 / std::max<int64_t>(g.L * g.KH * g.KW, 1)),
+               [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      T* plane = gi + c * g.H * g.W;
+      for (int64_t kh = 0; kh < g.KH; ++kh) {
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const T* row = col + ((c * g.KH + kh) * g.KW + kw) * g.L;
+          const int64_t hoff = kh * p.dilation[0] - p.padding[0];
+          const int64_t woff = kw * p.dilation[1] - p.padding[1];
+          int64_t lo, hi;
+          valid_range(woff, p.stride[1], g.W, g.OW, &lo, &hi);
+          for (int64_t oh = 0; oh < g.OH; ++oh) {
+            const int64_t ih = oh * p.stride[0] + hoff;
+            if (ih < 0 || ih >= g.H) continue;
+            T* dst = plane + ih * g.W;
+            const T* src = row + oh * g.OW;
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow * p.stride[1] + woff] += src[ow];
+          }
+        }
+      }
+    }
+  });
+}
+
+// The weight as G matrices [Og, K]: in place when its last three dims merge, else staged.
+template <class T>
+struct WeightMatrices {
+  std::unique_ptr<T[]> staged;
+  TensorDesc w;
+  int64_t row_stride, col_stride;
+
+  WeightMatrices(const TensorDesc& weight, const ConvGeom& g) : w(weight) {
+    col_stride = merged_stride(weight, 1, 3);
+    row_stride = weight.strides[0];
+    if (col_stride < 0) {
+      staged.reset(new T[static_cast<size_t>(g.O * g.K)]);
+      w = TensorDesc::make(staged.get(), dtype_of<T>(), weight.sizes, 4);
+      copy(w, weight);
+      row_stride = g.K, col_stride = 1;
+    }
+  }
+  TensorDesc group(int64_t gi, const ConvGeom& g) const {
+    return matrix(elem_ptr(w, gi * g.Og * row_stride), w.dtype, g.Og, g.K, row_stride,
+                  col_stride);
+  }
+};
+
+// Chunks of samples: [N * i / P, N * (i + 1) / P) for i < P.
+int64_t sample_chunks(const ConvGeom& g) {
+  const double flops = 2.0 * double(g.O) * double(g.K) * double(g.L);
+  if (g.N <= 1 || flops >= 4e6) return std::min<int64_t>(g.N, 1);
+  return std::min<int64_t>(g.N, num_threads());
+}
+
+template <class S, class T>
+void conv2d_typed(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+                  const TensorDesc* bias, const ConvGeom& g) {
+  const WeightMatrices<T> wm(weight, g);
+  const int64_t P = sample_chunks(g);
+  const DType ct = dtype_of<T>();
+  parallel_for(0, P, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<T> col, obuf;  // sized on first use (a pointwise conv may need neither)
+    for (int64_t chunk = c0; chunk < c1; ++chunk) {
+      for (int64_t n = g.N * chunk / P; n < g.N * (chunk + 1) / P; ++n) {
+        for (int64_t gr = 0; gr < g.G; ++gr) {
+          const TensorDesc x3 = sample_channels(input, n, gr * g.Cg, g.Cg);
+          TensorDesc b;
+          if (!(g.pointwise && as_matrix(x3, &b))) {
+            col.resize(static_cast<size_t>(g.K * g.L));
+            im2col<S, T>(x3, col.data(), g);
+            b = matrix(col.data(), ct, g.K, g.L, g.L, 1);
+          }
+          const TensorDesc o3 = sample_channels(out, n, gr * g.Og, g.Og);
+          TensorDesc c;
+          const bool staged = !as_matrix(o3, &c);
+          if (staged) {
+            obuf.resize(static_cast<size_t>(g.Og * g.L));
+            c = matrix(obuf.data(), ct, g.Og, g.L, g.L, 1);
+          }
+          double beta = 0;
+          if (has_data(bias)) {
+            const TensorDesc bb = matrix(elem_ptr(*bias, gr * g.Og * bias->strides[0]),
+                                         bias->dtype, g.Og, g.L, bias->strides[0], 0);
+            copy(c, bb);
+            beta = 1;
+          }
+          gemm(c, wm.group(gr, g), b, 1.0, beta);
+          if (staged) {
+            const int64_t sizes[3] = {g.Og, g.OH, g.OW};
+            copy(o3, TensorDesc::make(obuf.data(), ct, sizes, 3));
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class S, class T>
+void conv2d_backward_typed(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                           const TensorDesc& grad_output, const TensorDesc& input,
+                           const TensorDesc& weight, const ConvGeom& g) {
+  const bool want_gi = has_data(grad_input), want_gw = has_data(grad_weight);
+  if (!want_gi && !want_gw) return;
+  const WeightMatrices<T> wm(weight, g);
+  const int64_t P = sample_chunks(g);
+  const DType ct = dtype_of<T>();
+  std::vector<std::vector<T>> gw_part(want_gw ? static_cast<size_t>(std::max<int64_t>(P, 1)) : 0);
+  parallel_for(0, P, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<T> col(static_cast<size_t>(g.K * g.L)), gobuf, gibuf;
+    for (int64_t chunk = c0; chunk < c1; ++chunk) {
+      std::vector<T>* acc = want_gw ? &gw_part[chunk] : nullptr;
+      if (acc) acc->assign(static_cast<size_t>(g.O * g.K), T(0));
+      bool first = true;
+      for (int64_t n = g.N * chunk / P; n < g.N * (chunk + 1) / P; ++n) {
+        for (int64_t gr = 0; gr < g.G; ++gr) {
+          const TensorDesc go3 = sample_channels(grad_output, n, gr * g.Og, g.Og);
+          TensorDesc gom;
+          if (!as_matrix(go3, &gom)) {
+            gobuf.resize(static_cast<size_t>(g.Og * g.L));
+            const int64_t sizes[3] = {g.Og, g.OH, g.OW};
+            copy(TensorDesc::make(gobuf.data(), ct, sizes, 3), go3);
+            gom = matrix(gobuf.data(), ct, g.Og, g.L, g.L, 1);
+          }
+          const TensorDesc x3 = sample_channels(input, n, gr * g.Cg, g.Cg);
+          if (want_gw) {
+            TensorDesc xm;
+            if (!(g.pointwise && as_matrix(x3, &xm))) {
+              im2col<S, T>(x3, col.data(), g);
+              xm = matrix(col.data(), ct, g.K, g.L, g.L, 1);
+            }
+            const TensorDesc gw = matrix(acc->data() + gr * g.Og * g.K, ct, g.Og, g.K, g.K, 1);
+            gemm(gw, gom, transposed(xm), 1.0, first ? 0.0 : 1.0);
+          }
+          if (want_gi) {
+            const TensorDesc gi3 = sample_channels(*grad_input, n, gr * g.Cg, g.Cg);
+            const TensorDesc wt = transposed(wm.group(gr, g));
+            TensorDesc gim;
+            if (g.pointwise && as_matrix(gi3, &gim)) {
+              gemm(gim, wt, gom, 1.0, 0.0);
+            } else {
+              gemm(matrix(col.data(), ct, g.K, g.L, g.L, 1), wt, gom, 1.0, 0.0);
+              gibuf.assign(static_cast<size_t>(g.Cg * g.H * g.W), T(0));
+              col2im(col.data(), gibuf.data(), g);
+              const int64_t sizes[3] = {g.Cg, g.H, g.W};
+              copy(gi3, TensorDesc::make(gibuf.data(), ct, sizes, 3));
+            }
+          }
+        }
+        first = false;
+      }
+    }
+  });
+  if (want_gw) {
+    std::vector<T> total(static_cast<size_t>(g.O * g.K), T(0));
+    for (const auto& part : gw_part) {
+      for (size_t i = 0; i < part.size(); ++i) total[i] += part[i];
+    }
+    copy(*grad_weight, TensorDesc::make(total.data(), ct, grad_weight->sizes, 4));
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+bool conv2d_supports(DType input, DType weight, DType output) {
+  return gemm_supports(input, weight, output);
+}
+
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                         int64_t dilation) {
+  const int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+void conv2d(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+            const TensorDesc* bias, const Conv2dParams& p) {
+  using namespace detail;
+  NPU_KERNEL_ASSERT(conv2d_supports(input.dtype, weight.dtype, out.dtype), "conv2d dtypes");
+  const ConvGeom g(input, weight, out, p);
+  if (out.numel() == 0) return;
+  if (g.K == 0) {  // no input channels: only the bias (or 0)
+    if (has_data(bias)) {
+      TensorDesc bb = out;
+      bb.data = bias->data, bb.dtype = bias->dtype;
+      bb.strides[0] = bb.strides[2] = bb.strides[3] = 0, bb.strides[1] = bias->strides[0];
+      copy(out, bb);
+    } else {
+      fill(out, 0);
+    }
+    return;
+  }
+  dispatch_nn_float(input.dtype, [&]<class S, class T>() {
+    conv2d_typed<S, T>(out, input, weight, bias, g);
+  });
+}
+
+void conv2d_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                     const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                     const TensorDesc& input, const TensorDesc& weight, const Conv2dParams& p) {
+  using namespace detail;
+  NPU_KERNEL_ASSERT(conv2d_supports(input.dtype, weight.dtype, grad_output.dtype),
+                    "conv2d_backward dtypes");
+  const ConvGeom g(input, weight, grad_output, p);
+  if (has_data(grad_bias)) {
+    TensorDesc gb = grad_output;  // [1, O, 1, 1] keepdim view of grad_bias
+    gb.data = grad_bias->data, gb.dtype = grad_bias->dtype;
+    gb.sizes[0] = gb.sizes[2] = gb.sizes[3] = 1;
+    gb.strides[0] = gb.strides[2] = gb.strides[3] = 0, gb.strides[1] = grad_bias->strides[0];
+    reduce(ReduceOp::Sum, gb, grad_output,
+           grad_output.dtype == DType::Float64 ? DType::Float64 : DType::Float32);
+  }
+  // Empty output or no reduction dimension: the gradients are zeros.
+  if (g.L == 0 || g.K == 0 || g.Og == 0) {
+    if (has_data(grad_input)) fill(*grad_input, 0);
+    if (has_data(grad_weight)) fill(*grad_weight, 0);
+    return;
+  }
+  dispatch_nn_float(input.dtype, [&]<class S, class T>() {
+    conv2d_backward_typed<S, T>(grad_input, grad_weight, grad_output, input, weight, g);
+  });
+}
+
+}  // namespace npu::kernels

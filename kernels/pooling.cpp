@@ -1,0 +1,230 @@
+// max / avg / adaptive-avg 2-D pooling and their backward passes.
+//
+// Every op works plane by plane: the last two dims form a row of Rows (rows.h), so a plane
+// is read in place when it is contiguous in the compute type and staged otherwise, and
+// planes are independent tasks. Backward passes scatter into a zeroed plane buffer of the
+// compute type (gradients from overlapping windows add up there) and store it once.
+#include "npu/kernels/pooling.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "nn_common.h"
+#include "npu/kernels/thread_pool.h"
+
+namespace npu::kernels {
+namespace detail {
+namespace {
+
+struct Planes {
+  int64_t H, W;  // spatial size of this tensor
+  Rows rows;
+  explicit Planes(const TensorDesc& t)
+      : H(t.sizes[t.ndim - 2]), W(t.sizes[t.ndim - 1]), rows(t, 2) {
+    NPU_KERNEL_ASSERT(t.ndim >= 3, "pooling takes [N, C, H, W] or [C, H, W]");
+  }
+  int64_t count() const { return rows.M(); }
+};
+
+// Runs fn(plane, in_plane, out_plane) for every plane: `in` loaded (or in place), `out` a
+// buffer of `out`'s plane size that is stored afterwards (or written in place).
+template <class T, class F>
+void for_each_plane(const Planes& out, const Planes& in, int64_t cost_per_plane, F&& fn) {
+  const int64_t P = out.count();
+  if (P == 0 || out.H * out.W == 0) return;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(cost_per_plane, 1));
+  parallel_for(0, P, grain, [&](int64_t p0, int64_t p1) {
+    std::vector<T> ibuf(static_cast<size_t>(in.H * in.W)), obuf(static_cast<size_t>(out.H * out.W));
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* x = in.rows.template direct<T>(p);
+      if (!x && in.H * in.W > 0) {
+        in.rows.load(p, ibuf.data());
+        x = ibuf.data();
+      }
+      T* y = out.rows.template direct<T>(p);
+      T* dst = y ? y : obuf.data();
+      fn(p, x, dst);
+      if (!y) out.rows.store(p, dst);
+    }
+  });
+}
+
+// Divisor and clipped bounds of avg_pool window (oh, ow), as ATen defines them.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1;
+  double divisor;
+};
+AvgWindow avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const Pool2dParams& p,
+                     bool count_include_pad, int64_t divisor_override) {
+  int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
+  int64_t h1 = std::min(h0 + p.kernel[0], H + p.padding[0]);
+  int64_t w1 = std::min(w0 + p.kernel[1], W + p.padding[1]);
+  const int64_t padded = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, H), w1 = std::min(w1, W);
+  double div = divisor_override > 0 ? double(divisor_override)
+               : count_include_pad  ? double(padded)
+                                    : double((h1 - h0) * (w1 - w0));
+  return {h0, h1, w0, w1, div};
+}
+
+int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
+int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+
+}  // namespace
+}  // namespace detail
+
+bool pooling_supports(DType input) { return detail::is_nn_float(input); }
+
+int64_t pool_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                         int64_t dilation, bool ceil_mode) {
+  const int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  // Floor division that rounds toward -inf (span may be negative for tiny inputs).
+  int64_t out = (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+void max_pool2d(const TensorDesc& out, const TensorDesc& indices, const TensorDesc& in,
+                const Pool2dParams& p) {
+  using namespace detail;
+  const Planes po(out), pi(in), px(indices);
+  dispatch_compute_float(in.dtype, [&]<class T>() {
+    const int64_t H = pi.H, W = pi.W, OH = po.H, OW = po.W;
+    for_each_plane<T>(po, pi, OH * OW * p.kernel[0] * p.kernel[1], [&](int64_t plane, const T* x, T* y) {
+      std::vector<int64_t> idx(static_cast<size_t>(OH * OW));
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t hs = oh * p.stride[0] - p.padding[0];
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t ws = ow * p.stride[1] - p.padding[1];
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t bi = -1;
+          for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
+            const int64_t h = hs + kh * p.dilation[0];
+            if (h < 0 || h >= H) continue;
+            for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
+              const int64_t w = ws + kw * p.dilation[1];
+              if (w < 0 || w >= W) continue;
+              const T v = x[h * W + w];
+              if (bi < 0 || v > best || std::isnan(v)) best = v, bi = h * W + w;
+            }
+          }
+          y[oh * OW + ow] = best;
+          idx[oh * OW + ow] = bi;
+        }
+      }
+      px.rows.store(plane, idx.data());
+    });
+  });
+}
+
+void max_pool2d_backward(const TensorDesc& grad_input, const TensorDesc& grad_output,
+                         const TensorDesc& indices) {
+  using namespace detail;
+  const Planes pgi(grad_input), pgo(grad_output), px(indices);
+  dispatch_compute_float(grad_input.dtype, [&]<class T>() {
+    const int64_t HW = pgi.H * pgi.W, OHW = pgo.H * pgo.W;
+    if (pgi.count() == 0 || HW == 0) return;
+    parallel_for(0, pgi.count(), std::max<int64_t>(1, 65536 / std::max<int64_t>(HW + OHW, 1)),
+                 [&](int64_t p0, int64_t p1) {
+      std::vector<T> gi(static_cast<size_t>(HW)), go(static_cast<size_t>(OHW));
+      std::vector<int64_t> idx(static_cast<size_t>(OHW));
+      for (int64_t p = p0; p < p1; ++p) {
+        std::fill(gi.begin(), gi.end(), T(0));
+        if (OHW > 0) {
+          pgo.rows.load(p, go.data());
+          px.rows.load(p, idx.data());
+        }
+        for (int64_t o = 0; o < OHW; ++o) {
+          if (idx[o] >= 0 && idx[o] < HW) gi[idx[o]] += go[o];
+        }
+        pgi.rows.store(p, gi.data());
+      }
+    });
+  });
+}
+
+void avg_pool2d(const TensorDesc& out, const TensorDesc& in, const Pool2dParams& p,
+                bool count_include_pad, int64_t divisor_override) {
+  using namespace detail;
+  const Planes po(out), pi(in);
+  dispatch_compute_float(in.dtype, [&]<class T>() {
+    const int64_t H = pi.H, W = pi.W, OH = po.H, OW = po.W;
+    for_each_plane<T>(po, pi, OH * OW * p.kernel[0] * p.kernel[1], [&](int64_t, const T* x, T* y) {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const AvgWindow w = avg_window(oh, ow, H, W, p, count_include_pad, divisor_override);
+          double s = 0;
+          for (int64_t h = w.h0; h < w.h1; ++h)
+            for (int64_t c = w.w0; c < w.w1; ++c) s += x[h * W + c];
+          y[oh * OW + ow] = (w.h0 >= w.h1 || w.w0 >= w.w1) ? T(0) : T(s / w.divisor);
+        }
+      }
+    });
+  });
+}
+
+void avg_pool2d_backward(const TensorDesc& grad_input, const TensorDesc& grad_output,
+                         const Pool2dParams& p, bool count_include_pad,
+                         int64_t divisor_override) {
+  using namespace detail;
+  const Planes pgi(grad_input), pgo(grad_output);
+  dispatch_compute_float(grad_input.dtype, [&]<class T>() {
+    const int64_t H = pgi.H, W = pgi.W, OH = pgo.H, OW = pgo.W;
+    for_each_plane<T>(pgi, pgo, OH * OW * p.kernel[0] * p.kernel[1] + H * W,
+                      [&](int64_t, const T* g, T* gi) {
+      std::fill(gi, gi + H * W, T(0));
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const AvgWindow w = avg_window(oh, ow, H, W, p, count_include_pad, divisor_override);
+          const T v = T(g[oh * OW + ow] / w.divisor);
+          for (int64_t h = w.h0; h < w.h1; ++h)
+            for (int64_t c = w.w0; c < w.w1; ++c) gi[h * W + c] += v;
+        }
+      }
+    });
+  });
+}
+
+void adaptive_avg_pool2d(const TensorDesc& out, const TensorDesc& in) {
+  using namespace detail;
+  const Planes po(out), pi(in);
+  dispatch_compute_float(in.dtype, [&]<class T>() {
+    const int64_t H = pi.H, W = pi.W, OH = po.H, OW = po.W;
+    for_each_plane<T>(po, pi, H * W + OH * OW, [&](int64_t, const T* x, T* y) {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t h0 = adaptive_start(oh, H, OH), h1 = adaptive_end(oh, H, OH);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t w0 = adaptive_start(ow, W, OW), w1 = adaptive_end(ow, W, OW);
+          double s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t c = w0; c < w1; ++c) s += x[h * W + c];
+          y[oh * OW + ow] = T(s / double((h1 - h0) * (w1 - w0)));
+        }
+      }
+    });
+  });
+}
+
+void adaptive_avg_pool2d_backward(const TensorDesc& grad_input, const TensorDesc& grad_output) {
+  using namespace detail;
+  const Planes pgi(grad_input), pgo(grad_output);
+  dispatch_compute_float(grad_input.dtype, [&]<class T>() {
+    const int64_t H = pgi.H, W = pgi.W, OH = pgo.H, OW = pgo.W;
+    for_each_plane<T>(pgi, pgo, H * W + OH * OW, [&](int64_t, const T* g, T* gi) {
+      std::fill(gi, gi + H * W, T(0));
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t h0 = adaptive_start(oh, H, OH), h1 = adaptive_end(oh, H, OH);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t w0 = adaptive_start(ow, W, OW), w1 = adaptive_end(ow, W, OW);
+          const T v = T(g[oh * OW + ow] / double((h1 - h0) * (w1 - w0)));
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t c = w0; c < w1; ++c) gi[h * W + c] += v;
+        }
+      }
+    });
+  });
+}
+
+}  // namespace npu::kernels

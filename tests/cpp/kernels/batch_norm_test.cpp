@@ -1,0 +1,171 @@
+// batch_norm forward (training and eval) and backward against per-channel loops in double:
+// [N, C], [N, C, H, W] and large [N, C, D, H, W] (plane-by-plane path), transposed inputs,
+// optional weight / bias, Float16 input with float32 stats, output masks.
+#include <gtest/gtest.h>
+
+#include "kernel_test_util.h"
+#include "npu/kernels/batch_norm.h"
+
+namespace ktest {
+namespace {
+
+namespace nk = npu::kernels;
+
+struct BnCase {
+  std::vector<int64_t> sizes;
+  DType dtype = DType::Float32;
+  bool affine = true, training = true;
+  Layout layout = Layout::Contiguous;
+};
+
+// Flat indices of channel c's elements in a row-major [N, C, S] tensor.
+std::vector<int64_t> channel_elems(const std::vector<int64_t>& sizes, int64_t c) {
+  int64_t S = 1;
+  for (size_t d = 2; d < sizes.size(); ++d) S *= sizes[d];
+  std::vector<int64_t> idx;
+  for (int64_t n = 0; n < sizes[0]; ++n)
+    for (int64_t s = 0; s < S; ++s) idx.push_back((n * sizes[1] + c) * S + s);
+  return idx;
+}
+
+void check_bn(const BnCase& k) {
+  SCOPED_TRACE(::testing::Message() << "ndim " << k.sizes.size() << " numel0 " << k.sizes[0]
+                                    << " " << dtype_str(k.dtype) << " affine " << k.affine
+                                    << " training " << k.training << " layout " << int(k.layout));
+  const int64_t C = k.sizes[1];
+  const double momentum = 0.1, eps = 1e-5;
+  HostTensor x(k.dtype, k.sizes, k.layout), y(k.dtype, k.sizes), ey(DType::Float64, k.sizes);
+  HostTensor w(DType::Float32, {C}), b(DType::Float32, {C}), rm(DType::Float32, {C}),
+      rv(DType::Float32, {C}), sm(DType::Float32, {C}), si(DType::Float32, {C});
+  fill_uniform(x, -2, 3);
+  fill_uniform(w, 0.5, 1.5);
+  fill_uniform(b, -1, 1);
+  fill_uniform(rm, -0.5, 0.5);
+  fill_uniform(rv, 0.5, 2);
+  HostTensor rm0 = rm, rv0 = rv;
+  TensorDesc wd = w.desc(), bd = b.desc(), rmd = rm.desc(), rvd = rv.desc(), smd = sm.desc(),
+             sid = si.desc();
+  nk::batch_norm(y.desc(), &smd, &sid, x.desc(), k.affine ? &wd : nullptr,
+                 k.affine ? &bd : nullptr, &rmd, &rvd, k.training, momentum, eps);
+
+  std::vector<double> mean(C), invstd(C);
+  HostTensor erm = rm0, erv = rv0;
+  for (int64_t c = 0; c < C; ++c) {
+    auto idx = channel_elems(k.sizes, c);
+    const double n = double(idx.size());
+    if (k.training) {
+      double s = 0, ss = 0;
+      for (int64_t i : idx) s += x.get(i);
+      for (int64_t i : idx) ss += (x.get(i) - s / n) * (x.get(i) - s / n);
+      mean[c] = s / n;
+      invstd[c] = 1 / std::sqrt(ss / n + eps);
+      erm.set(c, (1 - momentum) * rm0.get(c) + momentum * mean[c]);
+      erv.set(c, (1 - momentum) * rv0.get(c) + momentum * ss / (n - 1));
+    } else {
+      mean[c] = rm0.get(c);
+      invstd[c] = 1 / std::sqrt(rv0.get(c) + eps);
+    }
+    for (int64_t i : idx) {
+      ey.set(i, (x.get(i) - mean[c]) * invstd[c] * (k.affine ? w.get(c) : 1) +
+                    (k.affine ? b.get(c) : 0));
+    }
+  }
+  const double tol = std::max(2e-5, 2 * default_rtol(k.dtype));
+  EXPECT_TRUE(all_close(y, ey, tol, tol));
+  EXPECT_TRUE(all_close(rm, erm, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(rv, erv, 1e-5, 1e-6));
+  if (k.training) {
+    HostTensor esm(DType::Float32, {C}), esi(DType::Float32, {C});
+    for (int64_t c = 0; c < C; ++c) esm.set(c, mean[c]), esi.set(c, invstd[c]);
+    EXPECT_TRUE(all_close(sm, esm, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(si, esi, 1e-5, 1e-6));
+  }
+
+  // Backward with every output wanted, then grad_input alone.
+  HostTensor dy(k.dtype, k.sizes, k.layout), dx(k.dtype, k.sizes, k.layout),
+      edx(DType::Float64, k.sizes), gw(DType::Float32, {C}), gb(DType::Float32, {C}),
+      egw(DType::Float64, {C}), egb(DType::Float64, {C});
+  fill_uniform(dy, -1, 1);
+  TensorDesc dxd = dx.desc(), gwd = gw.desc(), gbd = gb.desc();
+  nk::batch_norm_backward(&dxd, &gwd, &gbd, dy.desc(), x.desc(), k.affine ? &wd : nullptr,
+                          &rmd, &rvd, &smd, &sid, k.training, eps);
+  for (int64_t c = 0; c < C; ++c) {
+    auto idx = channel_elems(k.sizes, c);
+    const double n = double(idx.size()), wc = k.affine ? w.get(c) : 1;
+    double sdy = 0, sdyx = 0;
+    for (int64_t i : idx) {
+      sdy += dy.get(i);
+      sdyx += dy.get(i) * (x.get(i) - mean[c]) * invstd[c];
+    }
+    egb.set(c, sdy);
+    egw.set(c, sdyx);
+    for (int64_t i : idx) {
+      double xhat = (x.get(i) - mean[c]) * invstd[c];
+      edx.set(i, k.training ? wc * invstd[c] * (dy.get(i) - sdy / n - xhat * sdyx / n)
+                            : dy.get(i) * wc * invstd[c]);
+    }
+  }
+  const double gtol = std::max(1e-4, 4 * default_rtol(k.dtype));
+  EXPECT_TRUE(all_close(dx, edx, gtol, gtol));
+  EXPECT_TRUE(all_close(gw, egw, 1e-4, 1e-4));
+  EXPECT_TRUE(all_close(gb, egb, 1e-4, 1e-4));
+
+  HostTensor dx2(k.dtype, k.sizes);
+  TensorDesc dx2d = dx2.desc();
+  nk::batch_norm_backward(&dx2d, nullptr, nullptr, dy.desc(), x.desc(), k.affine ? &wd : nullptr,
+                          &rmd, &rvd, &smd, &sid, k.training, eps);
+  EXPECT_TRUE(all_close(dx2, edx, gtol, gtol));
+}
+
+TEST(BatchNorm, TrainingAndEvalOverLayoutsAndDtypes) {
+  for (bool training : {true, false}) {
+    for (bool affine : {true, false}) {
+      for (DType dt : {DType::Float32, DType::Float64}) {
+        BnCase k;
+        k.training = training, k.affine = affine, k.dtype = dt;
+        k.sizes = {16, 5};  // BatchNorm1d
+        check_bn(k);
+        k.sizes = {4, 6, 7, 9};
+        check_bn(k);
+        k.layout = Layout::Transposed;
+        check_bn(k);
+        k.sizes = {3, 4, 5};
+        check_bn(k);
+      }
+    }
+  }
+}
+
+TEST(BatchNorm, LargeChannelsGoPlaneByPlaneAndHalfUsesFloatStats) {
+  BnCase k;
+  k.sizes = {3, 2, 4, 100, 60};  // 72000 elements per channel: per-plane segments
+  check_bn(k);
+  k.layout = Layout::Transposed;
+  check_bn(k);
+  k.sizes = {5, 3, 8, 8};
+  k.layout = Layout::Contiguous;
+  k.dtype = DType::Float16;
+  check_bn(k);
+  k.dtype = DType::BFloat16;
+  k.training = false;
+  check_bn(k);
+}
+
+TEST(BatchNorm, EmptyBatchLeavesRunningStats) {
+  HostTensor x(DType::Float32, {0, 3, 2, 2}), y(DType::Float32, {0, 3, 2, 2}),
+      rm(DType::Float32, {3}), rv(DType::Float32, {3}), sm(DType::Float32, {3}),
+      si(DType::Float32, {3});
+  fill_uniform(rm, 1, 2);
+  fill_uniform(rv, 1, 2);
+  HostTensor rm0 = rm, rv0 = rv;
+  TensorDesc rmd = rm.desc(), rvd = rv.desc(), smd = sm.desc(), sid = si.desc();
+  nk::batch_norm(y.desc(), &smd, &sid, x.desc(), nullptr, nullptr, &rmd, &rvd, true, 0.1, 1e-5);
+  EXPECT_TRUE(all_close(rm, rm0, 0, 0));
+  EXPECT_TRUE(all_close(rv, rv0, 0, 0));
+  EXPECT_EQ(sm.get(0), 0);
+  EXPECT_TRUE(nk::batch_norm_supports(DType::Float16));
+  EXPECT_FALSE(nk::batch_norm_supports(DType::Int32));
+}
+
+}  // namespace
+}  // namespace ktest

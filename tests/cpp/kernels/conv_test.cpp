@@ -1,0 +1,148 @@
+// conv2d forward and backward against direct convolution loops in double: stride, padding,
+// dilation, groups (incl. depthwise), 1x1 kernels, bias or none, column-major (non-mergeable)
+// operands through the staging paths, 16-bit dtypes, output masks, an empty batch, and a
+// sample large enough for the one-sample-at-a-time path.
+#include <gtest/gtest.h>
+
+#include "kernel_test_util.h"
+#include "npu/kernels/conv.h"
+
+namespace ktest {
+namespace {
+
+namespace nk = npu::kernels;
+
+struct ConvCase {
+  int64_t N, C, H, W, O, KH, KW;
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, groups = 1;
+  bool bias = true;
+  DType dtype = DType::Float32;
+  Layout layout = Layout::Contiguous;  // of input, weight, output and grads
+};
+
+void check_conv(const ConvCase& k) {
+  SCOPED_TRACE(::testing::Message()
+               << "N" << k.N << " C" << k.C << " " << k.H << "x" << k.W << " O" << k.O << " k"
+               << k.KH << "x" << k.KW << " s" << k.sh << "," << k.sw << " p" << k.ph << ","
+               << k.pw << " d" << k.dh << "," << k.dw << " g" << k.groups << " bias " << k.bias
+               << " " << dtype_str(k.dtype) << " layout " << int(k.layout));
+  nk::Conv2dParams p;
+  p.stride[0] = k.sh, p.stride[1] = k.sw, p.padding[0] = k.ph, p.padding[1] = k.pw;
+  p.dilation[0] = k.dh, p.dilation[1] = k.dw, p.groups = k.groups;
+  const int64_t OH = nk::conv_output_size(k.H, k.KH, k.ph, k.sh, k.dh);
+  const int64_t OW = nk::conv_output_size(k.W, k.KW, k.pw, k.sw, k.dw);
+  const int64_t Cg = k.C / k.groups, Og = k.O / k.groups;
+  HostTensor x(k.dtype, {k.N, k.C, k.H, k.W}, k.layout), w(k.dtype, {k.O, Cg, k.KH, k.KW}, k.layout),
+      b(k.dtype, {k.O}), y(k.dtype, {k.N, k.O, OH, OW}, k.layout),
+      ey(DType::Float64, {k.N, k.O, OH, OW});
+  fill_uniform(x, -1, 1);
+  fill_uniform(w, -1, 1);
+  fill_uniform(b, -1, 1);
+  fill_uniform(y, 5, 6);  // overwritten
+  TensorDesc bd = b.desc();
+  nk::conv2d(y.desc(), x.desc(), w.desc(), k.bias ? &bd : nullptr, p);
+
+  auto xi = [&](int64_t n, int64_t c, int64_t h, int64_t ww) {
+    return ((n * k.C + c) * k.H + h) * k.W + ww;
+  };
+  auto wi = [&](int64_t o, int64_t c, int64_t a, int64_t bb) {
+    return ((o * Cg + c) * k.KH + a) * k.KW + bb;
+  };
+  auto yi = [&](int64_t n, int64_t o, int64_t oh, int64_t ow) {
+    return ((n * k.O + o) * OH + oh) * OW + ow;
+  };
+  // Visits every (output, input, weight) triple of the convolution.
+  auto each_tap = [&](auto&& f) {
+    for (int64_t n = 0; n < k.N; ++n)
+      for (int64_t o = 0; o < k.O; ++o)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow)
+            for (int64_t c = 0; c < Cg; ++c)
+              for (int64_t a = 0; a < k.KH; ++a)
+                for (int64_t bb = 0; bb < k.KW; ++bb) {
+                  int64_t h = oh * k.sh - k.ph + a * k.dh, ww = ow * k.sw - k.pw + bb * k.dw;
+                  if (h < 0 || h >= k.H || ww < 0 || ww >= k.W) continue;
+                  f(yi(n, o, oh, ow), xi(n, (o / Og) * Cg + c, h, ww), wi(o, c, a, bb));
+                }
+  };
+  for (int64_t i = 0; i < ey.numel(); ++i) ey.set(i, k.bias ? b.get((i / (OH * OW)) % k.O) : 0.0);
+  each_tap([&](int64_t yo, int64_t xo, int64_t wo) {
+    ey.set(yo, ey.get(yo) + x.get(xo) * w.get(wo));
+  });
+  // Sums of up to C*KH*KW products of values in [-1, 1].
+  const double tol = (k.dtype == DType::Float64 ? 1e-12 : 4 * default_rtol(k.dtype)) *
+                     std::sqrt(double(Cg * k.KH * k.KW) + 1);
+  EXPECT_TRUE(all_close(y, ey, tol, tol));
+
+  HostTensor go(k.dtype, {k.N, k.O, OH, OW}, k.layout), gi(k.dtype, x.sizes, k.layout),
+      gw(k.dtype, w.sizes, k.layout), gb(k.dtype, {k.O}), egi(DType::Float64, x.sizes),
+      egw(DType::Float64, w.sizes), egb(DType::Float64, {k.O});
+  fill_uniform(go, -1, 1);
+  fill_uniform(gi, 5, 6);
+  fill_uniform(gw, 5, 6);
+  TensorDesc gid = gi.desc(), gwd = gw.desc(), gbd = gb.desc();
+  nk::conv2d_backward(&gid, &gwd, &gbd, go.desc(), x.desc(), w.desc(), p);
+  each_tap([&](int64_t yo, int64_t xo, int64_t wo) {
+    egi.set(xo, egi.get(xo) + go.get(yo) * w.get(wo));
+    egw.set(wo, egw.get(wo) + go.get(yo) * x.get(xo));
+  });
+  for (int64_t i = 0; i < go.numel(); ++i) {
+    int64_t o = (i / (OH * OW)) % k.O;
+    egb.set(o, egb.get(o) + go.get(i));
+  }
+  const double wtol = tol * std::sqrt(double(k.N * OH * OW) + 1);
+  EXPECT_TRUE(all_close(gi, egi, tol, tol));
+  EXPECT_TRUE(all_close(gw, egw, wtol, wtol));
+  EXPECT_TRUE(all_close(gb, egb, wtol, wtol));
+
+  // Output mask: grad_input only; the other buffers must stay untouched.
+  HostTensor gi2(k.dtype, x.sizes), gw2(k.dtype, w.sizes);
+  fill_uniform(gw2, 5, 6);
+  HostTensor gw2_before = gw2;
+  TensorDesc gi2d = gi2.desc();
+  nk::conv2d_backward(&gi2d, nullptr, nullptr, go.desc(), x.desc(), w.desc(), p);
+  EXPECT_TRUE(all_close(gi2, egi, tol, tol));
+  EXPECT_TRUE(all_close(gw2, gw2_before, 0, 0));
+}
+
+TEST(Conv2d, StridePaddingDilationGroups) {
+  std::vector<ConvCase> cases = {
+      {2, 3, 7, 8, 4, 3, 3},
+      {2, 3, 7, 8, 4, 3, 3, 2, 2, 1, 1},
+      {1, 4, 9, 9, 6, 3, 2, 2, 1, 2, 0, 2, 3, 2},  // dilation, asymmetric, groups 2
+      {3, 6, 5, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6},  // depthwise
+      {2, 5, 6, 4, 7, 1, 1},                       // pointwise: no im2col
+      {2, 4, 6, 6, 4, 1, 1, 2, 2, 0, 0, 1, 1, 2},  // 1x1 with stride (im2col path)
+      {1, 2, 1, 13, 3, 1, 4, 1, 2, 0, 1},          // conv1d as H = 1
+      {2, 2, 4, 4, 2, 5, 5, 1, 1, 2, 2},           // kernel larger than input, padded
+  };
+  for (ConvCase k : cases) {
+    check_conv(k);
+    k.bias = false;
+    k.layout = Layout::Transposed;  // staged weight, output and grads
+    check_conv(k);
+    k.layout = Layout::Contiguous;
+    k.dtype = DType::Float64;
+    check_conv(k);
+  }
+}
+
+TEST(Conv2d, HalfDtypesLargeSampleAndEmptyBatch) {
+  ConvCase k{2, 3, 6, 6, 4, 3, 3, 1, 1, 1, 1};
+  k.dtype = DType::Float16;
+  check_conv(k);
+  k.dtype = DType::BFloat16;
+  k.groups = 1;
+  check_conv(k);
+  // 2 * 32 * 144 * 1024 flops per sample: one sample at a time, gemm on every thread.
+  check_conv(ConvCase{2, 16, 32, 32, 32, 3, 3, 1, 1, 1, 1});
+  // Empty batch: nothing written forward; zero weight / bias grads.
+  check_conv(ConvCase{0, 3, 5, 5, 2, 3, 3});
+  EXPECT_TRUE(nk::conv2d_supports(DType::Float16, DType::Float32, DType::Float16));
+  EXPECT_FALSE(nk::conv2d_supports(DType::Float64, DType::Float32, DType::Float64));
+  EXPECT_EQ(nk::conv_output_size(7, 3, 1, 2, 1), 4);
+  EXPECT_EQ(nk::conv_output_size(9, 3, 0, 1, 2), 5);
+}
+
+}  // namespace
+}  // namespace ktest
