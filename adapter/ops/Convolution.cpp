@@ -1,13 +1,68 @@
-// aten::convolution sends every backend other than CPU/CUDA/MKLDNN to the *_overrideable hooks.
-// The npu device runs ATen's CPU convolution (oneDNN / im2col + BLAS) as its device kernel, on
-// the stream (HostKernel.h), reported as an ATen host kernel by the op report.
+// Convolution and pooling on the library's conv2d / pooling kernels.
+//
+// aten::convolution sends every backend other than CPU/CUDA/MKLDNN to the *_overrideable hooks
+// registered here. conv1d is conv2d with a height of 1; transposed convolutions, 3-D
+// convolutions, unusual dtypes and invalid parameters run ATen's CPU kernel on the stream
+// (HostKernel.h), which also gives PyTorch's messages.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
 #include "HostKernel.h"
+#include "KernelBridge.h"
 #include "NPUNativeFunctions.h"
+#include "NPUStream.h"
 
 namespace torch_npu::native {
 namespace {
 
 std::vector<int64_t> vec(at::IntArrayRef a) { return a.vec(); }
+
+NPUStream streamOf(const at::Tensor& t) { return getCurrentNPUStream(t.device().index()); }
+
+// The conv2d view of a conv1d / conv2d call; nullopt when the kernels do not cover it.
+struct Conv2d {
+  nk::Conv2dParams p;
+  bool one_d = false;
+};
+
+std::optional<Conv2d> planConv(const at::Tensor& input, const at::Tensor& weight,
+                               at::IntArrayRef stride, at::IntArrayRef padding,
+                               at::IntArrayRef dilation, bool transposed, int64_t groups) {
+  const int64_t spatial = input.dim() - 2;
+  if (transposed || (spatial != 1 && spatial != 2) || weight.dim() != input.dim()) return {};
+  if (!describable(input) || !describable(weight)) return {};
+  if (!nk::conv2d_supports(*toKernelDType(input.scalar_type()),
+                           *toKernelDType(weight.scalar_type()),
+                           *toKernelDType(input.scalar_type()))) {
+    return {};
+  }
+  if (input.scalar_type() != weight.scalar_type() || groups <= 0) return {};
+  if (static_cast<int64_t>(stride.size()) != spatial ||
+      static_cast<int64_t>(padding.size()) != spatial ||
+      static_cast<int64_t>(dilation.size()) != spatial) {
+    return {};
+  }
+  if (input.size(1) != weight.size(1) * groups || weight.size(0) % groups != 0) return {};
+  Conv2d c;
+  c.one_d = spatial == 1;
+  c.p.groups = groups;
+  for (int64_t i = 0; i < spatial; ++i) {
+    const int d = c.one_d ? 1 : static_cast<int>(i);
+    if (stride[i] <= 0 || padding[i] < 0 || dilation[i] <= 0) return {};
+    c.p.stride[d] = stride[i];
+    c.p.padding[d] = padding[i];
+    c.p.dilation[d] = dilation[i];
+  }
+  for (int64_t i = 0; i < spatial; ++i) {
+    const int64_t in = input.size(2 + i) + 2 * padding[i];
+    if (in < dilation[i] * (weight.size(2 + i) - 1) + 1) return {};  // kernel larger than input
+  }
+  return c;
+}
+
+at::Tensor as4d(const at::Tensor& t, bool one_d) { return one_d ? t.unsqueeze(2) : t; }
 
 }  // namespace
 
@@ -16,24 +71,261 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     at::IntArrayRef padding, at::IntArrayRef dilation,
                                     bool transposed, at::IntArrayRef output_padding,
                                     int64_t groups) {
-  return callHostKernel<at::Tensor>(NPU_ATEN_OP("convolution", ""), input, weight, bias,
-                                    vec(stride), vec(padding), vec(dilation), transposed,
-                                    vec(output_padding), groups);
+  const std::optional<Conv2d> plan =
+      planConv(input, weight, stride, padding, dilation, transposed, groups);
+  const bool bias_ok = !bias || !bias->defined() ||
+                       (describable(*bias) && bias->scalar_type() == input.scalar_type());
+  if (!plan || !bias_ok) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("convolution", ""), input, weight, bias,
+                                      vec(stride), vec(padding), vec(dilation), transposed,
+                                      vec(output_padding), groups);
+  }
+  const c10::DeviceGuard guard(input.device());
+  const at::Tensor x = as4d(input, plan->one_d), w = as4d(weight, plan->one_d);
+  const int64_t oh = nk::conv_output_size(x.size(2), w.size(2), plan->p.padding[0],
+                                          plan->p.stride[0], plan->p.dilation[0]);
+  const int64_t ow = nk::conv_output_size(x.size(3), w.size(3), plan->p.padding[1],
+                                          plan->p.stride[1], plan->p.dilation[1]);
+  at::Tensor out = at::empty({x.size(0), w.size(0), oh, ow}, x.options());
+  if (out.numel() > 0) {
+    std::optional<nk::TensorDesc> b;
+    if (bias && bias->defined()) b = describe(*bias);
+    launchTask(streamOf(x), "conv2d",
+               [o = describe(out), i = describe(x), k = describe(w), b, p = plan->p] {
+                 nk::conv2d(o, i, k, b ? &*b : nullptr, p);
+               });
+  }
+  return plan->one_d ? out.squeeze(2) : out;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
     at::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  std::optional<std::vector<int64_t>> bias_sizes;
-  if (output_mask[2]) {
-    bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
+  const std::optional<Conv2d> plan =
+      planConv(input, weight, stride, padding, dilation, transposed, groups);
+  if (!plan || !describable(grad_output) || grad_output.scalar_type() != input.scalar_type()) {
+    std::optional<std::vector<int64_t>> bias_sizes;
+    if (output_mask[2]) {
+      bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
+    }
+    torch::jit::Stack stack;
+    torch::jit::push(stack, grad_output, input, weight, bias_sizes, vec(stride), vec(padding),
+                     vec(dilation), transposed, vec(output_padding), groups, output_mask);
+    runOnHost(NPU_ATEN_OP("convolution_backward", ""), &stack);
+    return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
   }
-  torch::jit::Stack stack;
-  torch::jit::push(stack, grad_output, input, weight, bias_sizes, vec(stride), vec(padding),
-                   vec(dilation), transposed, vec(output_padding), groups, output_mask);
-  runOnHost(NPU_ATEN_OP("convolution_backward", ""), &stack);
-  return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
+  const c10::DeviceGuard guard(input.device());
+  const at::Tensor x = as4d(input, plan->one_d), w = as4d(weight, plan->one_d);
+  const at::Tensor g = as4d(grad_output, plan->one_d);
+  at::Tensor gi, gw, gb;
+  std::optional<nk::TensorDesc> dgi, dgw, dgb;
+  if (output_mask[0]) dgi = describe(gi = at::empty(x.sizes(), x.options()));
+  if (output_mask[1]) dgw = describe(gw = at::empty(w.sizes(), w.options()));
+  if (output_mask[2]) dgb = describe(gb = at::empty({w.size(0)}, w.options()));
+  if (g.numel() == 0 || x.numel() == 0) {  // nothing flows: zero gradients
+    if (gi.defined()) gi.zero_();
+    if (gw.defined()) gw.zero_();
+    if (gb.defined()) gb.zero_();
+  } else {
+    launchTask(streamOf(x), "conv2d_backward",
+               [dgi, dgw, dgb, go = describe(g), i = describe(x), k = describe(w), p = plan->p] {
+                 nk::conv2d_backward(dgi ? &*dgi : nullptr, dgw ? &*dgw : nullptr,
+                                     dgb ? &*dgb : nullptr, go, i, k, p);
+               });
+  }
+  if (plan->one_d) {
+    if (gi.defined()) gi = gi.squeeze(2);
+    if (gw.defined()) gw = gw.squeeze(2);
+  }
+  return {gi, gw, gb};
+}
+
+namespace {
+
+// ---- pooling ----------------------------------------------------------------------------
+
+// Window parameters as PyTorch's frontends give them ([k] or [kh, kw]; an empty stride is the
+// kernel); nullopt for anything the CPU kernel should check and report instead.
+std::optional<nk::Pool2dParams> poolParams(const at::Tensor& self, at::IntArrayRef kernel,
+                                           at::IntArrayRef stride, at::IntArrayRef padding,
+                                           at::IntArrayRef dilation, bool ceil_mode) {
+  if ((self.dim() != 3 && self.dim() != 4) || !describable(self) ||
+      !nk::pooling_supports(*toKernelDType(self.scalar_type()))) {
+    return {};
+  }
+  auto pick = [](at::IntArrayRef a, int i, int64_t dflt) -> std::optional<int64_t> {
+    if (a.empty()) return dflt;
+    if (a.size() == 1) return a[0];
+    if (a.size() == 2) return a[i];
+    return std::nullopt;
+  };
+  nk::Pool2dParams p;
+  p.ceil_mode = ceil_mode;
+  for (int i = 0; i < 2; ++i) {
+    const auto k = pick(kernel, i, -1);
+    if (!k || *k <= 0) return {};
+    const auto s = pick(stride, i, *k);
+    const auto pad = pick(padding, i, 0);
+    const auto d = pick(dilation, i, 1);
+    if (!s || !pad || !d || *s <= 0 || *pad < 0 || *d <= 0 || *pad > *k / 2) return {};
+    p.kernel[i] = *k;
+    p.stride[i] = *s;
+    p.padding[i] = *pad;
+    p.dilation[i] = *d;
+  }
+  return p;
+}
+
+std::vector<int64_t> pooledShape(const at::Tensor& self, const nk::Pool2dParams& p) {
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end() - 2);
+  for (int i = 0; i < 2; ++i) {
+    shape.push_back(nk::pool_output_size(self.size(self.dim() - 2 + i), p.kernel[i],
+                                         p.padding[i], p.stride[i], p.dilation[i], p.ceil_mode));
+  }
+  return shape;
+}
+
+bool positive(const std::vector<int64_t>& shape) {
+  return shape[shape.size() - 1] > 0 && shape[shape.size() - 2] > 0;
+}
+
+std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& self,
+                                                           at::IntArrayRef kernel,
+                                                           at::IntArrayRef stride,
+                                                           at::IntArrayRef padding,
+                                                           at::IntArrayRef dilation,
+                                                           bool ceil_mode) {
+  const auto p = poolParams(self, kernel, stride, padding, dilation, ceil_mode);
+  std::vector<int64_t> shape;
+  if (p) shape = pooledShape(self, *p);
+  if (!p || !positive(shape) || self.numel() == 0) {
+    torch::jit::Stack stack;
+    torch::jit::push(stack, self, vec(kernel), vec(stride), vec(padding), vec(dilation),
+                     ceil_mode);
+    runOnHost(NPU_ATEN_OP("max_pool2d_with_indices", ""), &stack);
+    return {stack[0].toTensor(), stack[1].toTensor()};
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty(shape, self.options());
+  at::Tensor indices = at::empty(shape, self.options().dtype(at::kLong));
+  launchTask(streamOf(self), "max_pool2d",
+             [o = describe(out), x = describe(indices), i = describe(self), p = *p] {
+               nk::max_pool2d(o, x, i, p);
+             });
+  return {out, indices};
+}
+
+at::Tensor max_pool2d_with_indices_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                            at::IntArrayRef kernel, at::IntArrayRef stride,
+                                            at::IntArrayRef padding, at::IntArrayRef dilation,
+                                            bool ceil_mode, const at::Tensor& indices) {
+  const auto p = poolParams(self, kernel, stride, padding, dilation, ceil_mode);
+  if (!p || !describable(grad_output) || grad_output.scalar_type() != self.scalar_type() ||
+      indices.scalar_type() != at::kLong || grad_output.sizes() != indices.sizes()) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("max_pool2d_with_indices_backward", ""),
+                                      grad_output, self, vec(kernel), vec(stride), vec(padding),
+                                      vec(dilation), ceil_mode, indices);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor grad_input = at::empty(self.sizes(), self.options());
+  if (grad_input.numel() == 0) return grad_input;
+  launchTask(streamOf(self), "max_pool2d_backward",
+             [gi = describe(grad_input), go = describe(grad_output), x = describe(indices)] {
+               nk::max_pool2d_backward(gi, go, x);
+             });
+  return grad_input;
+}
+
+at::Tensor avg_pool2d(const at::Tensor& self, at::IntArrayRef kernel, at::IntArrayRef stride,
+                      at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                      std::optional<int64_t> divisor_override) {
+  const auto p = poolParams(self, kernel, stride, padding, {}, ceil_mode);
+  std::vector<int64_t> shape;
+  if (p) shape = pooledShape(self, *p);
+  if (!p || !positive(shape) || self.numel() == 0 ||
+      (divisor_override && *divisor_override <= 0)) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("avg_pool2d", ""), self, vec(kernel),
+                                      vec(stride), vec(padding), ceil_mode, count_include_pad,
+                                      divisor_override);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty(shape, self.options());
+  launchTask(streamOf(self), "avg_pool2d",
+             [o = describe(out), i = describe(self), p = *p, count_include_pad,
+              d = divisor_override.value_or(0)] {
+               nk::avg_pool2d(o, i, p, count_include_pad, d);
+             });
+  return out;
+}
+
+at::Tensor avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                               at::IntArrayRef kernel, at::IntArrayRef stride,
+                               at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                               std::optional<int64_t> divisor_override) {
+  const auto p = poolParams(self, kernel, stride, padding, {}, ceil_mode);
+  if (!p || !describable(grad_output) || grad_output.scalar_type() != self.scalar_type() ||
+      grad_output.sizes() != at::IntArrayRef(pooledShape(self, *p)) ||
+      (divisor_override && *divisor_override <= 0)) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("avg_pool2d_backward", ""), grad_output, self,
+                                      vec(kernel), vec(stride), vec(padding), ceil_mode,
+                                      count_include_pad, divisor_override);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor grad_input = at::empty(self.sizes(), self.options());
+  if (grad_input.numel() == 0) return grad_input;
+  launchTask(streamOf(self), "avg_pool2d_backward",
+             [gi = describe(grad_input), go = describe(grad_output), p = *p, count_include_pad,
+              d = divisor_override.value_or(0)] {
+               nk::avg_pool2d_backward(gi, go, p, count_include_pad, d);
+             });
+  return grad_input;
+}
+
+at::Tensor adaptive_avg_pool2d(const at::Tensor& self, c10::SymIntArrayRef output_size) {
+  const std::vector<int64_t> size = C10_AS_INTARRAYREF_SLOW(output_size).vec();
+  const bool ok = (self.dim() == 3 || self.dim() == 4) && describable(self) &&
+                  nk::pooling_supports(*toKernelDType(self.scalar_type())) && size.size() == 2 &&
+                  size[0] > 0 && size[1] > 0 && self.numel() > 0;
+  if (!ok) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("_adaptive_avg_pool2d", ""), self, size);
+  }
+  const c10::DeviceGuard guard(self.device());
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end() - 2);
+  shape.insert(shape.end(), size.begin(), size.end());
+  at::Tensor out = at::empty(shape, self.options());
+  launchTask(streamOf(self), "adaptive_avg_pool2d", [o = describe(out), i = describe(self)] {
+    nk::adaptive_avg_pool2d(o, i);
+  });
+  return out;
+}
+
+at::Tensor adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  if (!describable(grad_output) || !describable(self) || self.dim() != grad_output.dim() ||
+      grad_output.scalar_type() != self.scalar_type() ||
+      !nk::pooling_supports(*toKernelDType(self.scalar_type()))) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("_adaptive_avg_pool2d_backward", ""),
+                                      grad_output, self);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor grad_input = at::empty(self.sizes(), self.options());
+  if (grad_input.numel() == 0) return grad_input;
+  launchTask(streamOf(self), "adaptive_avg_pool2d_backward",
+             [gi = describe(grad_input), go = describe(grad_output)] {
+               nk::adaptive_avg_pool2d_backward(gi, go);
+             });
+  return grad_input;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));
+  m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
+  m.impl("avg_pool2d", TORCH_FN(avg_pool2d));
+  m.impl("avg_pool2d_backward", TORCH_FN(avg_pool2d_backward));
+  m.impl("_adaptive_avg_pool2d", TORCH_FN(adaptive_avg_pool2d));
+  m.impl("_adaptive_avg_pool2d_backward", TORCH_FN(adaptive_avg_pool2d_backward));
 }
 
 }  // namespace torch_npu::native

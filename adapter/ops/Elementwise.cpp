@@ -680,6 +680,20 @@ at::Tensor& lerp_scalar_(at::Tensor& self, const at::Tensor& end, const at::Scal
   return ew::lerp_tensor_out(self, end, at::native::wrapped_scalar_tensor(weight), self);
 }
 
+
+// isneginf / isposinf (the attention mask check of _safe_softmax): a comparison with -inf/+inf.
+template <bool kPositive>
+at::Tensor& isinf_signed_out(const at::Tensor& self, at::Tensor& out) {
+  if (!at::isFloatingType(self.scalar_type())) {
+    callHostKernel<at::Tensor>(kPositive ? NPU_ATEN_OP("isposinf", "out")
+                                         : NPU_ATEN_OP("isneginf", "out"),
+                               self, out);
+    return out;
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  return ew::eq_scalar_out(self, kPositive ? inf : -inf, out);
+}
+
 }  // namespace ew
 }  // namespace
 
@@ -774,6 +788,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("leaky_relu_backward", TORCH_FN(ew::leaky_relu_backward));
   m.impl("leaky_relu_backward.grad_input", TORCH_FN(ew::leaky_relu_backward_grad_input));
 
+  m.impl("isneginf.out", TORCH_FN(ew::isinf_signed_out<false>));
+  m.impl("isposinf.out", TORCH_FN(ew::isinf_signed_out<true>));
   m.impl("where.self", TORCH_FN(ew::where));
   m.impl("where.self_out", TORCH_FN(ew::where_out));
   m.impl("masked_fill_.Scalar", TORCH_FN(ew::masked_fill_scalar_));

@@ -1,4 +1,4 @@
-// softmax / log_softmax, layer_norm, embedding and the indexing and shape kernels (index_select,
+// softmax / log_softmax, layer_norm, batch_norm, nll_loss, embedding and the indexing and shape kernels (index_select,
 // gather, scatter, index_add, cat, flip, roll, tril/triu, arange, linspace) on the library.
 //
 // Index values are data on the device, so they are checked where the kernel runs: an index out
@@ -558,6 +558,209 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
   return out;
 }
 
+
+// ---- nll_loss (cross_entropy is log_softmax + nll_loss) -----------------------------------
+
+// ATen's shape rules, checked here so the kernel gets only valid layouts; anything else goes
+// to ATen's CPU kernel, which raises PyTorch's message.
+bool nllOk(const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& w,
+           int64_t reduction, bool two_d) {
+  if (!floating(self) || !nk::nll_loss_supports(*toKernelDType(self.scalar_type()))) return false;
+  if (!describable(target) || !at::isIntegralType(target.scalar_type(), false)) return false;
+  if (reduction < 0 || reduction > 2) return false;
+  if (two_d) {
+    if (self.dim() != 4 || target.dim() != 3 || target.size(0) != self.size(0) ||
+        target.size(1) != self.size(2) || target.size(2) != self.size(3)) {
+      return false;
+    }
+  } else {
+    if (self.dim() < 1 || self.dim() > 2 || target.dim() > 1) return false;
+    if (self.dim() == 2 && (target.dim() != 1 || target.size(0) != self.size(0))) return false;
+    if (self.dim() == 1 && target.numel() != 1) return false;
+  }
+  const int64_t classes = self.dim() == 1 ? self.size(0) : self.size(1);
+  if (w && w->defined() &&
+      (!describable(*w) || w->numel() != classes || w->scalar_type() != self.scalar_type())) {
+    return false;
+  }
+  return self.numel() > 0;
+}
+
+std::tuple<at::Tensor, at::Tensor> nllForward(const at::Tensor& self, const at::Tensor& target,
+                                              const std::optional<at::Tensor>& weight,
+                                              int64_t reduction, int64_t ignore_index,
+                                              bool two_d) {
+  if (!nllOk(self, target, weight, reduction, two_d)) {
+    torch::jit::Stack stack;
+    torch::jit::push(stack, self, target, weight, reduction, ignore_index);
+    runOnHost(two_d ? NPU_ATEN_OP("nll_loss2d_forward", "") : NPU_ATEN_OP("nll_loss_forward", ""),
+              &stack);
+    return {stack[0].toTensor(), stack[1].toTensor()};
+  }
+  const c10::DeviceGuard guard(self.device());
+  const bool per_sample = reduction == 0 && self.dim() >= 2;
+  at::Tensor output = per_sample ? at::empty(target.sizes(), self.options())
+                                 : at::empty({}, self.options());
+  at::Tensor total_weight = at::empty({}, self.options());
+  std::optional<nk::TensorDesc> w;
+  if (weight && weight->defined()) w = describe(weight->contiguous());
+  const at::Tensor t = self.dim() == 1 ? target.reshape({}) : target;
+  launchTask(streamOf(self), "nll_loss",
+             [o = describe(output), tw = describe(total_weight), i = describe(self),
+              tg = describe(t), w, reduction, ignore_index] {
+               nk::nll_loss(o, tw, i, tg, w ? &*w : nullptr,
+                            static_cast<nk::LossReduction>(reduction), ignore_index);
+             });
+  return {output, total_weight};
+}
+
+at::Tensor nllBackward(const at::Tensor& grad_output, const at::Tensor& self,
+                       const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                       int64_t reduction, int64_t ignore_index, const at::Tensor& total_weight,
+                       bool two_d) {
+  if (!nllOk(self, target, weight, reduction, two_d) || !floating(grad_output) ||
+      !describable(total_weight)) {
+    return callHostKernel<at::Tensor>(
+        two_d ? NPU_ATEN_OP("nll_loss2d_backward", "") : NPU_ATEN_OP("nll_loss_backward", ""),
+        grad_output, self, target, weight, reduction, ignore_index, total_weight);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor grad_input = at::empty(self.sizes(), self.options());
+  std::optional<nk::TensorDesc> w;
+  if (weight && weight->defined()) w = describe(weight->contiguous());
+  const at::Tensor t = self.dim() == 1 ? target.reshape({}) : target;
+  launchTask(streamOf(self), "nll_loss_backward",
+             [gi = describe(grad_input), go = describe(grad_output), tg = describe(t), w,
+              reduction, ignore_index, tw = describe(total_weight)] {
+               nk::nll_loss_backward(gi, go, tg, w ? &*w : nullptr,
+                                     static_cast<nk::LossReduction>(reduction), ignore_index, tw);
+             });
+  return grad_input;
+}
+
+std::tuple<at::Tensor, at::Tensor> nll_loss_forward(const at::Tensor& self,
+                                                    const at::Tensor& target,
+                                                    const std::optional<at::Tensor>& weight,
+                                                    int64_t reduction, c10::SymInt ignore_index) {
+  return nllForward(self, target, weight, reduction, ignore_index.expect_int(), false);
+}
+std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward(const at::Tensor& self,
+                                                      const at::Tensor& target,
+                                                      const std::optional<at::Tensor>& weight,
+                                                      int64_t reduction,
+                                                      c10::SymInt ignore_index) {
+  return nllForward(self, target, weight, reduction, ignore_index.expect_int(), true);
+}
+at::Tensor nll_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                             const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                             int64_t reduction, c10::SymInt ignore_index,
+                             const at::Tensor& total_weight) {
+  return nllBackward(grad_output, self, target, weight, reduction, ignore_index.expect_int(),
+                     total_weight, false);
+}
+at::Tensor nll_loss2d_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                               const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                               int64_t reduction, c10::SymInt ignore_index,
+                               const at::Tensor& total_weight) {
+  return nllBackward(grad_output, self, target, weight, reduction, ignore_index.expect_int(),
+                     total_weight, true);
+}
+
+// ---- batch norm -------------------------------------------------------------------------
+
+bool bnParamOk(const std::optional<at::Tensor>& p, const at::Tensor& input) {
+  return !p || !p->defined() ||
+         (describable(*p) && p->scalar_type() == input.scalar_type() && p->dim() == 1 &&
+          p->numel() == input.size(1));
+}
+
+std::optional<nk::TensorDesc> optDesc(const std::optional<at::Tensor>& p) {
+  if (!p || !p->defined()) return std::nullopt;
+  return describe(*p);
+}
+
+const nk::TensorDesc* ptr(const std::optional<nk::TensorDesc>& d) { return d ? &*d : nullptr; }
+
+bool bnOk(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+          const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
+          const std::optional<at::Tensor>& running_var, bool training) {
+  if (!floating(input) || input.dim() < 2 || input.numel() == 0 ||
+      (input.scalar_type() != at::kFloat && input.scalar_type() != at::kDouble)) {
+    return false;  // 16-bit inputs keep float statistics in ATen: its kernel does those
+  }
+  const bool has_stats = running_mean && running_mean->defined() && running_var &&
+                         running_var->defined();
+  if (!training && !has_stats) return false;
+  return bnParamOk(weight, input) && bnParamOk(bias, input) && bnParamOk(running_mean, input) &&
+         bnParamOk(running_var, input);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
+    const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+  if (!bnOk(input, weight, bias, running_mean, running_var, training)) {
+    torch::jit::Stack stack;
+    torch::jit::push(stack, input, weight, bias, running_mean, running_var, training, momentum,
+                     eps);
+    runOnHost(NPU_ATEN_OP("native_batch_norm", ""), &stack);
+    return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
+  }
+  const c10::DeviceGuard guard(input.device());
+  const int64_t c = input.size(1);
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  // As ATen's CPU kernel: the saved statistics are empty in eval mode.
+  at::Tensor save_mean = at::empty({training ? c : 0}, input.options());
+  at::Tensor save_invstd = at::empty({training ? c : 0}, input.options());
+  std::optional<nk::TensorDesc> sm, si;
+  if (training) {
+    sm = describe(save_mean);
+    si = describe(save_invstd);
+  }
+  launchTask(streamOf(input), "batch_norm",
+             [o = describe(out), sm, si, i = describe(input), w = optDesc(weight),
+              b = optDesc(bias), rm = optDesc(running_mean), rv = optDesc(running_var), training,
+              momentum, eps] {
+               nk::batch_norm(o, ptr(sm), ptr(si), i, ptr(w), ptr(b), ptr(rm), ptr(rv), training,
+                              momentum, eps);
+             });
+  return {out, save_mean, save_invstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd,
+    bool train, double eps, std::array<bool, 3> output_mask) {
+  const bool saved_ok = !train || (save_mean && save_mean->defined() && save_invstd &&
+                                   save_invstd->defined() && bnParamOk(save_mean, input) &&
+                                   bnParamOk(save_invstd, input));
+  if (!bnOk(input, weight, std::nullopt, running_mean, running_var, train) || !saved_ok ||
+      !describable(grad_out) || grad_out.sizes() != input.sizes() ||
+      grad_out.scalar_type() != input.scalar_type()) {
+    torch::jit::Stack stack;
+    torch::jit::push(stack, grad_out, input, weight, running_mean, running_var, save_mean,
+                     save_invstd, train, eps, output_mask);
+    runOnHost(NPU_ATEN_OP("native_batch_norm_backward", ""), &stack);
+    return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
+  }
+  const c10::DeviceGuard guard(input.device());
+  const int64_t c = input.size(1);
+  at::Tensor gi, gw, gb;
+  std::optional<nk::TensorDesc> dgi, dgw, dgb;
+  if (output_mask[0]) dgi = describe(gi = at::empty(input.sizes(), input.options()));
+  if (output_mask[1]) dgw = describe(gw = at::empty({c}, input.options()));
+  if (output_mask[2]) dgb = describe(gb = at::empty({c}, input.options()));
+  launchTask(streamOf(input), "batch_norm_backward",
+             [dgi, dgw, dgb, go = describe(grad_out), i = describe(input), w = optDesc(weight),
+              rm = optDesc(running_mean), rv = optDesc(running_var), sm = optDesc(save_mean),
+              si = optDesc(save_invstd), train, eps] {
+               nk::batch_norm_backward(ptr(dgi), ptr(dgw), ptr(dgb), go, i, ptr(w), ptr(rm),
+                                       ptr(rv), ptr(sm), ptr(si), train, eps);
+             });
+  return {gi, gw, gb};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -569,6 +772,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_log_softmax_backward_data", TORCH_FN(softmax_backward<true>));
   m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
   m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
+  m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
+  m.impl("native_batch_norm_backward", TORCH_FN(native_batch_norm_backward));
+  m.impl("nll_loss_forward", TORCH_FN(nll_loss_forward));
+  m.impl("nll_loss_backward", TORCH_FN(nll_loss_backward));
+  m.impl("nll_loss2d_forward", TORCH_FN(nll_loss2d_forward));
+  m.impl("nll_loss2d_backward", TORCH_FN(nll_loss2d_backward));
   m.impl("index_select", TORCH_FN(index_select));
   m.impl("index_select.out", TORCH_FN(index_select_out));
   m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));

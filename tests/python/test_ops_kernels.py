@@ -241,3 +241,42 @@ def test_index_out_of_range_is_reported_at_synchronize():
         torch.npu.synchronize()
     close(x + 1, torch.full((4, 3), 2.0))                     # the device is still usable
     del y
+
+
+def test_foreach_ops_match_the_per_tensor_loop():
+    shapes = [(3, 4), (5,), (2, 2, 2), (0, 3)]
+    a = [make(s, torch.float32, seed=i) for i, s in enumerate(shapes)]
+    b = [make(s, torch.float32, seed=10 + i) for i, s in enumerate(shapes)]
+    c = [make(s, torch.float32, seed=20 + i, low=0.5, high=2) for i, s in enumerate(shapes)]
+    x, y, z = ([t.npu() for t in l] for l in (a, b, c))
+    with NoHost():
+        torch._foreach_mul_(x, 0.9)
+        torch._foreach_add_(x, y, alpha=-0.1)
+        torch._foreach_addcmul_(x, y, z, value=0.5)
+        torch._foreach_addcdiv_(x, y, z, [0.1, 0.2, 0.3, 0.4])
+        torch._foreach_lerp_(x, y, 0.25)
+        torch._foreach_div_(x, [2.0, 3.0, 4.0, 5.0])
+        r = torch._foreach_sqrt(z)
+        torch._foreach_add_(x, 1e-3)
+    for t in a:
+        t.mul_(0.9)
+    for t, u in zip(a, b):
+        t.add_(u, alpha=-0.1)
+    for t, u, v in zip(a, b, c):
+        t.addcmul_(u, v, value=0.5)
+    for t, u, v, s in zip(a, b, c, [0.1, 0.2, 0.3, 0.4]):
+        t.addcdiv_(u, v, value=s)
+    for t, u in zip(a, b):
+        t.lerp_(u, 0.25)
+    for t, s in zip(a, [2.0, 3.0, 4.0, 5.0]):
+        t.div_(s)
+    for t in a:
+        t.add_(1e-3)
+    for got, want in zip(x, a):
+        close(got, want)
+    for got, want in zip(r, [t.sqrt() for t in c]):
+        close(got, want)
+    # A list the fast path does not take (mixed dtypes) still works through the per-tensor loop.
+    mixed = [torch.ones(2, device="npu"), torch.ones(2, dtype=torch.float64, device="npu")]
+    torch._foreach_mul_(mixed, 3.0)
+    assert [t.cpu().tolist() for t in mixed] == [[3.0, 3.0], [3.0, 3.0]]
