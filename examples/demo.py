@@ -45,9 +45,11 @@ def main() -> None:
     print(f"{torch.npu.device_count()} devices; device 0: {torch.npu.get_device_properties(0)}")
 
     section("A short training loop: MLP, SGD with momentum, 20 steps")
+    before = torch_npu._C._npu_pathTotals()
     t0 = time.perf_counter()
     npu_losses = train("npu")
     t_npu = time.perf_counter() - t0
+    after = torch_npu._C._npu_pathTotals()
     cpu_losses = train("cpu")
     for step in (0, 9, 19):
         print(f"step {step:2d}: loss npu {npu_losses[step]:.6f}   cpu {cpu_losses[step]:.6f}")
@@ -55,6 +57,9 @@ def main() -> None:
     print(f"largest relative difference npu vs cpu: {worst:.2e} ({t_npu:.2f} s on npu)")
     print(f"memory allocated on npu:0 after training: {torch.npu.memory_allocated(0)} bytes, "
           f"reserved {torch.npu.memory_reserved(0)} bytes")
+    host, sync, fallback = (a - b for a, b in zip(after, before))
+    print(f"ops that left the kernel library: {host} ATen host kernels, {sync} synchronizing, "
+          f"{fallback} CPU fallbacks (python -m torch_npu.utils.op_report lists them per op)")
     if worst > 1e-4:
         sys.exit("demo: npu and cpu losses disagree")
 
