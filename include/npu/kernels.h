@@ -22,7 +22,9 @@
  *  - Outputs may alias inputs exactly (in-place ops) for elementwise kernels; other partial
  *    overlaps are the caller's problem, as in PyTorch.
  *  - Kernels trust their inputs: the adapter validates arguments and raises Python errors.
- *    A broken internal invariant throws std::logic_error saying it is a bug.
+ *    A broken internal invariant throws std::logic_error saying it is a bug. The one
+ *    data-dependent user error a kernel reports itself is an out-of-range class target in
+ *    nll_loss (std::out_of_range, ATen's message), since only the kernel reads the targets.
  *
  * Entry points (namespace npu::kernels; each family's header documents its ops):
  *   copy(dst, src)                          any dtype -> any dtype, strided -> strided
@@ -43,10 +45,10 @@
  *   batch_norm(...), batch_norm_backward(...)          [N, C, *], training or eval
  *   max_pool2d, avg_pool2d, adaptive_avg_pool2d (+ _backward), pool_output_size
  *   conv2d(...), conv2d_backward(...)      im2col + gemm; conv1d = conv2d with H = 1
+ *   sort(values, indices, in, dim, descending), topk(values, indices, in, k, dim, largest)
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
  * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
- *   batch_norm.h, pooling.h, conv.h,
- *   thread_pool.h.
+ *   batch_norm.h, pooling.h, conv.h, sort.h, thread_pool.h.
  *
  * Example (torch.add(x, y, alpha=2) with x: float32 [4, 5], y: float16 [5] broadcast):
  *   TensorDesc out = TensorDesc::make(o, DType::Float32, {4, 5});
@@ -65,5 +67,6 @@
 #include "npu/kernels/normalization.h"
 #include "npu/kernels/pooling.h"
 #include "npu/kernels/reduce.h"
+#include "npu/kernels/sort.h"
 #include "npu/kernels/tensor_desc.h"
 #include "npu/kernels/thread_pool.h"
