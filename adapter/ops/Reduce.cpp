@@ -386,6 +386,37 @@ bool scan(nk::ScanOp op, const at::Tensor& self, int64_t dim, at::ScalarType out
 NPU_SCAN(cumsum, Cumsum)
 NPU_SCAN(cumprod, Cumprod)
 
+// cummax / cummin (through their helpers, which get values / indices already sized) and
+// logcumsumexp.
+template <nk::ScanOp kOp>
+void cum_minmax_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indices,
+                       int64_t dim) {
+  const bool ok = fastInput(self) && self.dim() > 0 && describable(values) &&
+                  values.scalar_type() == self.scalar_type() && indices.scalar_type() == at::kLong &&
+                  values.sizes() == self.sizes() && indices.sizes() == self.sizes() &&
+                  nk::scan_supports(kOp, *toKernelDType(self.scalar_type()));
+  if (!ok) {
+    callHostKernel<void>(kOp == nk::ScanOp::Cummax ? NPU_ATEN_OP("_cummax_helper", "")
+                                                   : NPU_ATEN_OP("_cummin_helper", ""),
+                         self, values, indices, dim);
+    return;
+  }
+  const c10::DeviceGuard guard(self.device());
+  const int d = static_cast<int>(at::maybe_wrap_dim(dim, self.dim()));
+  launchTask(getCurrentNPUStream(self.device().index()), "cummax",
+             [o = describe(values), x = describe(indices), i = describe(self), d,
+              c = *toKernelDType(self.scalar_type())] { nk::scan(kOp, o, &x, i, d, c); });
+}
+
+at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
+  at::Tensor out;
+  if (self.dim() > 0 && at::isFloatingType(self.scalar_type()) &&
+      scan(nk::ScanOp::LogCumSumExp, self, dim, self.scalar_type(), out, "logcumsumexp")) {
+    return out;
+  }
+  return callHostKernel<at::Tensor>(NPU_ATEN_OP("_logcumsumexp", ""), self, dim);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -426,6 +457,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("cumsum.out", TORCH_FN(cumsum_out));
   m.impl("cumprod", TORCH_FN(cumprod));
   m.impl("cumprod.out", TORCH_FN(cumprod_out));
+  m.impl("_cummax_helper", TORCH_FN(cum_minmax_helper<nk::ScanOp::Cummax>));
+  m.impl("_cummin_helper", TORCH_FN(cum_minmax_helper<nk::ScanOp::Cummin>));
+  m.impl("_logcumsumexp", TORCH_FN(logcumsumexp));
 }
 
 }  // namespace torch_npu::native

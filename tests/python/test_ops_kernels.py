@@ -280,3 +280,31 @@ def test_foreach_ops_match_the_per_tensor_loop():
     mixed = [torch.ones(2, device="npu"), torch.ones(2, dtype=torch.float64, device="npu")]
     torch._foreach_mul_(mixed, 3.0)
     assert [t.cpu().tolist() for t in mixed] == [[3.0, 3.0], [3.0, 3.0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64,
+                                   torch.float16], ids=str)
+def test_sort_argsort_topk(dtype):
+    a = make((6, 9), dtype)
+    if dtype.is_floating_point:
+        a[1, 3] = float("nan")          # NaN sorts as the largest, as on the CPU
+    x = a.npu()
+    with NoHost():
+        got = [torch.sort(x, 1), torch.sort(x, 0, descending=True), torch.argsort(x, 1),
+               torch.topk(x, 3, 1), torch.topk(x, 2, 0, largest=False)]
+    want = [torch.sort(a, stable=True, dim=1), torch.sort(a, stable=True, dim=0, descending=True),
+            torch.argsort(a, dim=1, stable=True), torch.topk(a, 3, 1),
+            torch.topk(a, 2, 0, largest=False)]
+    for g, w in zip(got[:3], want[:3]):   # sort is stable: indices are exact
+        if isinstance(w, torch.Tensor):
+            close(g, w)
+        else:
+            close(g[0], w[0])
+            close(g[1], w[1])
+    # topk leaves the order of equal values open (integers tie here): the values must match
+    # and the indices must point at them.
+    for (gv, gi), (wv, _), dim in zip(got[3:], want[3:], (1, 0)):
+        close(gv, wv)
+        assert torch.equal(a.gather(dim, gi.cpu()), gv.cpu()) or dtype.is_floating_point
+        if dtype.is_floating_point:
+            torch.testing.assert_close(a.gather(dim, gi.cpu()), gv.cpu(), equal_nan=True)
