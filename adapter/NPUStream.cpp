@@ -1,5 +1,7 @@
 #include "NPUStream.h"
 
+#include <immintrin.h>
+
 #include <array>
 #include <atomic>
 #include <memory>
@@ -130,6 +132,60 @@ NPUStream setCurrentNPUStream(NPUStream stream) {
 }
 
 namespace detail {
+namespace {
+
+// The pool of task body blocks: a free list under a spin lock (held for a few instructions; a
+// mutex could sleep, which is what we are avoiding). Bodies larger than a block use new.
+constexpr std::size_t kBodyBlock = 1024;
+constexpr std::size_t kMaxPooledBlocks = 4096;
+struct FreeBlock {
+  FreeBlock* next;
+};
+std::atomic_flag g_pool_lock = ATOMIC_FLAG_INIT;
+FreeBlock* g_pool = nullptr;
+std::size_t g_pooled = 0;
+
+struct PoolLock {
+  PoolLock() {
+    while (g_pool_lock.test_and_set(std::memory_order_acquire)) {
+      _mm_pause();
+    }
+  }
+  ~PoolLock() { g_pool_lock.clear(std::memory_order_release); }
+};
+
+}  // namespace
+
+void* TaskBody::operator new(std::size_t size) {
+  if (size > kBodyBlock) return ::operator new(size);
+  {
+    const PoolLock lock;
+    if (FreeBlock* block = g_pool) {
+      g_pool = block->next;
+      --g_pooled;
+      return block;
+    }
+  }
+  return ::operator new(kBodyBlock);
+}
+
+void TaskBody::operator delete(void* p, std::size_t size) {
+  if (size > kBodyBlock) {
+    ::operator delete(p);
+    return;
+  }
+  {
+    const PoolLock lock;
+    if (g_pooled < kMaxPooledBlocks) {
+      auto* block = static_cast<FreeBlock*>(p);
+      block->next = g_pool;
+      g_pool = block;
+      ++g_pooled;
+      return;
+    }
+  }
+  ::operator delete(p);
+}
 
 void launchBody(const NPUStream& stream, const char* name, TaskBody* body) {
   const npuError_t error = npuLaunchTask(stream.handle(), name, &runTask, body);

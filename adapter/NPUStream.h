@@ -13,6 +13,7 @@
 
 #include <c10/core/Stream.h>
 
+#include <cstddef>
 #include <functional>
 #include <type_traits>
 #include <utility>
@@ -59,6 +60,11 @@ namespace detail {
 struct TaskBody {
   virtual ~TaskBody() = default;
   virtual void run() = 0;
+  // Bodies are allocated by the launching thread and freed by the stream's worker; through
+  // malloc that is a cross-thread free, which contends on the allocator's arena lock at every
+  // launch. A small recycled pool of fixed-size blocks avoids it (NPUStream.cpp).
+  static void* operator new(std::size_t size);
+  static void operator delete(void* p, std::size_t size);
 };
 template <class F>
 struct TaskBodyOf final : TaskBody {

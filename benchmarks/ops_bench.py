@@ -57,7 +57,9 @@ def bench_add_16m(device):
     return (lambda: torch.add(a, b)), 1
 
 
-def bench_train_step(kind):
+def bench_train_step(kind, steps=20):
+    """Per-step time of a run of `steps` training steps (synchronized at the end), so the
+    host's launches overlap the device's work as in a real training loop."""
     def make(device):
         torch.manual_seed(0)
         model = models.make_model(kind).to(device)
@@ -71,7 +73,11 @@ def bench_train_step(kind):
             loss.backward()
             opt.step()
         step()  # first step allocates optimizer state
-        return step, 1
+
+        def run():
+            for _ in range(steps):
+                step()
+        return run, steps
     return make
 
 
