@@ -29,6 +29,7 @@ test-python: setup
 
 bench: setup $(CPP_BUILD)/build.ninja
 	.venv/bin/ninja -C $(CPP_BUILD) -j $(JOBS)
+	$(PY) benchmarks/ops_bench.py
 	for b in $(CPP_BUILD)/benchmarks/*_bench; do $$b --benchmark_repetitions=5 \
 	  --benchmark_report_aggregates_only=true; done
 

@@ -78,8 +78,12 @@ def run_op(op, samples):
         return "skip", "no float32 samples", False
     checked = 0
     for s in inputs:
-        # Attention with dropout draws its mask from the device's generator: compare shapes.
-        sample_random = random or any(k.startswith("dropout") and v for k, v in s.kwargs.items())
+        # Attention with dropout (or training=True) draws its mask from the device's generator:
+        # compare shapes and dtypes only.
+        sample_random = random or any(
+            (k.startswith("dropout") or k == "training") and v is True or
+            (k.startswith("dropout") and isinstance(v, float) and v > 0)
+            for k, v in s.kwargs.items())
         try:
             torch.manual_seed(0)
             want = tree_map(to_cpu, op(s.input, *s.args, **s.kwargs))
