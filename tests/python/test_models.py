@@ -1,6 +1,7 @@
 """Issue 4's proof: an MLP, a small CNN and a GPT-style decoder (tests/python/models.py) train
 20 steps on npu with the CPU fallback forbidden, with SGD (momentum) and AdamW (the default
-foreach path), and their losses match the same model trained on the CPU."""
+foreach path), every op on the kernel library (no ATen host kernel either), and their losses
+match the same model trained on the CPU."""
 
 import pytest
 
@@ -21,12 +22,16 @@ sys.path.insert(0, {str(models.__file__.rsplit('/', 1)[0])!r})
 import torch, torch_npu, models
 cpu = models.train({kind!r}, "cpu", {optimizer!r})
 npu = models.train({kind!r}, "npu", {optimizer!r})
-print(json.dumps({{"cpu": cpu, "npu": npu, "fallback": torch_npu._C._fallback_ops()}}))
+print(json.dumps({{"cpu": cpu, "npu": npu, "fallback": torch_npu._C._fallback_ops(),
+                  "host": torch_npu._C._host_kernel_ops(),
+                  "host_sync": torch_npu._C._host_kernel_ops(synchronizing=True)}}))
 """, env={"TORCH_NPU_FALLBACK_CPU_DISABLE": "1"}, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     import json
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["fallback"] == {}
+    # Every op of these models is a kernel of the library: none runs ATen's CPU kernel.
+    assert out["host"] == {} and out["host_sync"] == {}, (out["host"], out["host_sync"])
     cpu, npu = out["cpu"], out["npu"]
     assert len(cpu) == len(npu) == 20
     for step, (c, n) in enumerate(zip(cpu, npu)):
