@@ -106,6 +106,22 @@ def _register_backend() -> None:
 _register_backend()
 
 import torch_npu.npu as npu  # noqa: E402
+
+
+def _drain_devices_at_exit() -> None:
+    """Waits for queued npu work before the interpreter shuts down, so no stream worker still
+    holds (and then releases) tensors of a program whose Python runtime is being torn down."""
+    try:
+        if npu.is_initialized() and not torch_npu._C._npu_isInBadFork():
+            for device in range(npu.device_count()):
+                npu.synchronize(device)
+    except Exception:  # noqa: BLE001  (a failed task was the program's to report, not exit's)
+        pass
+
+
+import atexit as _atexit  # noqa: E402
+
+_atexit.register(_drain_devices_at_exit)
 import torch_npu.profiler as profiler  # noqa: E402
 from torch_npu.profiler import _profiling_mode  # noqa: E402
 
