@@ -43,26 +43,29 @@ bool isGeneratorType(const c10::TypePtr& type) {
   return false;
 }
 
-c10::DeviceIndex firstNPUDevice(const torch::jit::Stack& stack, size_t begin) {
-  for (size_t i = begin; i < stack.size(); ++i) {
-    const c10::IValue& value = stack[i];
-    if (value.isTensor() && value.toTensor().is_privateuseone()) {
-      return value.toTensor().device().index();
-    }
-    if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorList().vec()) {
-        if (t.is_privateuseone()) return t.device().index();
+}  // namespace
+
+c10::DeviceIndex npuDeviceOf(const torch::jit::Stack& stack, size_t begin) {
+  c10::DeviceIndex found = -1;
+  auto visit = [&](const at::Tensor& t) {
+    if (found < 0 && t.defined() && t.is_privateuseone()) found = t.device().index();
+  };
+  for (size_t i = begin; i < stack.size() && found < 0; ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      visit(v.toTensor());
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) visit(e.toTensor());
       }
+    } else if (v.isDevice() && v.toDevice().is_privateuseone()) {  // a factory's device=
+      found = v.toDevice().has_index()
+                  ? v.toDevice().index()
+                  : c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
     }
   }
-  return -1;
+  return found;
 }
-
-// A CPU kernel cannot take an npu generator, and without one it would use the CPU's default
-// generator (not seeded by torch.npu.manual_seed). Each Generator argument becomes a CPU
-// generator seeded from the npu generator (or the device's default one), as the native RNG
-// kernels do.
-}  // namespace
 
 void replaceNPUGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
   const auto& arguments = schema.arguments();
@@ -71,7 +74,7 @@ void replaceNPUGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* 
     if (!isGeneratorType(arguments[i].type())) continue;
     c10::IValue& value = (*stack)[begin + i];
     std::optional<at::Generator> generator;
-    c10::DeviceIndex device = firstNPUDevice(*stack, begin);
+    c10::DeviceIndex device = npuDeviceOf(*stack, begin);
     if (value.isGenerator()) {
       generator = value.toGenerator();
       if (generator->device().type() != c10::DeviceType::PrivateUse1) continue;

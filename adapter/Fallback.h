@@ -19,6 +19,10 @@ int64_t fallbackTotal();  // the sum of fallbackCounts(), without the lock
 // op; TORCH_NPU_FALLBACK_CPU_DISABLE=1 turns it into an error).
 void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// The npu device of the first npu tensor (or tensor list element, or npu Device argument, the
+// current device when it has no index) among stack[begin:]; -1 when there is none.
+c10::DeviceIndex npuDeviceOf(const torch::jit::Stack& stack, size_t begin);
+
 // Replaces each Generator argument (npu, or none: the device's default) by a CPU generator
 // seeded from it, so a CPU kernel draws reproducible numbers from the npu generator's stream.
 void replaceNPUGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* stack);

@@ -19,8 +19,6 @@ namespace {
 
 std::vector<int64_t> vec(at::IntArrayRef a) { return a.vec(); }
 
-NPUStream streamOf(const at::Tensor& t) { return getCurrentNPUStream(t.device().index()); }
-
 // The conv2d view of a conv1d / conv2d call; nullopt when the kernels do not cover it.
 struct Conv2d {
   nk::Conv2dParams p;

@@ -43,27 +43,6 @@ bool mayDependOnData(const c10::OperatorHandle& op) {
   return names.count(op.schema().name()) > 0;
 }
 
-c10::DeviceIndex npuDeviceOf(const torch::jit::Stack& stack, size_t begin) {
-  c10::DeviceIndex found = -1;
-  auto visit = [&](const at::Tensor& t) {
-    if (found < 0 && t.defined() && t.is_privateuseone()) found = t.device().index();
-  };
-  for (size_t i = begin; i < stack.size() && found < 0; ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      visit(v.toTensor());
-    } else if (v.isList()) {
-      for (const c10::IValue& e : v.toListRef()) {
-        if (e.isTensor()) visit(e.toTensor());
-      }
-    } else if (v.isDevice() && v.toDevice().is_privateuseone()) {
-      found = v.toDevice().has_index() ? v.toDevice().index() : -1;
-      if (found < 0) found = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
-    }
-  }
-  return found;
-}
-
 // Applies `f` to every npu tensor in `value` and `device` to every npu Device; lists are
 // rebuilt with the same element type.
 template <class TensorFn>

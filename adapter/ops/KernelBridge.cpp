@@ -96,8 +96,6 @@ Operand iterOperand(const at::TensorIteratorBase& iter, int arg) {
   return op;
 }
 
-void launchKernel(const char* name, std::function<void()> fn) {
-  launchTask(getCurrentNPUStream(), name, std::move(fn));
-}
+NPUStream streamOf(const at::Tensor& t) { return getCurrentNPUStream(t.device().index()); }
 
 }  // namespace torch_npu::native

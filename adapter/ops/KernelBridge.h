@@ -2,7 +2,7 @@
 // mapping, descriptors, operands of a built TensorIterator, and the launch on the stream.
 //
 // The kernels are synchronous C++ on raw pointers; an npu kernel is one of them queued on the
-// current stream (launchKernel) with descriptors captured by value at launch time. As with
+// current stream of its tensors (streamOf) with descriptors captured by value at launch time. As with
 // CUDA, the host returns at once, and memory freed on the host is only reused by work queued
 // later on the same stream, so the descriptors stay valid until the kernel has run.
 #pragma once
@@ -10,9 +10,9 @@
 #include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
 
-#include <functional>
 #include <optional>
 
+#include "NPUStream.h"
 #include "TaskTensor.h"
 #include "npu/kernels.h"
 
@@ -71,8 +71,7 @@ class HostArg {
   at::Tensor keep_;
 };
 
-// Queues fn on the current stream of the current device; `name` is the kernel's name in
-// errors and traces (a string literal).
-void launchKernel(const char* name, std::function<void()> fn);
+// The current stream of `t`'s device: where a kernel on `t` is queued.
+NPUStream streamOf(const at::Tensor& t);
 
 }  // namespace torch_npu::native

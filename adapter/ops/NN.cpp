@@ -18,8 +18,6 @@
 namespace torch_npu::native {
 namespace {
 
-NPUStream streamOf(const at::Tensor& t) { return getCurrentNPUStream(t.device().index()); }
-
 bool floating(const at::Tensor& t) { return at::isFloatingType(t.scalar_type()) && describable(t); }
 
 bool indexDType(const at::Tensor& t) {
