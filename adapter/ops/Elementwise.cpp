@@ -6,6 +6,7 @@
 // library does not cover (complex dtypes, integer division by a tensor that may hold zeros, ...)
 // runs ATen's CPU kernel on the stream instead, with the same results and errors.
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/addcdiv.h>
 #include <ATen/ops/addcmul.h>
@@ -226,26 +227,32 @@ std::pair<nk::Scalar, nk::Scalar> clampBounds(const std::optional<at::Scalar>& m
   return {lo, hi};
 }
 
+// A float bound on an integer tensor promotes (clamp(int_tensor, 0.5) is float): the bound that
+// is floating decides the dtype; ATen's kernel computes those.
+bool promotingBounds(const at::Tensor& self, const std::optional<at::Scalar>& min,
+                     const std::optional<at::Scalar>& max) {
+  const bool float_bounds = (min && min->isFloatingPoint()) || (max && max->isFloatingPoint());
+  return float_bounds && !at::isFloatingType(self.scalar_type());
+}
+
 at::Tensor& clamp_out(const at::Tensor& self, const std::optional<at::Scalar>& min,
                       const std::optional<at::Scalar>& max, at::Tensor& out) {
   TORCH_CHECK(min.has_value() || max.has_value(),
               "torch.clamp: At least one of 'min' or 'max' must not be None");
-  const bool float_bounds = (min && min->isFloatingPoint()) || (max && max->isFloatingPoint());
-  const auto [lo, hi] = clampBounds(min, max);
   auto host = [min, max](at::Tensor& o, const at::Tensor& i) { at::clamp_out(o, i, min, max); };
-  // A float bound on an integer tensor promotes (clamp(int_tensor, 0.5) is float): ATen's.
-  if (float_bounds && !at::isFloatingType(self.scalar_type())) {
+  if (promotingBounds(self, min, max)) {
     const c10::DeviceGuard guard(self.device());
-    at::Tensor result = out.defined() ? out : at::empty({0}, self.options().dtype(
-                                                             at::result_type(self, min ? *min : *max)));
+    // Sized here: the CPU kernel cannot resize a host alias of device memory.
+    at::native::resize_output(out, self.sizes());
     countHostKernelCall("clamp");
     launchTask(getCurrentNPUStream(deviceOf(self)), "clamp",
-               [o = HostArg(result), i = HostArg(self), host] {
+               [o = HostArg(out), i = HostArg(self), host] {
                  at::Tensor r = o.get();
                  host(r, i.get());
                });
     return out;
   }
+  const auto [lo, hi] = clampBounds(min, max);
   unary(UOp::Clamp, Kind::Same, out, self, "clamp", host, lo, hi);
   return out;
 }
@@ -253,18 +260,10 @@ at::Tensor clamp(const at::Tensor& self, const std::optional<at::Scalar>& min,
                  const std::optional<at::Scalar>& max) {
   TORCH_CHECK(min.has_value() || max.has_value(),
               "torch.clamp: At least one of 'min' or 'max' must not be None");
-  const bool float_bounds = (min && min->isFloatingPoint()) || (max && max->isFloatingPoint());
-  if (float_bounds && !at::isFloatingType(self.scalar_type())) {
-    at::Tensor out = at::empty({0}, self.options().dtype(at::result_type(self, min ? *min : *max)));
-    out.resize_(self.sizes());
-    const c10::DeviceGuard guard(self.device());
-    countHostKernelCall("clamp");
-    launchTask(getCurrentNPUStream(deviceOf(self)), "clamp",
-               [o = HostArg(out), i = HostArg(self), min, max] {
-                 at::Tensor r = o.get();
-                 at::clamp_out(r, i.get(), min, max);
-               });
-    return out;
+  if (promotingBounds(self, min, max)) {
+    const at::Scalar& bound = (min && min->isFloatingPoint()) ? *min : *max;
+    at::Tensor out = at::empty({0}, self.options().dtype(at::result_type(self, bound)));
+    return ew::clamp_out(self, min, max, out);
   }
   const auto [lo, hi] = clampBounds(min, max);
   return unary(UOp::Clamp, Kind::Same, at::Tensor(), self, "clamp",

@@ -308,3 +308,12 @@ def test_sort_argsort_topk(dtype):
         assert torch.equal(a.gather(dim, gi.cpu()), gv.cpu()) or dtype.is_floating_point
         if dtype.is_floating_point:
             torch.testing.assert_close(a.gather(dim, gi.cpu()), gv.cpu(), equal_nan=True)
+
+
+def test_clamp_with_float_bounds_on_an_integer_tensor_promotes():
+    t = torch.arange(-3, 4)
+    for lo, hi in [(None, 1.5), (0.5, None), (-1, 2.5), (-1, 2)]:
+        close(torch.clamp(t.npu(), lo, hi), torch.clamp(t, lo, hi))
+    out = torch.empty(0, device="npu")          # out= of another size is resized on the npu
+    torch.clamp(t.npu(), 0.5, None, out=out)
+    close(out, torch.clamp(t, 0.5))
