@@ -81,15 +81,6 @@ def _check_torch_version() -> None:
         )
 
 
-_use_installed_compiled_parts()
-
-from torch_npu.version import __version__  # noqa: E402
-
-_check_torch_version()
-
-import torch_npu._C  # noqa: E402  (registers the device: guard, hooks, allocators, kernels)
-
-
 def _register_backend() -> None:
     if torch._C._get_privateuse1_backend_name() != "npu":
         torch.utils.rename_privateuse1_backend("npu")
@@ -101,37 +92,26 @@ def _register_backend() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_storage=True
         )
-
-
-_register_backend()
-
-import torch_npu.npu as npu  # noqa: E402
+    # torch.version.cann, as torch_npu sets it: the CANN version (here our runtime's, in CANN's
+    # role). accelerate's and transformers' environment reports read it once they see torch_npu.
+    torch.version.cann = torch_npu._C._npu_runtimeVersion()
 
 
 def _drain_devices_at_exit() -> None:
     """Waits for queued npu work before the interpreter shuts down, so no stream worker still
     holds (and then releases) tensors of a program whose Python runtime is being torn down."""
     try:
-        if npu.is_initialized() and not torch_npu._C._npu_isInBadFork():
+        if npu.is_initialized() and not _C._npu_isInBadFork():
             for device in range(npu.device_count()):
                 npu.synchronize(device)
     except Exception:  # noqa: BLE001  (a failed task was the program's to report, not exit's)
         pass
 
 
-import atexit as _atexit  # noqa: E402
-
-_atexit.register(_drain_devices_at_exit)
-import torch_npu.profiler as profiler  # noqa: E402
-from torch_npu.profiler import _profiling_mode  # noqa: E402
-
-_profiling_mode.enable_from_environment()  # TORCH_NPU_PROFILING_MODE=true / PROFILING_MODE=true
-
-
-# ---- TORCH_TRANSFER_TO_NPU=1: run CUDA-style scripts unmodified -------------------------------
-# The same as `from torch_npu.contrib import transfer_to_npu`; with torch's backend autoload, an
-# unmodified script that only does `import torch` gets it too.
 def _transfer_to_npu_from_env() -> None:
+    """TORCH_TRANSFER_TO_NPU=1: the same as `from torch_npu.contrib import transfer_to_npu`; with
+    torch's backend autoload, an unmodified CUDA-style script that only does `import torch` gets
+    it too."""
     value = _os.environ.get("TORCH_TRANSFER_TO_NPU", "")
     if value == "1":
         import torch_npu.contrib.transfer_to_npu  # noqa: F401
@@ -139,12 +119,31 @@ def _transfer_to_npu_from_env() -> None:
         import warnings
 
         warnings.warn(f"TORCH_TRANSFER_TO_NPU={value!r} is ignored: set it to 1 to run CUDA-style "
-                      "code on npu, or 0 (or unset) to leave torch.cuda alone", stacklevel=2)
+                      "code on npu, or 0 (or unset) to leave torch.cuda alone", stacklevel=3)
 
 
-_transfer_to_npu_from_env()
-# --------------------------------------------------------------------------------------------------
+def _init() -> None:
+    """Everything `import torch_npu` does, in order. Each step needs the ones before it."""
+    global __version__
+    _use_installed_compiled_parts()           # the compiled parts may live in the install
+    from torch_npu.version import __version__
+    _check_torch_version()                    # before loading an extension built for another torch
+    import torch_npu._C  # noqa: F401         # registers guard, hooks, allocators, kernels
+    _register_backend()                       # "npu" in torch: device module, Tensor.npu(), ...
+    import atexit
+
+    atexit.register(_drain_devices_at_exit)
+    import torch_npu.profiler
+    import torch_npu.utils  # noqa: F401
+    from torch_npu.profiler import _profiling_mode
+
+    _profiling_mode.enable_from_environment()  # TORCH_NPU_PROFILING_MODE / PROFILING_MODE=true
+    _transfer_to_npu_from_env()
 
 
+_init()
 
-__all__ = ["npu", "__version__"]
+# The public names of the package (bound by _init's imports; listed here for readers and tools).
+from torch_npu import _C, npu, profiler, utils  # noqa: E402
+
+__all__ = ["npu", "profiler", "utils", "__version__"]

@@ -40,6 +40,7 @@ at::Tensor& set_source_Storage_storage_offset_(at::Tensor& self, c10::Storage so
 at::Tensor& set_source_Tensor_(at::Tensor& self, const at::Tensor& source);
 at::Tensor& set_(at::Tensor& self);
 bool is_set_to(const at::Tensor& self, const at::Tensor& tensor);
+bool _has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from);
 void record_stream(at::Tensor& self, c10::Stream stream);
 
 // ---- Copy.cpp: host <-> device and device <-> device copies ----------------------------------

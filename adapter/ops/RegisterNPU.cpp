@@ -23,6 +23,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(set_source_Tensor_));
   m.impl("set_", TORCH_FN(set_));
   m.impl("is_set_to", TORCH_FN(is_set_to));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(_has_compatible_shallow_copy_type));
   m.impl("record_stream", TORCH_FN(record_stream));
   // copies
   m.impl("_copy_from", TORCH_FN(_copy_from));

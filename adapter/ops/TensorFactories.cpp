@@ -139,6 +139,24 @@ at::Tensor& set_(at::Tensor& self) {
   return self.set_(std::move(storage), 0, {0}, {});
 }
 
+// `Module.to("npu")`, `.npu()`, `.cpu()` and dtype conversions move each Parameter (and its grad)
+// with `param.data = moved`, and PyTorch takes that path only between tensors whose TensorImpls
+// are "shallow-copy compatible"; otherwise Module._apply builds NEW Parameter objects: tied
+// weights come apart and an optimizer made before the move keeps updating the old CPU tensors.
+// TensorImpl's own rule knows CPU, CUDA and a few others but leaves PrivateUse1 to its backend.
+// The npu's rule is CUDA's: two dense tensors of the CPU or the npu are compatible (set_data then
+// swaps storage, sizes, dtype and device under the same Python object); other layouts are not.
+bool _has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) return true;
+  constexpr c10::DispatchKeySet kDenseBackends(
+      {c10::BackendComponent::CPUBit, c10::BackendComponent::PrivateUse1Bit});
+  const auto isDense = [&](c10::DispatchKeySet keys) {
+    return keys.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) &&
+           keys.has_any(kDenseBackends);
+  };
+  return isDense(self.key_set()) && isDense(from.key_set());
+}
+
 bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) {
   return at::native::is_set_to(self, tensor);
 }
