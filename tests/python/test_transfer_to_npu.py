@@ -97,7 +97,7 @@ def test_script_run_after_the_import_keeps_its_tensors_on_npu(tmp_path):
     assert "generator is a torch.Generator: True True" in r.stdout
 
 
-def test_device_arguments_are_rewritten_and_nothing_else():
+def test_device_arguments_are_rewritten_and_nothing_else(tmp_path):
     r = run("""
         import torch, torch_npu
         from torch_npu.contrib import transfer_to_npu
@@ -119,7 +119,7 @@ def test_device_arguments_are_rewritten_and_nothing_else():
         # Strings that merely contain "cuda" are left alone.
         torch.save(x, "cuda")
         print(torch.load("cuda").device)
-    """)
+    """, cwd=tmp_path)  # the file named "cuda" lands in tmp_path, not in the checkout
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].split() == ["npu:1", "npu:0", "npu:1", "npu:0", "npu:1"]

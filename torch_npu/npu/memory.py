@@ -9,10 +9,10 @@ import torch
 
 import torch_npu._C as _C
 
+from ._device import _check_index, _get_device_index, _lazy_init, is_initialized
+
 
 def _index(device) -> int:
-    from . import _check_index, _get_device_index, _lazy_init
-
     _lazy_init()
     return _check_index(_get_device_index(device))
 
@@ -83,8 +83,6 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 def empty_cache() -> None:
     """Returns every unused cached block to the device (pages go back to the OS)."""
-    from . import is_initialized
-
     if is_initialized():
         _C._npu_emptyCache()
 
@@ -107,8 +105,6 @@ def mem_get_info(device=None) -> tuple[int, int]:
 
 def memory_snapshot() -> list[dict[str, Any]]:
     """Every segment the allocator holds, with its blocks (torch.cuda.memory_snapshot)."""
-    from . import is_initialized
-
     if not is_initialized():
         return []
     return _C._npu_memorySnapshot()["segments"]

@@ -11,11 +11,41 @@ from typing import Iterable, Union
 
 import torch
 
+import torch_npu._C as _C
+
+from ._device import (
+    _check_index,
+    _get_device_index,
+    _lazy_call,
+    _lazy_init,
+    current_device,
+    device_count,
+)
+
+
+def _get_generator(device: torch.device) -> torch.Generator:
+    idx = device.index if device.index is not None else current_device()
+    return default_generators[idx]
+
+
+class _DefaultGenerators:
+    """torch.npu.default_generators: one torch.Generator per device, made on first use."""
+
+    def __getitem__(self, idx: int) -> torch.Generator:
+        _lazy_init()
+        return _C._npu_getDefaultGenerator(_check_index(idx))
+
+    def __len__(self) -> int:
+        return device_count()
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+default_generators = _DefaultGenerators()
 
 
 def _gen(device=None) -> torch.Generator:
-    from . import _check_index, _get_device_index, default_generators
-
     return default_generators[_check_index(_get_device_index(device))]
 
 
@@ -25,8 +55,6 @@ def get_rng_state(device: Union[int, str, torch.device] = "npu") -> torch.Tensor
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    from . import device_count
-
     return [get_rng_state(i) for i in range(device_count())]
 
 
@@ -44,16 +72,12 @@ def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
 
 def manual_seed(seed: int) -> None:
     """Seeds the current device's generator."""
-    from . import _lazy_call, current_device
-
     seed = int(seed)
     _lazy_call(lambda: _gen(current_device()).manual_seed(seed))
 
 
 def manual_seed_all(seed: int) -> None:
     """Seeds the generator of every device."""
-    from . import _lazy_call, device_count
-
     seed = int(seed)
 
     def cb():
@@ -65,15 +89,11 @@ def manual_seed_all(seed: int) -> None:
 
 def seed() -> None:
     """Seeds the current device's generator with a random number."""
-    from . import _lazy_call, current_device
-
     _lazy_call(lambda: _gen(current_device()).seed())
 
 
 def seed_all() -> None:
     """Seeds every device with one random number."""
-    from . import _lazy_call, device_count
-
     def cb():
         s = _gen(0).seed()
         for i in range(1, device_count()):
@@ -84,6 +104,4 @@ def seed_all() -> None:
 
 def initial_seed() -> int:
     """The seed the current device's generator started from."""
-    from . import current_device
-
     return _gen(current_device()).initial_seed()

@@ -7,9 +7,14 @@ adapter's DeviceGuardImplInterface, so torch.Stream(device='npu') behaves the sa
 
 from __future__ import annotations
 
+import contextlib
+from typing import Optional
+
 import torch
 
 import torch_npu._C as _C
+
+from ._device import _check_index, _DeviceLike, _get_device_index, _lazy_init
 
 
 class Stream(torch.Stream):
@@ -23,8 +28,6 @@ class Stream(torch.Stream):
     def __new__(cls, device=None, priority: int = 0, **kwargs):
         if kwargs.get("stream_id") is not None:  # wrapping an existing stream
             return super().__new__(cls, **kwargs)
-        from . import _check_index, _get_device_index, _lazy_init
-
         _lazy_init()
         index = _check_index(_get_device_index(device))
         packed = _C._npu_getStreamFromPool(index, -1 if priority < 0 else 0)
@@ -64,15 +67,11 @@ class Stream(torch.Stream):
         return self.native_handle
 
     def __enter__(self):
-        from . import current_stream, set_stream
-
         self._prev = current_stream(self.device_index)
         set_stream(self)
         return self
 
     def __exit__(self, *exc):
-        from . import set_stream
-
         set_stream(self._prev)
         return False
 
@@ -112,16 +111,12 @@ class Event(torch.Event):
     def record(self, stream=None) -> None:
         """Records the event on `stream` (the current stream by default)."""
         if stream is None:
-            from . import current_stream
-
             stream = current_stream()
         super().record(stream)
 
     def wait(self, stream=None) -> None:
         """Makes future work on `stream` (current by default) wait for this event."""
         if stream is None:
-            from . import current_stream
-
             stream = current_stream()
         super().wait(stream)
 
@@ -132,3 +127,58 @@ class Event(torch.Event):
 
     def __repr__(self) -> str:
         return f"<torch_npu.npu.Event {self.event_id:#x}>" if self.event_id else "<torch_npu.npu.Event uninitialized>"
+
+
+def _wrap_stream(packed) -> Stream:
+    stream_id, device_index, device_type = packed
+    return Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+
+
+def current_stream(device: _DeviceLike = None) -> Stream:
+    """The stream work is queued on for `device` (current by default), for this thread."""
+    _lazy_init()
+    return _wrap_stream(_C._npu_getCurrentStream(_check_index(_get_device_index(device))))
+
+
+def default_stream(device: _DeviceLike = None) -> Stream:
+    """The default stream of `device`."""
+    _lazy_init()
+    return _wrap_stream(_C._npu_getDefaultStream(_check_index(_get_device_index(device))))
+
+
+def set_stream(stream: Optional[torch.Stream]) -> None:
+    """Makes `stream` current for its device (a no-op for None)."""
+    if stream is None:
+        return
+    _lazy_init()
+    _C._npu_setStream(stream.stream_id, stream.device_index, stream.device_type)
+
+
+@contextlib.contextmanager
+def stream(stream: Optional[torch.Stream]):
+    """Context manager: queue work on `stream` inside the block, then restore."""
+    if stream is None:
+        yield
+        return
+    src_prev = current_stream()
+    dst_prev = current_stream(stream.device_index) if stream.device_index != src_prev.device_index else None
+    set_stream(stream)
+    try:
+        yield
+    finally:
+        if dst_prev is not None:
+            set_stream(dst_prev)
+        set_stream(src_prev)
+
+
+class StreamContext:
+    """Class form of torch.npu.stream(), as torch.cuda.StreamContext."""
+
+    def __init__(self, stream: Optional[torch.Stream]):
+        self._cm = globals()["stream"](stream)
+
+    def __enter__(self):
+        return self._cm.__enter__()
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
