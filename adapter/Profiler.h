@@ -22,6 +22,9 @@ inline bool recordsMemory() { return g_record_memory.load(std::memory_order_rela
 // never takes the GIL (called from any thread, stream workers included).
 void recordMemoryEvent(const void* ptr, int64_t delta_bytes, int device) noexcept;
 
+// Whether torch has Kineto and our plugin is registered with it (KinetoPlugin.cpp).
+bool hasKinetoPlugin();
+
 // Adds the _npu_profiler_* functions to torch_npu._C.
 void initProfilerBindings(pybind11::module_& m);
 
