@@ -1,5 +1,6 @@
-"""npu vs cpu, side by side in one run: dispatch overhead, matmul, a large add and one training
-step of the test models. The ratio is npu time / cpu time (lower is better; 1.0 = as fast as
+"""npu vs cpu, side by side in one run, for each case of torch_npu/testing/cases.py (the table the
+tests check for correctness): dispatch overhead, matmul, a large add and training steps of the
+test models. The ratio is npu time / cpu time (lower is better; 1.0 = as fast as
 PyTorch's own CPU device).
 
 Runs alternate between the devices in rounds; in each round a device gets a warm-up call, a
@@ -12,7 +13,6 @@ other device's steals a core from whichever runs second.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -20,9 +20,7 @@ import time
 import torch
 
 import torch_npu  # noqa: F401
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
-import models  # noqa: E402
+from torch_npu.testing.cases import CASES
 
 
 def sync(device):
@@ -38,65 +36,6 @@ def timed(fn, device):
     return time.perf_counter() - t
 
 
-def bench_add_one_loop(device, n=2000):
-    x = torch.ones(1, device=device)
-
-    def run():
-        y = x
-        for _ in range(n):
-            y = y + 1
-    return run, n  # per-iteration time
-
-
-def bench_matmul(size):
-    def make(device):
-        g = torch.Generator().manual_seed(0)
-        a = torch.randn(size, size, generator=g).to(device)
-        b = torch.randn(size, size, generator=g).to(device)
-        return (lambda: torch.mm(a, b)), 1
-    return make
-
-
-def bench_add_16m(device):
-    a = torch.rand(1 << 24).to(device)
-    b = torch.rand(1 << 24).to(device)
-    return (lambda: torch.add(a, b)), 1
-
-
-def bench_train_step(kind, steps=20):
-    """Per-step time of a run of `steps` training steps (synchronized at the end), so the
-    host's launches overlap the device's work as in a real training loop."""
-    def make(device):
-        torch.manual_seed(0)
-        model = models.make_model(kind).to(device)
-        opt = models.make_optimizer("adamw", model.parameters())
-        batch = [(x.to(device), y.to(device))
-                 for x, y in models.batches(kind, 1, batch=32 if kind == "cnn" else 16)][0]
-
-        def step():
-            opt.zero_grad()
-            loss = models.loss_fn(kind, model(batch[0]), batch[1])
-            loss.backward()
-            opt.step()
-        step()  # first step allocates optimizer state
-
-        def run():
-            for _ in range(steps):
-                step()
-        return run, steps
-    return make
-
-
-CASES = {
-    "x+1 loop (1 element, per op)": (bench_add_one_loop, 1.3),
-    "matmul 1024x1024 fp32": (bench_matmul(1024), 1.1),
-    "matmul 2048x2048 fp32": (bench_matmul(2048), 1.1),
-    "add 16M fp32": (bench_add_16m, 1.1),
-    "train step GPT-style": (bench_train_step("gpt"), 1.2),
-    "train step CNN": (bench_train_step("cnn"), 1.2),
-}
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5, help="rounds")
@@ -106,12 +45,13 @@ def main():
           f"median of {ns.repeats} rounds (3 timed calls per device each)")
     print(f"{'case':<32} {'cpu':>11} {'npu':>11} {'npu/cpu':>8} {'goal':>6}")
     missed = 0
-    for name, (make, goal) in CASES.items():
+    for case in CASES:
+        name, goal = case.name, case.goal
         if ns.only and ns.only not in name:
             continue
         runs = {}
         for device in ("cpu", "npu"):
-            fn, per = make(device)
+            fn, per = case.make(device)
             timed(fn, device)  # warm-up
             runs[device] = (fn, per)
         times = {"cpu": [], "npu": []}

@@ -1,11 +1,11 @@
-"""Issue 4's proof: an MLP, a small CNN and a GPT-style decoder (tests/python/models.py) train
+"""Issue 4's proof: an MLP, a small CNN and a GPT-style decoder (torch_npu/testing/models.py) train
 20 steps on npu with the CPU fallback forbidden, with SGD (momentum) and AdamW (the default
 foreach path), every op on the kernel library (no ATen host kernel either), and their losses
 match the same model trained on the CPU."""
 
 import pytest
 
-import models
+from torch_npu.testing import models
 
 RTOL = 1e-4
 
@@ -17,9 +17,9 @@ def test_model_trains_like_cpu_without_fallback(python, kind, optimizer):
     # A fresh interpreter: TORCH_NPU_FALLBACK_CPU_DISABLE is read at start-up, and any op that
     # would fall back raises instead of running.
     r = python(f"""
-import sys, json
-sys.path.insert(0, {str(models.__file__.rsplit('/', 1)[0])!r})
-import torch, torch_npu, models
+import json
+import torch, torch_npu
+from torch_npu.testing import models
 cpu = models.train({kind!r}, "cpu", {optimizer!r})
 npu = models.train({kind!r}, "npu", {optimizer!r})
 print(json.dumps({{"cpu": cpu, "npu": npu, "fallback": torch_npu._C._fallback_ops(),
@@ -43,9 +43,9 @@ def test_gpt_with_dropout_trains_and_is_reproducible(python):
     # With p > 0 the masks come from the npu generator, so the losses differ from the CPU's;
     # the run must still learn, and two runs with one seed must agree exactly.
     r = python(f"""
-import sys, json
-sys.path.insert(0, {str(models.__file__.rsplit('/', 1)[0])!r})
-import torch, torch_npu, models
+import json
+import torch, torch_npu
+from torch_npu.testing import models
 a = models.train("gpt", "npu", "adamw", dropout=0.1)
 b = models.train("gpt", "npu", "adamw", dropout=0.1)
 c = models.train("gpt", "npu", "adamw", dropout=0.0)

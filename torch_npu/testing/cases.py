@@ -1,0 +1,92 @@
+"""The cases that SimNPU's benchmark times and its tests check: one table serves both.
+
+Each case builds the same work for a device and returns a `run` callable whose result is
+compared between the CPU and the npu (tests/python/test_cases.py) and whose time is compared
+between them (benchmarks/ops_bench.py, npu/cpu ratio against `goal`). To add a case: write its
+`make(device)` and add one row to CASES; both readers pick it up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from . import models
+
+# make(device) -> (run, calls): `run()` does `calls` units of work (the time is per unit) and
+# returns what the tests compare; it never synchronizes the device itself.
+Make = Callable[[str], "tuple[Callable[[], Any], int]"]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    make: Make
+    goal: float         # npu time / cpu time the benchmark should meet
+    rtol: float = 1e-4  # the tests' tolerance, npu result vs cpu result
+    atol: float = 1e-5
+
+
+def add_one_loop(device: str, n: int = 2000):
+    """Per-op overhead: a chain of 1-element adds (each waits for the previous one)."""
+    x = torch.ones(1, device=device)
+
+    def run():
+        y = x
+        for _ in range(n):
+            y = y + 1
+        return y
+    return run, n
+
+
+def matmul(size: int) -> Make:
+    def make(device: str):
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(size, size, generator=g).to(device)
+        b = torch.randn(size, size, generator=g).to(device)
+        return (lambda: torch.mm(a, b)), 1
+    return make
+
+
+def add_16m(device: str):
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(1 << 24, generator=g).to(device)
+    b = torch.rand(1 << 24, generator=g).to(device)
+    return (lambda: torch.add(a, b)), 1
+
+
+def train_steps(kind: str, steps: int = 20) -> Make:
+    """`steps` AdamW steps of a test model on one batch, synchronized only at the end, so the
+    host's launches overlap the device's work as in a real training loop. Returns the losses
+    (as tensors: reading them would synchronize)."""
+    def make(device: str):
+        torch.manual_seed(0)
+        model = models.make_model(kind).to(device)
+        opt = models.make_optimizer("adamw", model.parameters())
+        x, y = next(models.batches(kind, 1, batch=32 if kind == "cnn" else 16))
+        x, y = x.to(device), y.to(device)
+
+        def step():
+            opt.zero_grad()
+            loss = models.loss_fn(kind, model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        def run():
+            return torch.stack([step() for _ in range(steps)])
+        return run, steps
+    return make
+
+
+CASES = [
+    Case("x+1 loop (1 element, per op)", add_one_loop, goal=1.1),
+    Case("matmul 1024x1024 fp32", matmul(1024), goal=1.05, rtol=1e-4, atol=1e-3),
+    Case("matmul 2048x2048 fp32", matmul(2048), goal=1.05, rtol=1e-4, atol=1e-3),
+    Case("add 16M fp32", add_16m, goal=1.0),
+    Case("train step MLP", train_steps("mlp"), goal=1.0),
+    Case("train step CNN", train_steps("cnn"), goal=1.0),
+    Case("train step GPT-style", train_steps("gpt"), goal=1.0),
+]
