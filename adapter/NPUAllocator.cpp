@@ -138,12 +138,15 @@ class NPUDeviceAllocator final : public c10::DeviceAllocator {
   }
 };
 
-NPUDeviceAllocator g_device_allocator;
-REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator)
+// Never destroyed: a global object would be destructed at exit while threads PyTorch does not
+// join (the autograd engine's device threads, our stream workers) may still reach it, and a
+// call through a destructed object's vtable is "pure virtual method called" + std::terminate.
+NPUDeviceAllocator* const g_device_allocator = new NPUDeviceAllocator();
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, g_device_allocator)
 
 }  // namespace
 
-c10::DeviceAllocator* getNPUDeviceAllocator() { return &g_device_allocator; }
+c10::DeviceAllocator* getNPUDeviceAllocator() { return g_device_allocator; }
 
 void recordDataPtrOnStream(const c10::DataPtr& data_ptr, c10::Stream stream) {
   if (data_ptr.get_deleter() != &freeBlock || data_ptr.get() == nullptr) return;
