@@ -66,8 +66,9 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, c10::SymInt k_sy
   const int64_t k = k_sym.expect_int();
   const int64_t d = at::maybe_wrap_dim(dim, self.dim());
   const int64_t size = self.dim() == 0 ? 1 : self.size(d);
-  // sorted=False leaves the order to the implementation: ATen's, so results match the CPU.
-  if (!sortable(self) || !sorted || k < 0 || k > size) {
+  // sorted=False leaves the order to the implementation: ATen's, so results match the CPU; a
+  // 0-dim input too (its k may be 0 or 1 and the CPU kernel's answer for each is the reference).
+  if (!sortable(self) || !sorted || k < 0 || k > size || self.dim() == 0) {
     torch::jit::Stack stack;
     torch::jit::push(stack, self, k, dim, largest, sorted);
     runOnHost(NPU_ATEN_OP("topk", ""), &stack);
