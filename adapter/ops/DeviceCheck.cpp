@@ -9,7 +9,7 @@ namespace device_check {
 
 void reportMismatch(std::string_view op, DeviceRule rule, size_t argument, c10::Device common,
                     const at::Tensor& tensor) {
-  if (rule == DeviceRule::kTensorIterator) {
+  if (rule != DeviceRule::kSameDevice) {
     // TensorIterator's own words (CUDA raises these for elementwise ops and reductions).
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
                        "devices, ", common, " and ", tensor.device(), "!");
@@ -41,9 +41,20 @@ void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
 
   std::optional<c10::Device> common;
   auto visit = [&](size_t i, const at::Tensor& t) {
-    const bool ok = rule == DeviceRule::kTensorIterator
-                        ? device_check::agrees<DeviceRule::kTensorIterator>(common, t)
-                        : device_check::agrees<DeviceRule::kSameDevice>(common, t);
+    bool ok = true;
+    switch (rule) {
+      case DeviceRule::kSameDevice:
+        ok = device_check::agrees<DeviceRule::kSameDevice>(common, t);
+        break;
+      case DeviceRule::kTensorIterator:
+        ok = device_check::agrees<DeviceRule::kTensorIterator>(common, t);
+        break;
+      case DeviceRule::kCpuIndices:
+        ok = device_check::agrees<DeviceRule::kCpuIndices>(common, t);
+        break;
+      case DeviceRule::kNone:
+        break;
+    }
     if (!ok) device_check::reportMismatch(op_name, rule, i, *common, t);
   };
   for (size_t i = begin; i < stack.size(); ++i) {

@@ -36,6 +36,7 @@ namespace torch_npu {
 enum class DeviceRule {
   kSameDevice,      // CUDA's generated wrappers: every defined tensor argument on one device
   kTensorIterator,  // the same, except that CPU 0-dim tensors pass (TensorIterator's scalars)
+  kCpuIndices,      // npu tensors on one device; CPU tensors of any size pass (indices)
   kNone,            // exempt (kExemptOps)
 };
 
@@ -43,29 +44,39 @@ namespace device_check {
 
 struct Exemption {
   std::string_view op;  // the operator's name without overload; "*" ends a prefix
+  DeviceRule rule;      // kNone or kCpuIndices
   std::string_view reason;
 };
 
 // The ops that take tensors on several devices by design. Everything else is checked.
 inline constexpr Exemption kExemptOps[] = {
-    {"_copy_from", "a copy: its source and destination are on different devices by design"},
-    {"_copy_from_and_resize", "a copy: its source and destination are on different devices"},
-    {"set_", "self takes source's storage; PyTorch's set_ checks the storage's device itself"},
-    {"is_set_to", "compares two tensors' storages: on different devices they are simply not"},
-    {"fill_", "its value is a 0-dim tensor on any device, read with item() (as ATen's fill_ does)"},
-    {"_foreach_*",
+    {"_copy_from", DeviceRule::kNone, "a copy: source and destination are on different devices"},
+    {"_copy_from_and_resize", DeviceRule::kNone, "a copy, as _copy_from"},
+    {"set_", DeviceRule::kNone,
+     "self takes source's storage; PyTorch's set_ checks the storage's device itself"},
+    {"is_set_to", DeviceRule::kNone,
+     "compares two tensors' storages: on different devices they are simply not set to each other"},
+    {"fill_", DeviceRule::kNone,
+     "its value is a 0-dim tensor on any device, read with item() (as ATen's fill_ does)"},
+    {"masked_fill_", DeviceRule::kNone,
+     "checks self and mask itself with CUDA's message; its value is a 0-dim tensor on any device, "
+     "read with item()"},
+    {"bernoulli_", DeviceRule::kNone,
+     "p may be on any device: it is copied to self's device first, as CUDA's kernel does"},
+    {"_foreach_*", DeviceRule::kNone,
      "lists may span devices (a model split over devices): a list whose devices differ takes "
      "ATen's per-tensor loop, whose ops are checked one by one (as CUDA's foreach kernels do)"},
     // Reached through the host-kernel path: advanced indexing takes its indices on the CPU or on
-    // the tensor's device, as on CUDA; the CPU kernel reads either.
-    {"index", "indices may be on the CPU (x[cpu_index]), as with CUDA"},
-    {"_unsafe_index", "indices may be on the CPU, as with CUDA"},
-    {"index_put", "indices may be on the CPU, as with CUDA"},
-    {"index_put_", "indices may be on the CPU, as with CUDA"},
-    {"_index_put_impl_", "indices may be on the CPU, as with CUDA"},
-    {"_unsafe_index_put", "indices may be on the CPU, as with CUDA"},
-    {"_unsafe_masked_index", "indices may be on the CPU, as with CUDA"},
-    {"_unsafe_masked_index_put_accumulate", "indices may be on the CPU, as with CUDA"},
+    // the tensor's device, as on CUDA (the CPU kernel reads either); the npu tensors must agree.
+    {"index", DeviceRule::kCpuIndices, "x[cpu_index], as with CUDA"},
+    {"_unsafe_index", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
+    {"index_put", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
+    {"index_put_", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
+    {"_index_put_impl_", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
+    {"_unsafe_index_put", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
+    {"_unsafe_masked_index", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
+    {"_unsafe_masked_index_put_accumulate", DeviceRule::kCpuIndices,
+     "indices may be on the CPU, as with CUDA"},
 };
 
 constexpr std::string_view baseName(std::string_view op) {
@@ -73,14 +84,14 @@ constexpr std::string_view baseName(std::string_view op) {
   return dot == std::string_view::npos ? op : op.substr(0, dot);
 }
 
-constexpr bool isExempt(std::string_view op) {
+constexpr const Exemption* exemptionFor(std::string_view op) {
   const std::string_view base = baseName(op);
   for (const Exemption& e : kExemptOps) {
     if (e.op.ends_with('*') ? base.starts_with(e.op.substr(0, e.op.size() - 1)) : base == e.op) {
-      return true;
+      return &e;
     }
   }
-  return false;
+  return nullptr;
 }
 
 constexpr bool isNoCheck(std::string_view op) {
@@ -89,7 +100,7 @@ constexpr bool isNoCheck(std::string_view op) {
 
 // `op` is "name.overload" (or "name"), without "aten::", as registrations spell it.
 constexpr DeviceRule ruleFor(std::string_view op) {
-  if (isExempt(op)) return DeviceRule::kNone;
+  if (const Exemption* e = exemptionFor(op)) return e->rule;
   return isNoCheck(op) ? DeviceRule::kTensorIterator : DeviceRule::kSameDevice;
 }
 
@@ -103,6 +114,8 @@ C10_ALWAYS_INLINE bool agrees(std::optional<c10::Device>& common, const at::Tens
   if (!t.defined()) return true;
   if constexpr (kRule == DeviceRule::kTensorIterator) {
     if (t.is_cpu() && t.dim() == 0) return true;
+  } else if constexpr (kRule == DeviceRule::kCpuIndices) {
+    if (t.is_cpu()) return true;
   }
   if (!common.has_value()) {
     common = t.device();

@@ -611,6 +611,11 @@ at::Tensor where(const at::Tensor& condition, const at::Tensor& self, const at::
 }
 
 at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  // CUDA's rule and words (masked_fill_ is exempt from the generic device check: its value may
+  // be a 0-dim tensor on any device, but its mask, even a 0-dim one, must be on self's).
+  TORCH_CHECK(self.device() == mask.device(),
+              "expected self and mask to be on the same device, but got mask on ", mask.device(),
+              " and self on ", self.device());
   TORCH_CHECK(mask.scalar_type() == at::kBool,
               "masked_fill_ only supports boolean masks, but got mask with dtype ",
               mask.scalar_type());

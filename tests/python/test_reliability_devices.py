@@ -22,10 +22,12 @@ import torch_npu  # noqa: F401
 MESSAGE = "Expected all tensors to be on the same device"
 
 # The ops that take tensors on several devices by design (the adapter's kExemptOps; kept here
-# apart so a change there shows up as a failure).
-EXEMPT = {"_copy_from", "_copy_from_and_resize", "set_", "is_set_to", "fill_", "index", "_unsafe_index",
-          "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put",
-          "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate"}
+# apart so a change there shows up as a failure): exempt, and ops whose CPU tensors (indices)
+# pass while their npu tensors must agree.
+EXEMPT = {"_copy_from", "_copy_from_and_resize", "set_", "is_set_to", "fill_", "masked_fill_",
+          "bernoulli_"}
+CPU_INDICES = {"index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_",
+               "_unsafe_index_put", "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate"}
 
 pytestmark = pytest.mark.skipif(torch.npu.device_count() < 2,
                                 reason="needs NPU_SIM_DEVICE_COUNT >= 2")
@@ -50,8 +52,9 @@ def _no_check_ops():
 NO_CHECK = _no_check_ops()
 
 
-def _exempt(base):
-    return base in EXEMPT or base.startswith("_foreach_")
+def _exempt(base, odd_device="npu:1"):
+    return base in EXEMPT or base.startswith("_foreach_") or \
+        (base in CPU_INDICES and odd_device == "cpu")
 
 
 def _overload(qualified):
@@ -128,7 +131,7 @@ def _sweep(qualified_names, odd_device, shape=(2, 2)):
         except (AttributeError, NotImplementedError, RuntimeError):
             continue  # an argument type the sweep cannot build (Storage, Stream, Dimname...)
         base = name.split(".")[0]
-        if _exempt(base) or len(positions) < 2:
+        if _exempt(base, odd_device) or len(positions) < 2:
             continue
         # The first tensor argument sets the common device; each later one is made odd.
         for odd in positions[1:]:
@@ -139,6 +142,9 @@ def _sweep(qualified_names, odd_device, shape=(2, 2)):
                 msg = str(e)
                 if MESSAGE in msg and odd_device.split(":")[0] in msg:
                     continue
+                if base in CPU_INDICES and "indices should be either on cpu or on the same " \
+                        "device" in msg:
+                    continue  # PyTorch's own check of the indices came first
                 problems.append(f"{name} arg {schema.arguments[odd].name}: {type(e).__name__}: "
                                 f"{msg.splitlines()[0][:150]}")
                 continue
@@ -263,6 +269,28 @@ def test_cpu_scalar_in_tensor_iterator_ops_and_foreach_lists_over_devices_work()
     # ... but each pair must share its device.
     with pytest.raises(RuntimeError, match=MESSAGE):
         torch._foreach_add_([torch.ones(3, device="npu:0")], [torch.ones(3, device="npu:1")])
+
+
+def test_masked_fill_follows_cuda_rule():
+    x = torch.tensor([1.0, -2.0, 3.0], device="npu:0")
+    mask = x > 0
+    with pytest.raises(RuntimeError, match="expected self and mask to be on the same device, "
+                                           "but got mask on npu:1 and self on npu:0"):
+        x.clone().masked_fill_(mask.to("npu:1"), 1.0)
+    with pytest.raises(RuntimeError, match="expected self and mask to be on the same device"):
+        x.clone().masked_fill_(torch.tensor(True), 1.0)  # even a 0-dim CPU mask, as on CUDA
+    ref = x.cpu().masked_fill(mask.cpu(), 5.0)
+    for value in (torch.tensor(5.0), torch.tensor(5.0, device="npu:1")):  # value: any device
+        assert torch.equal(x.clone().masked_fill_(mask, value).cpu(), ref)
+
+
+def test_advanced_indexing_npu_tensors_must_agree():
+    x = torch.zeros(4, 3, device="npu:0")
+    idx = torch.tensor([0, 2])
+    with pytest.raises(RuntimeError, match=MESSAGE):
+        x.index_put_((idx,), torch.ones(2, 3, device="npu:1"))
+    x.index_put_((idx,), torch.ones(2, 3, device="npu:0"))  # CPU indices, npu values
+    assert torch.equal(x.cpu()[idx], torch.ones(2, 3))
 
 
 def test_copies_between_devices_still_work():
