@@ -9,6 +9,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "DeviceCheck.h"
 #include "Fallback.h"
 #include "NPUStream.h"
 #include "TaskTensor.h"
@@ -288,6 +289,9 @@ void runSynchronizing(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t begin = stack->size() - op.schema().arguments().size();
+  // Before anything reads a tensor: the CPU kernel would read every device's memory, racing
+  // with the other devices' streams, and the fallback would hide the mistake CUDA reports.
+  checkDevices(op, *stack, begin);
   const c10::DeviceIndex device = npuDeviceOf(*stack, begin);
   if (device < 0) {
     cpuFallback(op, stack);
