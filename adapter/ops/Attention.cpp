@@ -8,6 +8,7 @@
 //   4: band of pre/next tokens around the bottom-right diagonal.
 // Modes 2-4 take torch_npu's compressed 2048 x 2048 mask, which only says "causal" and is not
 // read: any S works.
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/index_select.h>
@@ -519,7 +520,10 @@ std::tuple<at::Tensor, at::Tensor> npu_fused_infer_attention_score(
 constexpr int64_t kSdpMath = 0;
 constexpr int64_t kSdpOverrideable = 4;
 
-int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+}  // namespace
+
+// Which SDPA backend runs on npu: the fused one (ours) when its arguments allow, else math.
+int64_t fusedSdpChoice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double /*dropout_p*/,
                          bool is_causal, std::optional<double> /*scale*/, bool enable_gqa) {
   auto ok = [&](const at::Tensor& t) {
@@ -539,6 +543,8 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   }
   return kSdpOverrideable;
 }
+
+namespace {
 
 // SDPA's problem: [B, H, S, D] tensors; bias is the boolean mask turned into 0 / -inf by SDPA.
 Problem sdpaProblem(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
@@ -621,10 +627,15 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+  m.impl("_fused_sdp_choice", TORCH_FN(fusedSdpChoice));
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_overrideable));
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
          TORCH_FN(sdpa_overrideable_backward));
 }
 
 }  // namespace torch_npu::native
+
+// SDPA asks this stub (not the dispatcher) which backend to use for the device.
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_npu::native::fusedSdpChoice)
+}  // namespace at::native
