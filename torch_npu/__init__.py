@@ -147,4 +147,8 @@ _transfer_to_npu_from_env()
 
 
 
-__all__ = ["npu", "__version__"]
+# torch_npu's fused LLM operators (torch.ops.npu.*, with autograd): torch_npu.npu_rms_norm, ...
+from torch_npu._fused_ops import *  # noqa: E402,F401,F403
+from torch_npu._fused_ops import __all__ as _fused_ops_all  # noqa: E402
+
+__all__ = ["npu", "__version__"] + _fused_ops_all
