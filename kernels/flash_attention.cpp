@@ -8,11 +8,13 @@
 //    Blocks the band leaves entirely invisible are skipped; blocks it covers entirely need
 //    no per-element test.
 //  - The forward keeps m and l per row (softmax_max / softmax_sum): O(S) extra memory.
-//  - The backward recomputes P = exp(S - m) / l block by block. D_i = rowsum(dO * O) first;
-//    then dK / dV in items over (sequence, kv head, key block) that loop over the query
-//    blocks of every query head of the group (so no two items write the same dK rows), and
-//    dQ in items over query blocks that loop over key blocks. That recomputes S twice but
-//    needs no atomics and gives results independent of the thread count.
+//  - The backward recomputes P = exp(S - m) / l block by block, after D_i = rowsum(dO * O).
+//    With enough (sequence, kv head) pairs for the pool, one item per pair walks its key
+//    blocks and, for each, the query blocks of every query head of its group: dV += P^T dO,
+//    dK += dS^T Q, dQ += dS K with dQ in a float buffer of the item (O(S x D)). With fewer
+//    pairs (one long head), dK / dV items run over key blocks and dQ items over query blocks
+//    separately: S is recomputed twice, but the pool stays busy. Neither needs atomics, and
+//    the results do not depend on the thread count within a strategy.
 //  - Dropout is a pure function of (seed, offset, sequence, head, i, j), so the backward
 //    replays the forward's mask without storing it.
 // Blocks are float buffers; the GEMMs are the library's (called inside a parallel_for they run
@@ -37,8 +39,8 @@ namespace npu::kernels {
 namespace detail {
 namespace {
 
-constexpr int64_t kBr = 64;   // query rows per block
-constexpr int64_t kBc = 128;  // keys per block
+constexpr int64_t kBr = 128;  // query rows per block (64-512 tried; 128 x 256 was the best)
+constexpr int64_t kBc = 256;  // keys per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 uint64_t mix64(uint64_t x) {
@@ -438,6 +440,67 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
   auto query_item = [&](int64_t seq_pos, int64_t n, int64_t i0) {
     return qitems.start[seq_pos * dm.nq + n] + i0 / kBr;
   };
+
+  // One pass per (sequence, kv head) when there are enough of them to keep the pool busy:
+  // dQ accumulates in a float buffer of the item (O(S x D)), so S and dP are computed once.
+  const std::vector<Seq> seqs = sequences(a);
+  const int64_t heads_items = static_cast<int64_t>(seqs.size()) * dm.nkv;
+  if (heads_items >= 4 * num_threads() || heads_items % num_threads() == 0) {
+    parallel_for(0, heads_items, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> buf(static_cast<size_t>(kBc * D + kBc * Dv + kBc * D + kBc * Dv +
+                                                 kBr * D + kBr * Dv + 3 * kBr * kBc + 2 * kBr));
+      float* K = buf.data();
+      float* V = K + kBc * D;
+      float* dK = V + kBc * Dv;
+      float* dV = dK + kBc * D;
+      float* Qb = dV + kBc * Dv;
+      float* dOb = Qb + kBr * D;
+      float* S = dOb + kBr * Dv;
+      float* dP = S + kBr * kBc;
+      float* Pd = dP + kBr * kBc;
+      float* m = Pd + kBr * kBc;
+      float* l = m + kBr;
+      for (int64_t it = b; it < e; ++it) {
+        const Seq& s = seqs[it / dm.nkv];
+        const int64_t h = it % dm.nkv, seq_pos = it / dm.nkv;
+        std::vector<float> dQ(static_cast<size_t>(dm.group * s.sq * D), 0.0f);
+        const HeadRows kr(a.k, s.b, h, s.k0), vr(a.v, s.b, h, s.k0);
+        for (int64_t j0 = 0; j0 < s.skv; j0 += kBc) {
+          const int64_t cols = std::min(kBc, s.skv - j0);
+          kr.load(j0, cols, K);
+          vr.load(j0, cols, V);
+          std::fill(dK, dK + cols * D, 0.0f);
+          std::fill(dV, dV + cols * Dv, 0.0f);
+          for (int64_t g = 0; g < dm.group; ++g) {
+            const int64_t n = h * dm.group + g;
+            const Visibility vis(a, s, n);
+            const uint64_t hk = drop.on ? drop.head_key(s.index, n) : 0;
+            for (int64_t i0 = 0; i0 < s.sq; i0 += kBr) {
+              const int64_t rows = std::min(kBr, s.sq - i0);
+              const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
+              if (cls == 0) continue;
+              QueryBlock qb{rows, Qb, dOb, m, l, nullptr};
+              load_query_block(a, dm, grad_out, softmax_max, softmax_sum,
+                               Di.data() + query_item(seq_pos, n, i0) * kBr, s, n, i0, &qb);
+              scores_backward(a, dm, drop, hk, vis, cls, qb, i0, K, V, j0, cols, S, dP, Pd);
+              gemm(mat(dV, cols, Dv, Dv, 1), mat(Pd, cols, rows, 1, cols),
+                   mat(dOb, rows, Dv, Dv, 1), 1.0, 1.0);
+              gemm(mat(dK, cols, D, D, 1), mat(S, cols, rows, 1, cols), mat(Qb, rows, D, D, 1),
+                   a.scale, 1.0);
+              gemm(mat(dQ.data() + (g * s.sq + i0) * D, rows, D, D, 1),
+                   mat(S, rows, cols, cols, 1), mat(K, cols, D, D, 1), a.scale, 1.0);
+            }
+          }
+          HeadRows(grad_k, s.b, h, s.k0).store(j0, cols, dK);
+          HeadRows(grad_v, s.b, h, s.k0).store(j0, cols, dV);
+        }
+        for (int64_t g = 0; g < dm.group; ++g) {
+          HeadRows(grad_q, s.b, h * dm.group + g, s.q0).store(0, s.sq, dQ.data() + g * s.sq * D);
+        }
+      }
+    });
+    return;
+  }
 
   // dK, dV: items over (sequence, kv head, key block).
   const Items kitems(sequences(a), dm.nkv, kBc, true);
