@@ -113,6 +113,13 @@ struct HeadRows {
       fn(base + (r0 + r) * row_stride * esize, col_stride, dst + r * cols, 1, cols);
     }
   }
+  // Rows [r0, r0 + rows) as a [rows, cols] matrix (transposed: [cols, rows]) in place, for a
+  // GEMM operand: the GEMM packs (and converts) it itself, so no copy is needed.
+  TensorDesc matrix(int64_t r0, int64_t rows, bool transposed) const {
+    const void* p = base + r0 * row_stride * esize;
+    return transposed ? TensorDesc::make(p, dtype, {cols, rows}, {col_stride, row_stride})
+                      : TensorDesc::make(p, dtype, {rows, cols}, {row_stride, col_stride});
+  }
   void store(int64_t r0, int64_t rows, const float* src) const {
     ConvertFn fn = convert_fn(DType::Float32, dtype);
     for (int64_t r = 0; r < rows; ++r) {
@@ -231,11 +238,9 @@ void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& d
                    const Seq& s, int64_t n, int64_t i0, const TensorDesc& out,
                    const TensorDesc& smax, const TensorDesc& ssum, std::vector<float>& buf) {
   const int64_t rows = std::min(kBr, s.sq - i0), D = dm.d, Dv = dm.dv, h = n / dm.group;
-  buf.resize(static_cast<size_t>(kBr * D + kBc * D + kBc * Dv + kBr * kBc + kBr * Dv + 2 * kBr));
+  buf.resize(static_cast<size_t>(kBr * D + kBr * kBc + kBr * Dv + 2 * kBr));
   float* Q = buf.data();
-  float* K = Q + kBr * D;
-  float* V = K + kBc * D;
-  float* S = V + kBc * Dv;
+  float* S = Q + kBr * D;
   float* O = S + kBr * kBc;
   float* m = O + kBr * Dv;
   float* l = m + kBr;
@@ -250,9 +255,8 @@ void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& d
     const int64_t cols = std::min(kBc, s.skv - j0);
     const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
     if (cls == 0) continue;
-    kr.load(j0, cols, K);
-    vr.load(j0, cols, V);
-    gemm(mat(S, rows, cols, cols, 1), mat(Q, rows, D, D, 1), mat(K, D, cols, 1, D), a.scale, 0.0);
+    gemm(mat(S, rows, cols, cols, 1), mat(Q, rows, D, D, 1), kr.matrix(j0, cols, true), a.scale,
+         0.0);
     if (cls == 2) apply_visibility(S, rows, cols, cols, vis, i0, j0);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = S + r * cols;
@@ -274,7 +278,8 @@ void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& d
         }
       }
     }
-    gemm(mat(O, rows, Dv, Dv, 1), mat(S, rows, cols, cols, 1), mat(V, cols, Dv, Dv, 1), 1.0, 1.0);
+    gemm(mat(O, rows, Dv, Dv, 1), mat(S, rows, cols, cols, 1), vr.matrix(j0, cols, false), 1.0,
+         1.0);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
