@@ -277,6 +277,25 @@ TEST(FlashAttention, BandWithPreAndNextTokens) {
   }
 }
 
+// Longer than several tiles both ways: whole blocks outside the band are skipped, blocks inside
+// it need no per-element test, and the diagonal ones do.
+TEST(FlashAttention, BandSpanningManyTiles) {
+  for (bool br : {false, true}) {
+    SCOPED_TRACE(br);
+    Case c;
+    c.Nq = 1;
+    c.Nkv = 1;
+    c.D = 16;
+    c.Dv = 8;
+    c.Sq = 700;
+    c.Skv = 900;
+    c.band.pre = 150;
+    c.band.next = 40;
+    c.band.bottom_right = br;
+    run_case(c);
+  }
+}
+
 TEST(FlashAttention, ExplicitBooleanMaskBroadcast) {
   Case c;
   c.B = 2;
@@ -290,8 +309,8 @@ TEST(FlashAttention, VarlenPackedSequences) {
   Case c;
   c.Nq = 4;
   c.Nkv = 2;
-  c.cu_q = {0, 5, 75, 76, 206};
-  c.cu_kv = {0, 9, 79, 80, 210};
+  c.cu_q = {0, 5, 75, 76, 206, 506};
+  c.cu_kv = {0, 9, 79, 80, 210, 610};
   c.band = causal(true);
   run_case(c);
   c.band = nk::AttentionBand();
