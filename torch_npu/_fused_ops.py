@@ -94,6 +94,84 @@ def _fusion_attention_backward(ctx, dout, *_unused):
     return (dq, dk, dv) + (None,) * len(_FA_ARGS)
 
 
+# ---- fake (meta) kernels: shapes only, for FakeTensor / torch.compile tracing -----------------
+
+def _bnsd_shape(t, layout, heads):
+    """(B, N, S, D) of a tensor in `layout`."""
+    if layout == "BNSD":
+        return tuple(t.shape)
+    if layout == "BSND":
+        return (t.shape[0], t.shape[2], t.shape[1], t.shape[3])
+    if layout == "TND":
+        return (1, t.shape[1], t.shape[0], t.shape[2])
+    s, b = (t.shape[1], t.shape[0]) if layout == "BSH" else (t.shape[0], t.shape[1])
+    return (b, heads, s, t.shape[2] // heads)
+
+
+def _register_fakes() -> None:
+    fake = torch.library.register_fake
+
+    @fake("npu::npu_rms_norm")
+    def _rms_norm(x, gamma, epsilon=1e-6):
+        k = gamma.dim()
+        return x.new_empty(x.shape), x.new_empty(tuple(x.shape[:-k]) + (1,) * k,
+                                                 dtype=torch.float32)
+
+    @fake("npu::npu_rms_norm_backward")
+    def _rms_norm_backward(dy, x, gamma, rstd):
+        return x.new_empty(x.shape), gamma.new_empty(gamma.shape)
+
+    @fake("npu::npu_add_rms_norm")
+    def _add_rms_norm(x1, x2, gamma, epsilon=1e-6):
+        y, rstd = _rms_norm(x1, gamma)
+        return y, rstd, x1.new_empty(x1.shape)
+
+    @fake("npu::npu_rotary_mul")
+    def _rotary_mul(x, r1, r2, rotary_mode="half"):
+        return x.new_empty(x.shape)
+
+    @fake("npu::npu_rotary_mul_backward")
+    def _rotary_mul_backward(grad, x, r1, r2, rotary_mode="half"):
+        return x.new_empty(x.shape), r1.new_empty(r1.shape), r2.new_empty(r2.shape)
+
+    @fake("npu::npu_swiglu")
+    def _swiglu(x, dim=-1):
+        shape = list(x.shape)
+        shape[dim] //= 2
+        return x.new_empty(shape)
+
+    @fake("npu::npu_swiglu_backward")
+    def _swiglu_backward(grad, x, dim=-1):
+        return x.new_empty(x.shape)
+
+    @fake("npu::npu_fusion_attention")
+    def _fusion_attention(query, key, value, head_num, input_layout, *args, **kwargs):
+        B, N, S, _ = _bnsd_shape(query, input_layout, head_num)
+        kv_heads = head_num
+        if input_layout in ("BSH", "SBH"):
+            kv_heads = key.shape[2] // (query.shape[2] // head_num)
+        dv = _bnsd_shape(value, input_layout, kv_heads)[3]
+        if input_layout == "BSH":
+            out = query.new_empty((B, S, N * dv))
+        elif input_layout == "SBH":
+            out = query.new_empty((S, B, N * dv))
+        elif input_layout == "BSND":
+            out = query.new_empty((B, S, N, dv))
+        elif input_layout == "TND":
+            out = query.new_empty((S, N, dv))
+        else:
+            out = query.new_empty((B, N, S, dv))
+        stats = (S, N, 8) if input_layout == "TND" else (B, N, S, 8)
+        f32 = torch.float32
+        return (out, query.new_empty(stats, dtype=f32), query.new_empty(stats, dtype=f32),
+                query.new_empty((0,)), 0, 0, 0)
+
+    @fake("npu::npu_fusion_attention_grad")
+    def _fusion_attention_grad(query, key, value, dy, head_num, input_layout, **kwargs):
+        return (query.new_empty(query.shape), key.new_empty(key.shape),
+                value.new_empty(value.shape), query.new_empty((0,)))
+
+
 def _register_autograd() -> None:
     reg = torch.library.register_autograd
     reg("npu::npu_rms_norm", _rms_norm_backward, setup_context=_rms_norm_setup)
@@ -104,6 +182,7 @@ def _register_autograd() -> None:
         setup_context=_fusion_attention_setup)
 
 
+_register_fakes()
 _register_autograd()
 
 npu_rms_norm = _npu.npu_rms_norm

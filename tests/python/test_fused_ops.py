@@ -491,3 +491,27 @@ def test_format_cast_is_differentiable():
     x = torch.randn(3, 4).npu().requires_grad_()
     torch_npu.npu_format_cast(x, 29).mul(2).sum().backward()
     assert torch.equal(x.grad.cpu(), torch.full((3, 4), 2.0))
+
+
+# ---- fake kernels: shapes without running (FakeTensor / torch.compile tracing) -----------------
+
+def test_fake_kernels_give_the_real_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q, k = torch.randn(2, 9, 4, 16).npu(), torch.randn(2, 9, 2, 16).npu()
+    x, g = torch.randn(3, 8, 32).npu(), torch.ones(32).npu()
+    calls = [
+        lambda q, k, x, g: torch_npu.npu_fusion_attention(q, k, k, 4, "BSND")[:3],
+        lambda q, k, x, g: torch_npu.npu_fusion_attention(q.flatten(2), k.flatten(2),
+                                                          k.flatten(2), 4, "BSH")[:3],
+        lambda q, k, x, g: torch_npu.npu_rms_norm(x, g),
+        lambda q, k, x, g: torch_npu.npu_add_rms_norm(x, x, g),
+        lambda q, k, x, g: (torch_npu.npu_swiglu(x, dim=1),),
+        lambda q, k, x, g: (torch_npu.npu_rotary_mul(q, q[:1, :, :1], q[:1, :, :1]),),
+    ]
+    for call in calls:
+        real = call(q, k, x, g)
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fake = call(*(mode.from_tensor(t) for t in (q, k, x, g)))
+        assert [tuple(t.shape) for t in fake] == [tuple(t.shape) for t in real]
+        assert [t.dtype for t in fake] == [t.dtype for t in real]
