@@ -339,12 +339,14 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
   const Dims dm = dims_of(a);
   const Dropout drop(a);
   const Items items(sequences(a), dm.nq, kBr, false);
+  // Last query blocks first: under a causal band they are the heavy ones, and the pool hands
+  // out chunks in order, so the light ones fill the tail instead of one thread finishing late.
   parallel_for(0, items.total(), 1, [&](int64_t b, int64_t e) {
     std::vector<float> buf;
     for (int64_t it = b; it < e; ++it) {
       const Seq* s;
       int64_t n, i0;
-      items.locate(it, &s, &n, &i0);
+      items.locate(items.total() - 1 - it, &s, &n, &i0);
       forward_block(a, dm, drop, *s, n, i0, out, softmax_max, softmax_sum, buf);
     }
   });
@@ -569,7 +571,8 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
     float* dP = S + kBr * kBc;
     float* m = dP + kBr * kBc;
     float* l = m + kBr;
-    for (int64_t it = b; it < e; ++it) {
+    for (int64_t rev = b; rev < e; ++rev) {
+      const int64_t it = qitems.total() - 1 - rev;  // heavy (late) query blocks first
       const Seq* s;
       int64_t n, i0;
       qitems.locate(it, &s, &n, &i0);
