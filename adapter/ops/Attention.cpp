@@ -47,8 +47,10 @@ at::Tensor toBNSD(const at::Tensor& t, const std::string& layout, int64_t heads,
   TORCH_CHECK(heads > 0 && t.size(2) % heads == 0, name, ": the hidden size ", t.size(2),
               " is not a multiple of the head count ", heads);
   const int64_t d = t.size(2) / heads;
-  if (layout == "BSH") return t.view({t.size(0), t.size(1), heads, d}).permute({0, 2, 1, 3});
-  return t.view({t.size(0), t.size(1), heads, d}).permute({1, 2, 0, 3});  // SBH
+  // reshape: a view for the usual dense H; a non-contiguous input is copied (kept alive by the
+  // caller's Problem until the kernel is queued; the stream orders its reuse after the kernel).
+  if (layout == "BSH") return t.reshape({t.size(0), t.size(1), heads, d}).permute({0, 2, 1, 3});
+  return t.reshape({t.size(0), t.size(1), heads, d}).permute({1, 2, 0, 3});  // SBH
 }
 
 // An output in `layout` for [B, N, S, D] and its [B, N, S, D] view.

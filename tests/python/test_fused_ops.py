@@ -515,3 +515,44 @@ def test_fake_kernels_give_the_real_shapes():
             fake = call(*(mode.from_tensor(t) for t in (q, k, x, g)))
         assert [tuple(t.shape) for t in fake] == [tuple(t.shape) for t in real]
         assert [t.dtype for t in fake] == [t.dtype for t in real]
+
+
+def test_sdpa_dropout_on_npu_replays_in_backward():
+    B, N, S, p = 1, 2, 48, 0.25
+    q, k = torch.randn(B, N, S, S), torch.randn(B, N, S, S)
+    eye = torch.eye(S).expand(B, N, S, S).contiguous()
+    torch.npu.manual_seed(9)
+    p_drop = F.scaled_dot_product_attention(q.npu(), k.npu(), eye.npu(), dropout_p=p,
+                                            scale=0.1).cpu()
+    keep_mask = p_drop != 0  # V = I: the output is the dropped probability matrix
+    assert abs(keep_mask.float().mean().item() - (1 - p)) < 0.04
+    v = torch.randn(B, N, S, S)
+    (qc, kc, vc), (qn, kn, vn) = leaves(q, k, v)
+    torch.npu.manual_seed(9)
+    out = F.scaled_dot_product_attention(qn, kn, vn, dropout_p=p, scale=0.1)
+    eout = attention_ref(qc, kc, vc, torch.ones(S, S, dtype=torch.bool), 0.1,
+                         keep=keep_mask.double() / (1 - p))
+    close(out, eout, torch.float32)
+    g = torch.randn(eout.shape)
+    out.backward(g.npu())
+    eout.backward(g.double())
+    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
+        close(got.grad, want.grad, torch.float32, 4)
+
+
+def test_fusion_attention_non_contiguous_inputs():
+    q = torch.randn(2, 4, 30, 16).transpose(1, 2)  # BSND view of BNSD memory
+    k = torch.randn(2, 4, 30, 16).transpose(1, 2)
+    out = torch_npu.npu_fusion_attention(q.npu(), k.npu(), k.npu(), 4, "BSND", scale=0.25)[0]
+    e = attention_ref(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2),
+                      torch.ones(30, 30, dtype=torch.bool), 0.25).transpose(1, 2)
+    close(out, e, torch.float32)
+    # BSH taken as a slice of a wider tensor: not viewable as [B, S, N, D] for every stride
+    # pattern, so it is reshaped (copied) on the way in.
+    wide = torch.zeros(2, 30, 128)
+    wide[:, :, :64] = q.flatten(2)
+    qh = wide.npu()[:, :, :64]
+    assert not qh.is_contiguous()
+    out = torch_npu.npu_fusion_attention(qh, k.flatten(2).npu(), k.flatten(2).npu(), 4,
+                                         "BSH", scale=0.25)[0]
+    close(out, e.flatten(2), torch.float32)
