@@ -136,7 +136,11 @@ void BM_flash_attention_fwd(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate,
                                                  benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_flash_attention_fwd)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_flash_attention_fwd)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_flash_attention_bwd(benchmark::State& state) {
   Attention t(state.range(0));
@@ -150,7 +154,11 @@ void BM_flash_attention_bwd(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate,
                                                  benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_flash_attention_bwd)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_flash_attention_bwd)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_rms_norm_f32(benchmark::State& state) {
   const int64_t rows = 8192, cols = 2048;

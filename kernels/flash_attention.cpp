@@ -105,7 +105,8 @@ struct HeadRows {
   HeadRows(const TensorDesc& t, int64_t b, int64_t n, int64_t s0)
       : dtype(t.dtype), esize(static_cast<int64_t>(dtype_size(t.dtype))),
         row_stride(t.strides[2]), col_stride(t.strides[3]), cols(t.sizes[3]) {
-    base = static_cast<char*>(t.data) + (b * t.strides[0] + n * t.strides[1] + s0 * t.strides[2]) * esize;
+    const int64_t off = b * t.strides[0] + n * t.strides[1] + s0 * t.strides[2];
+    base = static_cast<char*>(t.data) + off * esize;
   }
   void load(int64_t r0, int64_t rows, float* dst) const {
     ConvertFn fn = convert_fn(dtype, DType::Float32);

@@ -73,7 +73,8 @@ void reference(const Case& c, const HostTensor& q, const HostTensor& k, const Ho
         for (int64_t j = 0; j < skv; ++j) {
           const int64_t dlt = j - i;
           bool vis = dlt >= origin - c.band.pre && dlt <= origin + c.band.next;
-          if (mask && mask->get(idx4(*mask, mask->sizes[0] == 1 ? 0 : si, 0, i, j)) != 0) vis = false;
+          const int64_t mb = mask && mask->sizes[0] > 1 ? si : 0;
+          if (mask && mask->get(idx4(*mask, mb, 0, i, j)) != 0) vis = false;
           double acc = 0;
           for (int64_t d = 0; d < c.D; ++d) {
             acc += q.get(idx4(q, b, n, q0 + i, d)) * k.get(idx4(k, b, h, k0 + j, d));
@@ -81,7 +82,8 @@ void reference(const Case& c, const HostTensor& q, const HostTensor& k, const Ho
           s[j] = vis ? acc * scale : -INFINITY;
           mx = std::max(mx, s[j]);
           if (c.keep_prob < 1.0) {
-            z[j] = nk::attention_dropout_keep(7, 11, si, n, i, j, c.keep_prob) ? 1.0 / c.keep_prob : 0.0;
+            const bool keep = nk::attention_dropout_keep(7, 11, si, n, i, j, c.keep_prob);
+            z[j] = keep ? 1.0 / c.keep_prob : 0.0;
           }
         }
         double sum = 0;

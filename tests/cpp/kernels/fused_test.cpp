@@ -112,7 +112,8 @@ TEST(Swiglu, ForwardAndBackwardOnStridedHalves) {
         egb(DType::Float64, {M, K});
     for (int64_t r = 0; r < M; ++r) {
       for (int64_t i = 0; i < K; ++i) {
-        const double av = x.get(r * 2 * K + i), bv = x.get(r * 2 * K + K + i), g = dy.get(r * K + i);
+        const double av = x.get(r * 2 * K + i), bv = x.get(r * 2 * K + K + i);
+        const double g = dy.get(r * K + i);
         const double s = 1 / (1 + std::exp(-av));
         eout.set(r * K + i, av * s * bv);
         ega.set(r * K + i, g * bv * s * (1 + av * (1 - s)));
