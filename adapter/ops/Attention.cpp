@@ -8,6 +8,7 @@
 //   4: band of pre/next tokens around the bottom-right diagonal.
 // Modes 2-4 take torch_npu's compressed 2048 x 2048 mask, which only says "causal" and is not
 // read: any S works.
+#include <ATen/Context.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
@@ -534,6 +535,8 @@ int64_t fusedSdpChoice(const at::Tensor& query, const at::Tensor& key, const at:
             t.scalar_type() == at::kBFloat16) &&
            t.dim() == 4 && t.scalar_type() == query.scalar_type() && describable(t);
   };
+  // torch.nn.attention.sdpa_kernel([...]) without SDPBackend.OVERRIDEABLE turns us off.
+  if (!at::globalContext().userEnabledOverrideableSDP()) return kSdpMath;
   if (!ok(query) || !ok(key) || !ok(value)) return kSdpMath;
   if (key.size(1) != query.size(1) && !(enable_gqa && query.size(1) % key.size(1) == 0)) {
     return kSdpMath;

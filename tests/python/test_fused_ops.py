@@ -556,3 +556,15 @@ def test_fusion_attention_non_contiguous_inputs():
     out = torch_npu.npu_fusion_attention(qh, k.flatten(2).npu(), k.flatten(2).npu(), 4,
                                          "BSH", scale=0.25)[0]
     close(out, e.flatten(2), torch.float32)
+
+
+def test_sdpa_kernel_context_can_turn_the_fused_backend_off():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(1, 2, 16, 8).npu().requires_grad_()
+    with sdpa_kernel([SDPBackend.MATH]):
+        out = F.scaled_dot_product_attention(q, q, q)
+    assert "Overrideable" not in type(out.grad_fn).__name__
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
+        out = F.scaled_dot_product_attention(q, q, q)
+    assert "Overrideable" in type(out.grad_fn).__name__
