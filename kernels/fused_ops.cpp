@@ -92,11 +92,9 @@ void add_rms_norm(const TensorDesc& y, const TensorDesc& rstd, const TensorDesc&
     float* x = out[1];
     for (int64_t i = 0; i < n; ++i) x[i] = in[0][i] + in[1][i];
     round_row(x, n, x_out.dtype);
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
-    const double rs = 1.0 / std::sqrt(ss / n + eps);
+    const double rs = 1.0 / std::sqrt(sum_squares(x, n) / n + eps);
     const float tr = static_cast<float>(rs);
-    for (int64_t i = 0; i < n; ++i) out[0][i] = x[i] * tr * g[i];
+    scale_mul(x, tr, g.data(), out[0], n);
     float v = tr;
     rr.store(r, &v);
   });
