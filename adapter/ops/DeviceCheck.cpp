@@ -39,18 +39,21 @@ void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
   const DeviceRule rule = aten ? device_check::ruleFor(op_name) : DeviceRule::kTensorIterator;
   if (rule == DeviceRule::kNone) return;
 
+  const auto& arguments = op.schema().arguments();
   std::optional<c10::Device> common;
   auto visit = [&](size_t i, const at::Tensor& t) {
+    const c10::AliasInfo* alias = i < arguments.size() ? arguments[i].alias_info() : nullptr;
+    const bool written = alias != nullptr && alias->isWrite();
     bool ok = true;
     switch (rule) {
       case DeviceRule::kSameDevice:
-        ok = device_check::agrees<DeviceRule::kSameDevice>(common, t);
+        ok = device_check::agrees<DeviceRule::kSameDevice>(common, t, written);
         break;
       case DeviceRule::kTensorIterator:
-        ok = device_check::agrees<DeviceRule::kTensorIterator>(common, t);
+        ok = device_check::agrees<DeviceRule::kTensorIterator>(common, t, written);
         break;
       case DeviceRule::kCpuIndices:
-        ok = device_check::agrees<DeviceRule::kCpuIndices>(common, t);
+        ok = device_check::agrees<DeviceRule::kCpuIndices>(common, t, written);
         break;
       case DeviceRule::kNone:
         break;

@@ -111,13 +111,15 @@ constexpr DeviceRule ruleFor(std::string_view op) {
 [[noreturn]] void reportMismatch(std::string_view op, DeviceRule rule, size_t argument,
                                  c10::Device common, const at::Tensor& tensor);
 
+// `written`: the op writes t (out=, in-place self); a CPU tensor is never a scalar there.
 template <DeviceRule kRule>
-C10_ALWAYS_INLINE bool agrees(std::optional<c10::Device>& common, const at::Tensor& t) {
+C10_ALWAYS_INLINE bool agrees(std::optional<c10::Device>& common, const at::Tensor& t,
+                              bool written) {
   if (!t.defined()) return true;
   if constexpr (kRule == DeviceRule::kTensorIterator) {
-    if (t.is_cpu() && t.dim() == 0) return true;
+    if (!written && t.is_cpu() && t.dim() == 0) return true;
   } else if constexpr (kRule == DeviceRule::kCpuIndices) {
-    if (t.is_cpu()) return true;
+    if (!written && t.is_cpu()) return true;
   }
   if (!common.has_value()) {
     common = t.device();
@@ -126,15 +128,17 @@ C10_ALWAYS_INLINE bool agrees(std::optional<c10::Device>& common, const at::Tens
   return *common == t.device();
 }
 
-// One walk over an op's arguments; throws at the first tensor on another device.
+// One walk over an op's arguments; throws at the first tensor on another device. A kernel
+// takes the tensors it writes as `at::Tensor&`, the others as `const at::Tensor&`.
 template <DeviceRule kRule>
 struct Walk {
   std::string_view op;
   std::optional<c10::Device> common;
 
-  void visit(size_t i, const at::Tensor& t) {
-    if (C10_UNLIKELY(!agrees<kRule>(common, t))) reportMismatch(op, kRule, i, *common, t);
+  void visit(size_t i, const at::Tensor& t, bool written = false) {
+    if (C10_UNLIKELY(!agrees<kRule>(common, t, written))) reportMismatch(op, kRule, i, *common, t);
   }
+  void visit(size_t i, at::Tensor& t) { visit(i, std::as_const(t), true); }
   void visit(size_t i, const std::optional<at::Tensor>& t) {
     if (t.has_value()) visit(i, *t);
   }
@@ -167,7 +171,7 @@ struct Checked<kName, c10::CompileTimeFunctionPointer<Ret(Args...), kKernel>> {
   static constexpr DeviceRule kRule = ruleFor(kName.view());
 
   template <size_t... I, class... A>
-  C10_ALWAYS_INLINE static void check(std::index_sequence<I...>, const A&... args) {
+  C10_ALWAYS_INLINE static void check(std::index_sequence<I...>, A&... args) {
     Walk<kRule> walk{kName.view(), std::nullopt};
     (walk.visit(I, args), ...);
   }
@@ -184,9 +188,6 @@ struct Checked<kName, c10::CompileTimeFunctionPointer<Ret(Args...), kKernel>> {
 
 // The boxed form for the host-kernel path and the CPU fallback: the rule of op's own name.
 void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t begin);
-
-// The rule an op gets ("mm", "add.Tensor"), for the tests.
-inline DeviceRule deviceRuleFor(std::string_view op) { return device_check::ruleFor(op); }
 
 }  // namespace torch_npu
 

@@ -199,6 +199,13 @@ def test_strict_ops_refuse_a_cpu_scalar_tensor_and_tensor_iterator_ops_accept_it
     assert torch.equal(torch.lerp(x, x * 3, torch.tensor(0.5)).cpu(),
                        torch.lerp(x.cpu(), x.cpu() * 3, torch.tensor(0.5)))
     assert torch.equal(x.clone().fill_(torch.tensor(4.0)).cpu(), torch.full((3,), 4.0))
+    # ... as an input only: a CPU tensor the op would write is refused (TensorIterator's rule).
+    for write in (lambda: torch.sum(x, 0, out=torch.tensor(0.0)),
+                  lambda: torch.add(x[0], x[1], out=torch.tensor(0.0)),
+                  lambda: torch.amax(x, 0, out=torch.tensor(0.0)),
+                  lambda: torch.cumsum(x[:1].view(()), 0, out=torch.tensor(0.0))):
+        with pytest.raises(RuntimeError, match=MESSAGE):
+            write()
 
 
 def _host_path_ops():
