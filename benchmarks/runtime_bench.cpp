@@ -1,7 +1,7 @@
 // Runtime latencies and bandwidth. Figures only; nothing here asserts on time.
 //   launch_to_run: from npuLaunchTask to the first instruction of an empty task
-//   launch_cost: host time of one npuLaunchTask (512 back to back, below the queue bound;
-//     the synchronize after them is not timed)
+//   launch_cost: host time of 512 back-to-back npuLaunchTask calls (below the queue bound;
+//     the synchronize after them is not timed); items_per_second = launches per second
 //   launch_throughput: back-to-back launches of empty tasks, then one synchronize
 //   launch_throughput_beyond_bound: the same with 20000 tasks, so that launches meet the
 //     stream's queue bound (NPU_SIM_MAX_PENDING_LAUNCHES, 1024) and wait for room
@@ -76,9 +76,10 @@ void BM_launch_cost(benchmark::State& state) {
   for (auto _ : state) {
     auto t0 = Clock::now();
     for (int i = 0; i < 512; ++i) check(npuLaunchTask(s, "empty", emptyTask, nullptr));
-    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count() / 512);
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
     check(npuStreamSynchronize(s));
   }
+  state.SetItemsProcessed(state.iterations() * 512);  // launches/s = 1 / the cost of one
   check(npuStreamDestroy(s));
 }
 BENCHMARK(BM_launch_cost)->UseManualTime();
