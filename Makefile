@@ -34,11 +34,18 @@ bench: setup $(CPP_BUILD)/build.ninja
 	  --benchmark_report_aggregates_only=true; done
 
 # The sanitizer builds: run the C++ suites under AddressSanitizer (+UBSan) or ThreadSanitizer.
-sanitize-%: setup
+# A static pattern rule: make skips implicit (pattern) rules for .PHONY targets, so a plain
+# `sanitize-%:` rule never ran. Any report fails the run: UBSan is built with
+# -fno-sanitize-recover=all (CMakeLists.txt), ASan stops at its first error, and TSan exits
+# non-zero after a report.
+SANITIZER_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+sanitize-address sanitize-thread: sanitize-%: setup
 	$(CMAKE) -S . -B build/$* -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja \
 	  -DNPU_SANITIZER=$* -DNPU_BUILD_BENCHMARKS=OFF
 	.venv/bin/ninja -C build/$* -j $(JOBS)
-	cd build/$* && ../../.venv/bin/ctest -j $(JOBS) --output-on-failure
+	cd build/$* && env $(SANITIZER_ENV) ../../.venv/bin/ctest -j $(JOBS) --output-on-failure
 
 clean:
 	rm -rf build

@@ -15,6 +15,7 @@
 
 #include "allocator/allocator_internal.h"
 #include "npu/caching_allocator.h"
+#include "npu/env.h"
 
 namespace npu::alloc {
 namespace {
@@ -182,11 +183,17 @@ void parseRoundupPower2Divisions(Parser& p, AllocatorConfig& c) {
   c.roundup_power2_divisions = std::move(divisions);
 }
 
-bool truthy(const char* value) {
+// PYTORCH_NO_NPU_MEMORY_CACHING: 1 disables the cache, 0 (or unset) keeps it. The spellings
+// true/false, yes/no and on/off are taken too, in any case; anything else is refused rather
+// than guessed (a value such as "disable" once turned caching off silently).
+bool cachingDisabled(const char* value) {
   if (value == nullptr) return false;
-  std::string v(value);
+  std::string v = env::trimmed(value);
   for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return !(v.empty() || v == "0" || v == "false" || v == "off" || v == "no");
+  if (v.empty() || v == "0" || v == "false" || v == "off" || v == "no") return false;
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  throw std::invalid_argument(env::invalid("PYTORCH_NO_NPU_MEMORY_CACHING", value,
+                                           "1 (disable the caching allocator) or 0 (keep it)"));
 }
 
 }  // namespace
@@ -218,7 +225,7 @@ AllocatorConfig AllocatorConfig::parse(const std::string& conf) {
 AllocatorConfig AllocatorConfig::fromEnvironment() {
   const char* conf = std::getenv(kVariable.data());
   AllocatorConfig c = conf ? parse(conf) : AllocatorConfig{};
-  c.caching_disabled = truthy(std::getenv("PYTORCH_NO_NPU_MEMORY_CACHING"));
+  c.caching_disabled = cachingDisabled(std::getenv("PYTORCH_NO_NPU_MEMORY_CACHING"));
   return c;
 }
 

@@ -22,9 +22,12 @@
 //    set), then wait for pending stream uses, free every unsplit cached segment and retry once;
 //    if that fails too, raise OutOfMemoryError.
 //  - Expandable segments: instead of many fixed segments, each (stream, pool) owns one reserved
-//    virtual range whose mapped part grows by pages at its end. Blocks that would have sat in
-//    different segments are neighbours and merge, so alternating sizes do not strand memory;
-//    emptyCache unmaps the free pages at the end.
+//    virtual range whose blocks tile a prefix (the extent) that grows by pages at its end.
+//    Blocks that would have sat in different segments are neighbours and merge, so alternating
+//    sizes do not strand memory. Pages are mapped when a block over them is handed out; the
+//    whole pages inside free blocks, anywhere in the range, are unmapped by emptyCache and
+//    before an allocation gives up (out of memory), so memory cached by one pool or stream can
+//    serve another. A range with nothing mapped is given back.
 //  - Each device keeps a hash map of the pointers it handed out (pointer -> block). free() is
 //    not told the device: it tries the device this thread used last, then the others.
 //  - Locks: one lock per device (DeviceLock) guards its blocks, pools, pointer map and stats, so
@@ -195,6 +198,9 @@ struct Segment {
   Block* head = nullptr;  // the block at `base`: merges keep the lower block, so it stays
   Block* tail = nullptr;
   bool expandable = false;
+  // Expandable only: which pages of the range are mapped, and their SIZE in bytes.
+  std::vector<bool> page_mapped;
+  size_t mapped = 0;
 };
 
 struct PendingUse {
@@ -219,7 +225,7 @@ struct DeviceState {
   DeviceStats stats;
   BlockPool small{this, true};
   BlockPool large{this, false};
-  size_t reserved = 0;  // SIZE: bytes held from the runtime (mapped bytes if expandable)
+  size_t reserved = 0;  // SIZE: bytes held from the runtime (mapped pages if expandable)
   double fraction = 1.0;
   bool fraction_set = false;
   std::map<uintptr_t, Segment*> segments;  // by base address
@@ -267,7 +273,10 @@ struct DeviceState {
   void processEvents();
   void waitForPendingUses(std::unique_lock<DeviceLock>& lock);
   void releaseSegment(Block* b);
-  void shrinkExpandable(Segment* seg);
+  bool mapPages(Segment* seg, const char* ptr, size_t size);
+  void unmapPages(Segment* seg, size_t first, size_t end);
+  void unmapFreePages(Segment* seg);
+  void releaseIfUnmapped(Segment* seg);
   void releaseCachedBlocks();
   bool releaseOversizeBlocks(BlockPool& pool, npuStream_t stream, size_t size);
   void collectGarbage();
@@ -354,6 +363,10 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
   const size_t size = roundSize(request, config);
   BlockPool& pool = size <= kSmallSize ? small : large;
   Block* block = config.caching_disabled ? nullptr : takeFreeBlock(pool, stream, size);
+  if (block != nullptr && block->segment->expandable &&
+      !mapPages(block->segment, block->ptr, size)) {
+    block = nullptr;
+  }
   if (block == nullptr) {
     if (config.garbage_collection_threshold > 0.0 && !config.caching_disabled) collectGarbage();
     block = newSegmentBlock(pool, stream, size);
@@ -368,6 +381,10 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
       waitForPendingUses(lock);
       releaseCachedBlocks();
       if (!config.caching_disabled) block = takeFreeBlock(pool, stream, size);
+      if (block != nullptr && block->segment->expandable &&
+          !mapPages(block->segment, block->ptr, size)) {
+        block = nullptr;
+      }
       if (block == nullptr) block = newSegmentBlock(pool, stream, size);
     }
     if (block == nullptr) {
@@ -432,25 +449,22 @@ Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t 
 }
 
 // Makes the free block at the end of the (stream, pool) expandable segment at least `size`
-// bytes by mapping pages behind it; returns it (in the free set).
+// bytes, extending the extent by pages, and maps its first `size` bytes; returns it (in the free
+// set), or nullptr when memory is short.
 Block* DeviceState::growExpandable(BlockPool& pool, npuStream_t stream, size_t size) {
   const auto key = std::make_pair(stream, pool.is_small);
   auto found = expandable.find(key);
   Segment* seg = found == expandable.end() ? nullptr : found->second;
-  Block* tail = seg != nullptr ? seg->tail : nullptr;
-  const size_t have = tail != nullptr && tail->isFree() ? tail->size : 0;
-  if (have >= size) return tail;
-  const size_t need = roundUp(size - have, page_size);
-  if (need > allowedBytes() || reserved + need > allowedBytes()) return nullptr;
-
-  DeviceGuard guard(device);
-  bool fresh = false;
   if (seg == nullptr) {
     // Reserving address space costs no capacity, so reserve the whole device: the segment can
     // then grow as far as memory allows without ever moving.
     const size_t address_size = roundUp(total_memory, page_size);
     void* base = nullptr;
-    npuError_t err = npuMemAddressReserve(&base, address_size);
+    npuError_t err;
+    {
+      DeviceGuard guard(device);
+      err = npuMemAddressReserve(&base, address_size);
+    }
     if (err == npuErrorMemoryAllocation) return nullptr;
     if (err != npuSuccess) runtimeFailure("npuMemAddressReserve", err);
     seg = new Segment();
@@ -459,44 +473,85 @@ Block* DeviceState::growExpandable(BlockPool& pool, npuStream_t stream, size_t s
     seg->stream = stream;
     seg->pool = &pool;
     seg->expandable = true;
+    seg->page_mapped.assign(address_size / page_size, false);
     segments.emplace(reinterpret_cast<uintptr_t>(base), seg);
     expandable.emplace(key, seg);
-    fresh = true;
   }
-  npuError_t err = seg->size + need > seg->address_size
-                       ? npuErrorMemoryAllocation
-                       : npuMemMap(seg->base + seg->size, need);
-  if (err != npuSuccess) {
-    if (fresh) {
-      npuMemAddressFree(seg->base);
-      segments.erase(reinterpret_cast<uintptr_t>(seg->base));
-      expandable.erase(key);
-      delete seg;
+  Block* tail = seg->tail;
+  const size_t have = tail != nullptr && tail->isFree() ? tail->size : 0;
+  if (have < size) {
+    const size_t extend = roundUp(size - have, page_size);
+    if (extend > seg->address_size - seg->size) {
+      releaseIfUnmapped(seg);
+      return nullptr;
     }
-    if (err == npuErrorMemoryAllocation) return nullptr;
-    runtimeFailure("npuMemMap", err);
+    // The new extent is unmapped address space: it costs nothing until mapPages.
+    if (have != 0) {
+      tail->size += extend;
+      keyGrew(tail);
+    } else {
+      tail = newBlock(seg->base + seg->size, extend, stream, &pool, seg);
+      tail->prev = seg->tail;
+      if (seg->tail != nullptr) {
+        seg->tail->next = tail;
+      } else {
+        seg->head = tail;
+      }
+      seg->tail = tail;
+      insertFree(tail);
+    }
+    seg->size += extend;
   }
+  if (!mapPages(seg, tail->ptr, size)) {
+    releaseIfUnmapped(seg);
+    return nullptr;
+  }
+  return tail;
+}
 
-  if (seg->size == 0) increase(stats.segment, pool.statType(), 1);
+// Maps the pages under [ptr, ptr + size) of an expandable segment that are not mapped yet;
+// false, with nothing changed, when the memory fraction or the device refuses.
+bool DeviceState::mapPages(Segment* seg, const char* ptr, size_t size) {
+  const size_t first = static_cast<size_t>(ptr - seg->base) / page_size;
+  const size_t end = (static_cast<size_t>(ptr - seg->base) + size + page_size - 1) / page_size;
+  size_t need = 0;
+  for (size_t p = first; p < end; ++p) need += seg->page_mapped[p] ? 0 : page_size;
+  if (need == 0) return true;
+  if (need > allowedBytes() || reserved + need > allowedBytes()) return false;
+  std::vector<std::pair<size_t, size_t>> done;  // runs mapped by this call, [from, to)
+  npuError_t err = npuSuccess;
+  {
+    DeviceGuard guard(device);
+    for (size_t p = first; p < end && err == npuSuccess;) {
+      if (seg->page_mapped[p]) {
+        ++p;
+        continue;
+      }
+      size_t q = p;
+      while (q < end && !seg->page_mapped[q]) ++q;
+      err = npuMemMap(seg->base + p * page_size, (q - p) * page_size);
+      if (err == npuSuccess) {
+        for (size_t i = p; i < q; ++i) seg->page_mapped[i] = true;
+        done.emplace_back(p, q);
+      }
+      p = q;
+    }
+    if (err != npuSuccess) {
+      for (const auto& [from, to] : done) {
+        npuMemUnmap(seg->base + from * page_size, (to - from) * page_size);
+        for (size_t i = from; i < to; ++i) seg->page_mapped[i] = false;
+      }
+    }
+  }
+  if (err == npuErrorMemoryAllocation) return false;
+  if (err != npuSuccess) runtimeFailure("npuMemMap", err);
+  const StatType type = seg->pool->statType();
+  if (seg->mapped == 0) increase(stats.segment, type, 1);
+  seg->mapped += need;
   reserved += need;
   ++stats.num_device_alloc;
-  increase(stats.reserved_bytes, pool.statType(), static_cast<int64_t>(need));
-  if (have != 0) {
-    tail->size += need;
-    keyGrew(tail);
-  } else {
-    tail = newBlock(seg->base + seg->size, need, stream, &pool, seg);
-    tail->prev = seg->tail;
-    if (seg->tail != nullptr) {
-      seg->tail->next = tail;
-    } else {
-      seg->head = tail;
-    }
-    seg->tail = tail;
-    insertFree(tail);
-  }
-  seg->size += need;
-  return tail;
+  increase(stats.reserved_bytes, type, static_cast<int64_t>(need));
+  return true;
 }
 
 bool DeviceState::shouldSplit(const Block* b, size_t size) const {
@@ -741,45 +796,64 @@ void DeviceState::releaseSegment(Block* b) {
   if (err != npuSuccess) runtimeFailure("npuFree", err);
 }
 
-// Unmaps the whole free pages at the end of an expandable segment; frees its address range once
-// nothing is mapped. Free pages in the middle stay mapped (PyTorch unmaps those too).
-void DeviceState::shrinkExpandable(Segment* seg) {
-  Block* tail = seg->tail;
-  if (tail == nullptr || !tail->isFree()) return;
-  const size_t keep = roundUp(static_cast<size_t>(tail->ptr - seg->base), page_size);
-  if (keep >= seg->size) return;
-  const size_t cut = seg->size - keep;
+// Unmaps the mapped pages in [first, end) of an expandable segment (runs of them, as the
+// runtime wants whole mapped ranges).
+void DeviceState::unmapPages(Segment* seg, size_t first, size_t end) {
   const StatType type = seg->pool->statType();
-  eraseFree(tail);
   DeviceGuard guard(device);
-  npuError_t err = npuMemUnmap(seg->base + keep, cut);
-  if (err != npuSuccess) {
-    insertFree(tail);
-    runtimeFailure("npuMemUnmap", err);
-  }
-  reserved -= cut;
-  ++stats.num_device_free;
-  decrease(stats.reserved_bytes, type, static_cast<int64_t>(cut));
-  seg->size = keep;
-  tail->size -= cut;
-  if (tail->size != 0) {
-    insertFree(tail);
-  } else {
-    seg->tail = tail->prev;
-    if (tail->prev != nullptr) {
-      tail->prev->next = nullptr;
-    } else {
-      seg->head = nullptr;
+  for (size_t p = first; p < end;) {
+    if (!seg->page_mapped[p]) {
+      ++p;
+      continue;
     }
-    recycleBlock(tail);
+    size_t q = p;
+    while (q < end && seg->page_mapped[q]) ++q;
+    const size_t bytes = (q - p) * page_size;
+    npuError_t err = npuMemUnmap(seg->base + p * page_size, bytes);
+    if (err != npuSuccess) runtimeFailure("npuMemUnmap", err);
+    for (size_t i = p; i < q; ++i) seg->page_mapped[i] = false;
+    seg->mapped -= bytes;
+    reserved -= bytes;
+    ++stats.num_device_free;
+    decrease(stats.reserved_bytes, type, static_cast<int64_t>(bytes));
+    if (seg->mapped == 0) decrease(stats.segment, type, 1);
+    p = q;
   }
-  if (seg->size == 0) {
-    decrease(stats.segment, type, 1);
-    npuMemAddressFree(seg->base);
-    segments.erase(reinterpret_cast<uintptr_t>(seg->base));
-    expandable.erase(std::make_pair(seg->stream, seg->pool->is_small));
-    delete seg;
+}
+
+// Unmaps every whole page inside a free block of an expandable segment, wherever it lies (the
+// pages a free block shares with a used neighbour stay), then gives the range back if nothing
+// is mapped any more.
+void DeviceState::unmapFreePages(Segment* seg) {
+  for (Block* b = seg->head; b != nullptr; b = b->next) {
+    if (!b->isFree()) continue;
+    const auto offset = static_cast<size_t>(b->ptr - seg->base);
+    const size_t first = (offset + page_size - 1) / page_size;
+    const size_t end = (offset + b->size) / page_size;
+    if (first < end) unmapPages(seg, first, end);
   }
+  releaseIfUnmapped(seg);
+}
+
+// An expandable segment with no page mapped holds only free address space (a used block has
+// mapped pages): its blocks and range are given back.
+void DeviceState::releaseIfUnmapped(Segment* seg) {
+  if (seg->mapped != 0) return;
+  for (Block* b = seg->head; b != nullptr;) {
+    Block* next = b->next;
+    if (!b->isFree()) return;  // cannot happen (see above); keep the segment if it does
+    b = next;
+  }
+  for (Block* b = seg->head; b != nullptr;) {
+    Block* next = b->next;
+    eraseFree(b);
+    recycleBlock(b);
+    b = next;
+  }
+  npuMemAddressFree(seg->base);
+  segments.erase(reinterpret_cast<uintptr_t>(seg->base));
+  expandable.erase(std::make_pair(seg->stream, seg->pool->is_small));
+  delete seg;
 }
 
 void DeviceState::releaseCachedBlocks() {
@@ -792,7 +866,7 @@ void DeviceState::releaseCachedBlocks() {
   for (Block* b : victims) releaseSegment(b);
   std::vector<Segment*> growable;
   for (const auto& [key, seg] : expandable) growable.push_back(seg);
-  for (Segment* seg : growable) shrinkExpandable(seg);
+  for (Segment* seg : growable) unmapFreePages(seg);
 }
 
 // With max_split_size set, cached oversize blocks are what usually stands in the way: free one

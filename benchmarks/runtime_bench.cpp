@@ -1,6 +1,10 @@
 // Runtime latencies and bandwidth. Figures only; nothing here asserts on time.
 //   launch_to_run: from npuLaunchTask to the first instruction of an empty task
+//   launch_cost: host time of 512 back-to-back npuLaunchTask calls (below the queue bound;
+//     the synchronize after them is not timed); items_per_second = launches per second
 //   launch_throughput: back-to-back launches of empty tasks, then one synchronize
+//   launch_throughput_beyond_bound: the same with 20000 tasks, so that launches meet the
+//     stream's queue bound (NPU_SIM_MAX_PENDING_LAUNCHES, 1024) and wait for room
 //   event_roundtrip: npuEventRecord + npuEventSynchronize on an idle stream
 //   copy_h2d vs memcpy: host-to-device bandwidth against plain memcpy of the same size
 #include <benchmark/benchmark.h>
@@ -65,6 +69,32 @@ void BM_launch_throughput(benchmark::State& state) {
   check(npuStreamDestroy(s));
 }
 BENCHMARK(BM_launch_throughput);
+
+void BM_launch_cost(benchmark::State& state) {
+  npuStream_t s = nullptr;
+  check(npuStreamCreate(&s));
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < 512; ++i) check(npuLaunchTask(s, "empty", emptyTask, nullptr));
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+    check(npuStreamSynchronize(s));
+  }
+  state.SetItemsProcessed(state.iterations() * 512);  // launches/s = 1 / the cost of one
+  check(npuStreamDestroy(s));
+}
+BENCHMARK(BM_launch_cost)->UseManualTime();
+
+void BM_launch_throughput_beyond_bound(benchmark::State& state) {
+  npuStream_t s = nullptr;
+  check(npuStreamCreate(&s));
+  for (auto _ : state) {
+    for (int i = 0; i < 20000; ++i) check(npuLaunchTask(s, "empty", emptyTask, nullptr));
+    check(npuStreamSynchronize(s));
+  }
+  state.SetItemsProcessed(state.iterations() * 20000);
+  check(npuStreamDestroy(s));
+}
+BENCHMARK(BM_launch_throughput_beyond_bound);
 
 void BM_event_roundtrip(benchmark::State& state) {
   npuStream_t s = nullptr;

@@ -12,6 +12,8 @@
 //  - Workers spin a few microseconds before sleeping, since kernels often come back to back.
 #include "npu/kernels/thread_pool.h"
 
+#include "npu/env.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,6 +23,8 @@
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <stdexcept>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,6 +33,7 @@ namespace npu::kernels {
 namespace {
 
 thread_local bool t_in_parallel = false;
+constexpr int kMaxThreads = 256;
 
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn;
@@ -99,13 +104,21 @@ class ThreadPool {
     for (auto& w : workers_) w.detach();
   }
 
+  // A bad NPU_KERNEL_THREADS fails every kernel with the message (the runtime refuses it at
+  // initialisation already; this covers the kernels used on their own). The static above is
+  // then retried by the next kernel, which fails the same way.
   static int choose_size() {
     if (const char* env = std::getenv("NPU_KERNEL_THREADS")) {
-      int n = std::atoi(env);
-      if (n >= 1) return std::min(n, 256);
+      long long n = 0;
+      if (!npu::env::parseInteger(env, 1, kMaxThreads, &n)) {
+        throw std::invalid_argument(npu::env::invalid(
+            "NPU_KERNEL_THREADS", env,
+            "an integer from 1 to " + std::to_string(kMaxThreads) + " (kernel threads)"));
+      }
+      return static_cast<int>(n);
     }
     unsigned hw = std::thread::hardware_concurrency();
-    return hw == 0 ? 1 : static_cast<int>(std::min(hw, 256u));
+    return hw == 0 ? 1 : static_cast<int>(std::min<unsigned>(hw, kMaxThreads));
   }
 
   // Takes the oldest job with unclaimed chunks, marking this worker attached (under the lock,

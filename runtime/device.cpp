@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "npu/env.h"
 #include "npu/registry.h"
 #include "runtime_internal.h"
 
@@ -16,76 +17,67 @@ namespace {
 
 constexpr int kMaxDevices = NPU_REGISTRY_MAX_DEVICES;
 
-bool parseInt(const std::string& text, long* out) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  long value = std::strtol(text.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0') return false;
-  *out = value;
-  return true;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-// ASCEND_RT_VISIBLE_DEVICES, with the real stack's rules: ids ascending, unique and in range.
-// Anything else makes no device visible, and the warning says why and how to fix it.
+// ASCEND_RT_VISIBLE_DEVICES, with the real stack's rules (env::parseDeviceList). Anything
+// else makes no device visible, and the warning says why and how to fix it.
 void parseVisibleDevices(const char* value, Config& cfg) {
-  std::string text = value;
   std::string why;
-  std::vector<int> ids;
-  size_t start = 0;
-  while (why.empty()) {
-    size_t comma = text.find(',', start);
-    std::string token = trim(text.substr(start, comma == std::string::npos ? comma : comma - start));
-    long id = 0;
-    if (!parseInt(token, &id)) {
-      why = "'" + token + "' is not a device id";
-    } else if (id < 0 || id >= cfg.physical_count) {
-      why = "device id " + std::to_string(id) + " is out of range [0, " +
-            std::to_string(cfg.physical_count) + ")";
-    } else if (!ids.empty() && id <= ids.back()) {
-      why = "device ids must be ascending and unique (" + std::to_string(id) + " follows " +
-            std::to_string(ids.back()) + ")";
-    } else {
-      ids.push_back(static_cast<int>(id));
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (trim(text).empty()) why = "it is empty";
-  if (why.empty()) {
-    cfg.visible = ids;
-    return;
-  }
+  if (env::parseDeviceList(value, cfg.physical_count, &cfg.visible, &why)) return;
   cfg.visible.clear();
-  cfg.visible_warning = "ASCEND_RT_VISIBLE_DEVICES='" + text + "' is invalid: " + why +
-                        "; no NPU device is visible. Set it to ascending, unique ids below " +
+  cfg.visible_warning = env::quoted("ASCEND_RT_VISIBLE_DEVICES", value) + " is invalid: " +
+                        why + "; no NPU device is visible. Set it to ascending, unique ids below " +
                         std::to_string(cfg.physical_count) + ", e.g. ASCEND_RT_VISIBLE_DEVICES=0,1";
 }
 
+// The simulator's own variables: a bad value makes every runtime call fail with the message
+// (init_error), since running with a silently different configuration is worse.
+constexpr long long kMaxPendingLaunches = 1 << 20;
+constexpr double kMinHbmGb = 1.0 / 1024;  // 1 MiB: smaller devices cannot hold a segment
+constexpr double kMaxHbmGb = 1 << 20;     // 1 PiB
+
 Config loadConfig() {
   Config cfg;
+  auto reject = [&cfg](const char* name, const char* value, const std::string& expected) {
+    if (cfg.init_error.empty()) cfg.init_error = env::invalid(name, value, expected);
+  };
   if (const char* v = std::getenv("NPU_SIM_DEVICE_COUNT")) {
-    long n = 0;
-    if (parseInt(trim(v), &n) && n >= 1 && n <= kMaxDevices) {
+    long long n = 0;
+    if (env::parseInteger(v, 1, kMaxDevices, &n)) {
       cfg.physical_count = static_cast<int>(n);
     } else {
-      cfg.init_error = std::string("NPU_SIM_DEVICE_COUNT='") + v +
-                       "' is invalid: expected an integer from 1 to " + std::to_string(kMaxDevices);
+      reject("NPU_SIM_DEVICE_COUNT", v, "an integer from 1 to " + std::to_string(kMaxDevices));
     }
   }
   if (const char* v = std::getenv("NPU_SIM_HBM_GB")) {
-    char* end = nullptr;
-    double gb = std::strtod(v, &end);
-    if (end != v && *end == '\0' && gb > 0 && gb <= 1 << 20) {
+    double gb = 0;
+    if (env::parseNumber(v, kMinHbmGb, kMaxHbmGb, &gb)) {
       cfg.hbm_bytes = static_cast<size_t>(gb * double(1ull << 30));
     } else {
-      cfg.init_error = std::string("NPU_SIM_HBM_GB='") + v +
-                       "' is invalid: expected a positive number of GiB, e.g. NPU_SIM_HBM_GB=64";
+      reject("NPU_SIM_HBM_GB", v,
+             "a number of GiB from 0.0009765625 (1 MiB) to 1048576 (1 PiB), e.g. "
+             "NPU_SIM_HBM_GB=64");
+    }
+  }
+  if (const char* v = std::getenv("NPU_SIM_MAX_PENDING_LAUNCHES")) {
+    long long n = 0;
+    if (env::parseInteger(v, 1, kMaxPendingLaunches, &n)) {
+      cfg.max_pending = static_cast<size_t>(n);
+    } else {
+      reject("NPU_SIM_MAX_PENDING_LAUNCHES", v,
+             "an integer from 1 to " + std::to_string(kMaxPendingLaunches) +
+                 " (tasks queued per stream before a launch waits; default 1024)");
+    }
+  }
+  if (const char* v = std::getenv("ASCEND_LAUNCH_BLOCKING")) {
+    if (!env::parseFlag(v, &cfg.launch_blocking)) {
+      reject("ASCEND_LAUNCH_BLOCKING", v, "0 or 1 (1: every launch waits for its task)");
+    }
+  }
+  // Read by the kernels' thread pool (kernels/thread_pool.cpp, same range); checked here too so
+  // that a bad value is refused when the program starts, not at its first kernel.
+  if (const char* v = std::getenv("NPU_KERNEL_THREADS")) {
+    long long n = 0;
+    if (!env::parseInteger(v, 1, 256, &n)) {
+      reject("NPU_KERNEL_THREADS", v, "an integer from 1 to 256 (kernel threads)");
     }
   }
   if (!cfg.init_error.empty()) return cfg;
@@ -94,8 +86,6 @@ Config loadConfig() {
   } else {
     for (int i = 0; i < cfg.physical_count; ++i) cfg.visible.push_back(i);
   }
-  const char* blocking = std::getenv("ASCEND_LAUNCH_BLOCKING");
-  cfg.launch_blocking = blocking && std::strcmp(blocking, "1") == 0;
   return cfg;
 }
 

@@ -24,6 +24,7 @@ struct npuEvent_st {
   std::atomic<uint64_t> completed{0};   // records reached by their stream
   uint64_t time_ns = 0;                 // when the latest completed record was reached
   int waiters = 0;
+  std::string error;  // the recording stream's error when the latest record completed, or ""
 };
 
 namespace npu::rt {
@@ -73,29 +74,47 @@ static npuEvent_st* eventAcquire(unsigned flags) {
   event->completed.store(0);
   event->time_ns = 0;
   event->waiters = 0;
+  event->error.clear();
   event->magic.store(npuEvent_st::kAlive);
   return event;
 }
 
-void eventComplete(npuEvent_st* event, uint64_t seq) {
+void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error) {
   std::lock_guard<std::mutex> lock(event->mutex);
   if (seq > event->completed.load(std::memory_order_relaxed)) {
     event->time_ns = nowNs();
+    event->error = error;
     event->completed.store(seq, std::memory_order_release);
   }
   if (event->waiters > 0) event->cv.notify_all();
 }
 
-void eventWait(npuEvent_st* event, uint64_t seq) {
-  for (int i = 0; i < 4000; ++i) {
-    if (event->completed.load(std::memory_order_acquire) >= seq) return;
-    _mm_pause();
+std::string eventWait(npuEvent_st* event, uint64_t seq) {
+  bool done = false;
+  for (int i = 0; i < 4000 && !done; ++i) {
+    done = event->completed.load(std::memory_order_acquire) >= seq;
+    if (!done) _mm_pause();
   }
   std::unique_lock<std::mutex> lock(event->mutex);
-  ++event->waiters;
-  event->cv.wait(lock, [&] { return event->completed.load(std::memory_order_acquire) >= seq; });
-  --event->waiters;
+  if (!done) {
+    ++event->waiters;
+    event->cv.wait(lock, [&] { return event->completed.load(std::memory_order_acquire) >= seq; });
+    --event->waiters;
+  }
+  return event->error;
 }
+
+namespace {
+
+// The error a completed record carries, as the calling thread's error.
+npuError_t recordError(const char* api, const std::string& error) {
+  return fail(npuErrorLaunchFailure, std::string(api) +
+                                         ": the event was recorded on a stream after a task "
+                                         "failed there, so the work it marks did not run: " +
+                                         error);
+}
+
+}  // namespace
 
 }  // namespace npu::rt
 
@@ -161,7 +180,9 @@ npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int
 npuError_t npuEventQuery(npuEvent_t event) {
   if (npuError_t e = validateEvent("npuEventQuery", event)) return e;
   std::lock_guard<std::mutex> lock(event->mutex);
-  return event->completed.load() >= event->recorded ? npuSuccess : npuErrorNotReady;
+  if (event->completed.load() < event->recorded) return npuErrorNotReady;
+  if (!event->error.empty()) return recordError("npuEventQuery", event->error);
+  return npuSuccess;
 }
 
 npuError_t npuEventSynchronize(npuEvent_t event) {
@@ -171,7 +192,9 @@ npuError_t npuEventSynchronize(npuEvent_t event) {
     std::lock_guard<std::mutex> lock(event->mutex);
     target = event->recorded;
   }
-  eventWait(event, target);
+  if (target == 0) return npuSuccess;  // never recorded
+  std::string error = eventWait(event, target);
+  if (!error.empty()) return recordError("npuEventSynchronize", error);
   return npuSuccess;
 }
 

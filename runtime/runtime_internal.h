@@ -26,6 +26,7 @@ struct Config {
   std::string visible_warning;      // non-empty when ASCEND_RT_VISIBLE_DEVICES was rejected
   std::string init_error;           // non-empty when the simulator's own variables are bad
   bool launch_blocking = false;     // ASCEND_LAUNCH_BLOCKING=1
+  size_t max_pending = 1024;        // NPU_SIM_MAX_PENDING_LAUNCHES: queued tasks per stream
 };
 const Config& config();
 
@@ -94,6 +95,7 @@ struct Task {
   uint64_t correlation_id = 0;
   uint64_t launch_ns = 0;
   int32_t launch_thread = 0;
+  uint32_t launcher = 0;         // the launching thread's tag: who is told of a failure
   char name[56] = {};
 };
 
@@ -111,8 +113,11 @@ void waitDeviceIdle(Device* dev);
 // Events are reference counted: the user's handle and every queued task that names the event.
 void eventRetain(npuEvent_st* event);
 void eventRelease(npuEvent_st* event);
-void eventComplete(npuEvent_st* event, uint64_t seq);  // run by the stream worker
-void eventWait(npuEvent_st* event, uint64_t seq);      // run by the stream worker
+// Run by the stream worker. `error` is the recording stream's error ("" when healthy): the
+// record then carries it to whoever waits for the event.
+void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error);
+// Run by the stream worker; returns the error the awaited record carries ("" if none).
+std::string eventWait(npuEvent_st* event, uint64_t seq);
 
 // ---- profiling ------------------------------------------------------------------------------
 // Stamps `task` with the open session, the thread's correlation id and the launch time; a no-op

@@ -6,13 +6,35 @@
 //    (the common case: an op loop) cost no system call and start within a microsecond or two.
 //  - submitted/completed are task sequence numbers; synchronize waits until completed reaches
 //    the value submitted had when it was called, so other threads may keep launching meanwhile.
-//  - a failing task puts the stream into an error state: later work tasks are skipped (their
-//    inputs may be garbage) while event records and waits still run, so nobody waiting on an
-//    event hangs. The error is reported, with the task's name, by the next synchronize or query
-//    and then cleared; npuGetLastError reports it too.
+//  - Back-pressure: a stream queues at most config().max_pending tasks (as CUDA blocks the host
+//    at about a thousand pending launches). A launch onto a full queue waits until the worker
+//    has drained it to 7/8 of the bound, so the launcher sleeps and wakes once per few hundred
+//    tasks, not once per task. Event records and waits may use twice the bound (the allocator
+//    records events while it holds its lock). Stream workers never wait (a task launching onto
+//    a full stream would wait for itself), and a launch that has waited kStallMs without the
+//    stream finishing a single task goes through anyway: a task that waits for a lock the
+//    launching thread holds must not deadlock the process. Either is counted as an overflow.
+//  - Errors belong to their stream. A failing task puts the stream into an error state: later
+//    work tasks are skipped (their inputs may be garbage) while event records and waits still
+//    run, so nobody waiting on an event hangs; a record made in the error state carries the
+//    error to the event, and a stream that waits for such an event takes the error on too.
+//    The error is reported, with the task's name, by every synchronize / query that covers the
+//    stream while it is in the error state:
+//      * npuStreamSynchronize / npuStreamQuery / a blocking copy or memset of the stream itself
+//        (the stream's own synchronize): reports the error and clears it; tasks launched
+//        afterwards run again.
+//      * npuDeviceSynchronize: reports it too, and clears it only once every thread that
+//        launched the failed or a skipped task has been told (by this or an earlier report).
+//        So a thread that synchronizes the whole device cannot take the error away from the
+//        thread whose work was lost, while a single-threaded program (device synchronize, then
+//        more work) finds its stream usable again, as before.
+//      * npuEventSynchronize / npuEventQuery of an event recorded after the failure: report it,
+//        never clear it (the allocator polls events internally).
+//    npuGetLastError reports it too (once, process-wide).
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -30,8 +52,9 @@ struct npuStream_st {
   int id = 0;  // npuStreamGetId: 0 for the default stream, then creation order per device
 
   std::mutex mutex;
-  std::condition_variable work_cv;  // worker waits for tasks
-  std::condition_variable done_cv;  // hosts wait for completion
+  std::condition_variable work_cv;   // worker waits for tasks
+  std::condition_variable done_cv;   // hosts wait for completion
+  std::condition_variable space_cv;  // launchers wait for room in the queue
   std::deque<npu::rt::Task> queue;
   std::atomic<uint64_t> queued{0};     // tasks in the queue (lets the worker spin without a lock)
   std::atomic<uint64_t> submitted{0};  // sequence number of the last task enqueued
@@ -42,10 +65,17 @@ struct npuStream_st {
   std::atomic<int> host_waiters{0};
   bool stopping = false;
 
+  // Back-pressure, under mutex.
+  int launch_waiters = 0;     // launchers blocked on a full queue
+  size_t peak_pending = 0;    // SIZE: the most tasks queued at once
+  uint64_t launch_waits = 0;  // COUNT: launches that had to wait for room
+  uint64_t overflows = 0;     // COUNT: launches queued beyond the bound (see the top)
+
   // Error state, under mutex.
   bool failed = false;
   std::string error_message;
   uint64_t skipped = 0;
+  std::vector<uint32_t> untold;  // threads whose failed or skipped task is not reported to them
 
   std::thread worker;
 };
@@ -57,30 +87,61 @@ thread_local npuStream_st* t_running_stream = nullptr;  // set on worker threads
 thread_local std::string* t_task_failure = nullptr;     // where npuTaskFail writes
 
 constexpr int kSpinIterations = 4000;  // roughly 20-50 us of pause instructions
+constexpr auto kStall = std::chrono::milliseconds(250);
 
-void recordFailure(npuStream_st* s, const Task& task, const std::string& what) {
-  std::string message = "task '" + std::string(task.name) + "' failed on NPU " +
-                        std::to_string(s->dev->index) + " (stream " + hex(s) + "): " + what;
+// A small number naming the calling thread (never reused, unlike OS thread ids).
+uint32_t threadTag() {
+  static std::atomic<uint32_t> next{1};
+  thread_local const uint32_t tag = next.fetch_add(1, std::memory_order_relaxed);
+  return tag;
+}
+
+void addUntold(npuStream_st* s, uint32_t tag) {  // caller holds s->mutex
+  if (std::find(s->untold.begin(), s->untold.end(), tag) == s->untold.end()) {
+    s->untold.push_back(tag);
+  }
+}
+
+void recordFailureMessage(npuStream_st* s, uint32_t launcher, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(s->mutex);
     if (!s->failed) {
       s->failed = true;
       s->error_message = message;
     }
+    addUntold(s, launcher);
   }
   setAsyncError(npuErrorLaunchFailure, message);
+}
+
+void recordFailure(npuStream_st* s, const Task& task, const std::string& what) {
+  recordFailureMessage(s, task.launcher,
+                       "task '" + std::string(task.name) + "' failed on NPU " +
+                           std::to_string(s->dev->index) + " (stream " + hex(s) + "): " + what);
+}
+
+// The stream's error as an event record made now carries it ("" when healthy).
+std::string errorForEvent(npuStream_st* s) {
+  std::lock_guard<std::mutex> lock(s->mutex);
+  return s->failed ? s->error_message : std::string();
 }
 
 void runTask(npuStream_st* s, Task& task) {
   switch (task.kind) {
     case Task::kRecord:
-      eventComplete(task.event, task.event_seq);
+      eventComplete(task.event, task.event_seq, errorForEvent(s));
       eventRelease(task.event);
       return;
-    case Task::kWait:
-      eventWait(task.event, task.event_seq);
+    case Task::kWait: {
+      std::string upstream = eventWait(task.event, task.event_seq);
       eventRelease(task.event);
+      if (!upstream.empty()) {
+        recordFailureMessage(s, task.launcher,
+                             "stream " + hex(s) + " on NPU " + std::to_string(s->dev->index) +
+                                 " waited for an event recorded after a failure: " + upstream);
+      }
       return;
+    }
     default:
       break;
   }
@@ -88,7 +149,10 @@ void runTask(npuStream_st* s, Task& task) {
   {
     std::lock_guard<std::mutex> lock(s->mutex);
     failed = s->failed;
-    if (failed) ++s->skipped;
+    if (failed) {
+      ++s->skipped;
+      addUntold(s, task.launcher);
+    }
   }
   if (failed) return;
   const uint64_t t0 = nowNs();
@@ -116,8 +180,15 @@ void runTask(npuStream_st* s, Task& task) {
   if (!failure.empty()) recordFailure(s, task, failure);
 }
 
+// Queue depth at which blocked launchers are woken: 7/8 of the bound.
+size_t resumeDepth() {
+  const size_t bound = config().max_pending;
+  return bound - std::max<size_t>(1, bound / 8);
+}
+
 void workerLoop(npuStream_st* s) {
   t_running_stream = s;
+  const size_t resume = resumeDepth();
   for (;;) {
     for (int i = 0; i < kSpinIterations && s->queued.load(std::memory_order_acquire) == 0; ++i) {
       _mm_pause();
@@ -134,6 +205,7 @@ void workerLoop(npuStream_st* s) {
       task = s->queue.front();
       s->queue.pop_front();
       s->queued.fetch_sub(1, std::memory_order_relaxed);
+      if (s->launch_waiters > 0 && s->queue.size() <= resume) s->space_cv.notify_all();
     }
     runTask(s, task);
     s->completed.fetch_add(1, std::memory_order_seq_cst);
@@ -169,17 +241,29 @@ void waitFor(npuStream_st* s, uint64_t target) {
   s->host_waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-// Reports (and clears) the stream's error state.
-npuError_t takeError(npuStream_st* s) {
+// Who is being told of a stream's error (see "Errors belong to their stream" at the top).
+enum class Reader {
+  kStream,  // the stream's own synchronize / query / blocking copy: reports and clears
+  kDevice,  // a device-wide synchronize: reports; clears once every launcher has been told
+};
+
+npuError_t takeError(npuStream_st* s, Reader reader) {
   std::lock_guard<std::mutex> lock(s->mutex);
   if (!s->failed) return npuSuccess;
   std::string message = s->error_message;
   if (s->skipped > 0) {
     message += "; " + std::to_string(s->skipped) + " later task(s) on the stream were skipped";
   }
-  s->failed = false;
-  s->skipped = 0;
-  s->error_message.clear();
+  if (reader == Reader::kDevice) {
+    s->untold.erase(std::remove(s->untold.begin(), s->untold.end(), threadTag()),
+                    s->untold.end());
+  }
+  if (reader == Reader::kStream || s->untold.empty()) {
+    s->failed = false;
+    s->skipped = 0;
+    s->error_message.clear();
+    s->untold.clear();
+  }
   return fail(npuErrorLaunchFailure, message);
 }
 
@@ -191,10 +275,40 @@ npuError_t validateStream(npuStream_t stream) {
   return npuSuccess;
 }
 
+// Waits (holding `lock`) until the queue has room for `task`; see "Back-pressure" at the top.
+void waitForRoom(npuStream_st* s, std::unique_lock<std::mutex>& lock, const Task& task) {
+  const size_t bound = config().max_pending;
+  const size_t limit = task.kind == Task::kRecord || task.kind == Task::kWait ? 2 * bound : bound;
+  if (s->queue.size() < limit) return;
+  if (t_running_stream != nullptr) {
+    ++s->overflows;
+    return;
+  }
+  ++s->launch_waits;
+  ++s->launch_waiters;
+  const size_t resume = resumeDepth();
+  uint64_t seen = s->completed.load(std::memory_order_acquire);
+  while (s->queue.size() > resume && !s->stopping) {
+    if (s->space_cv.wait_for(lock, kStall) == std::cv_status::timeout) {
+      const uint64_t now = s->completed.load(std::memory_order_acquire);
+      if (now == seen) {  // stalled: let the launch through
+        if (s->queue.size() >= limit) ++s->overflows;
+        break;
+      }
+      seen = now;
+    }
+  }
+  --s->launch_waiters;
+}
+
 uint64_t push(npuStream_st* s, const Task& task) {
-  std::lock_guard<std::mutex> lock(s->mutex);
+  std::unique_lock<std::mutex> lock(s->mutex);
+  waitForRoom(s, lock, task);
   s->queue.push_back(task);
-  profilerStampLaunch(s->queue.back());
+  Task& queued = s->queue.back();
+  queued.launcher = threadTag();
+  profilerStampLaunch(queued);
+  if (s->queue.size() > s->peak_pending) s->peak_pending = s->queue.size();
   s->queued.fetch_add(1, std::memory_order_release);
   uint64_t seq = s->submitted.fetch_add(1, std::memory_order_relaxed) + 1;
   if (s->worker_sleeping) s->work_cv.notify_one();
@@ -238,13 +352,13 @@ npuError_t enqueue(npuStream_st* s, const Task& task) {
   uint64_t seq = push(s, task);
   if (!config().launch_blocking) return npuSuccess;
   waitFor(s, seq);
-  return takeError(s);
+  return takeError(s, Reader::kStream);
 }
 
 npuError_t enqueueAndWait(npuStream_st* s, const Task& task) {
   uint64_t seq = push(s, task);
   waitFor(s, seq);
-  return takeError(s);
+  return takeError(s, Reader::kStream);
 }
 
 void waitDeviceIdle(Device* dev) {
@@ -311,16 +425,29 @@ npuError_t npuStreamSynchronize(npuStream_t stream) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
   waitFor(s, s->submitted.load(std::memory_order_acquire));
-  return takeError(s);
+  return takeError(s, Reader::kStream);
 }
 
 npuError_t npuStreamQuery(npuStream_t stream) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
-  if (npuError_t e = takeError(s)) return e;
+  if (npuError_t e = takeError(s, Reader::kStream)) return e;
   if (s->completed.load(std::memory_order_acquire) < s->submitted.load(std::memory_order_acquire)) {
     return npuErrorNotReady;
   }
+  return npuSuccess;
+}
+
+npuError_t npuStreamGetQueueStats(npuStream_t stream, npuStreamQueueStats* stats) {
+  if (!stats) return fail(npuErrorInvalidValue, "npuStreamGetQueueStats: stats is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  std::lock_guard<std::mutex> lock(s->mutex);
+  stats->pending = s->queue.size();
+  stats->peak_pending = s->peak_pending;
+  stats->max_pending = config().max_pending;
+  stats->launch_waits = s->launch_waits;
+  stats->overflows = s->overflows;
   return npuSuccess;
 }
 
@@ -368,7 +495,7 @@ npuError_t npuDeviceSynchronize(void) {
   std::string first_message;
   for (npuStream_st* s : streams) {
     waitFor(s, s->submitted.load(std::memory_order_acquire));
-    npuError_t e = takeError(s);
+    npuError_t e = takeError(s, Reader::kDevice);
     if (e != npuSuccess && first == npuSuccess) {
       first = e;
       first_message = npuGetLastErrorMessage();

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,10 +29,22 @@ struct DeviceView {
   std::vector<std::pair<const npuProcessInfo*, uint64_t>> procs;  // process, bytes on device
 };
 
+// Records the registry skipped, each shown once per run on stderr (the table stays parseable).
+void printNotes(const char* notes) {
+  static std::set<std::string> shown;
+  std::istringstream lines(notes ? notes : "");
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && shown.insert(line).second) {
+      std::fprintf(stderr, "npu-smi: note: %s\n", line.c_str());
+    }
+  }
+}
+
 std::vector<npuProcessInfo> listProcesses() {
   std::vector<npuProcessInfo> out(256);
   int count = 0;
   npuRegistryList(out.data(), static_cast<int>(out.size()), &count);
+  printNotes(npuRegistryListNotes());
   out.resize(count < 256 ? count : 256);
   return out;
 }

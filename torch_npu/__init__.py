@@ -101,11 +101,18 @@ def _drain_devices_at_exit() -> None:
     """Waits for queued npu work before the interpreter shuts down, so no stream worker still
     holds (and then releases) tensors of a program whose Python runtime is being torn down."""
     try:
-        if npu.is_initialized() and not _C._npu_isInBadFork():
-            for device in range(npu.device_count()):
-                npu.synchronize(device)
-    except Exception:  # noqa: BLE001  (a failed task was the program's to report, not exit's)
-        pass
+        if not npu.is_initialized() or _C._npu_isInBadFork():
+            return
+        devices = range(npu.device_count())
+    except Exception:  # noqa: BLE001
+        return
+    for device in devices:
+        # Each device on its own: a fault still pending on one device's stream (it stays there
+        # until its own thread reads it) must not keep the next devices from being drained.
+        try:
+            npu.synchronize(device)
+        except Exception:  # noqa: BLE001  (a failed task was the program's to report, not exit's)
+            pass
 
 
 def _transfer_to_npu_from_env() -> None:

@@ -12,10 +12,20 @@
  *    committed when touched, and returned to the OS on free.
  *  - A stream is a FIFO of tasks run by its own worker thread; npuLaunchTask returns at once
  *    (ASCEND_LAUNCH_BLOCKING=1 makes it wait). Events mark points in a stream.
- *  - A task that fails stores its error (with the task name) in its stream. The stream then
- *    skips its remaining work tasks (event records still complete, so nobody hangs) until the
- *    error is reported by npuStreamSynchronize / npuStreamQuery / npuDeviceSynchronize. The
- *    error is also kept as the process's pending error, returned by npuGetLastError.
+ *  - A stream queues at most NPU_SIM_MAX_PENDING_LAUNCHES tasks (1024 by default); a launch
+ *    onto a full stream waits until the stream has worked its queue down (back-pressure, as
+ *    CUDA blocks the host at about a thousand pending launches).
+ *  - Errors belong to their stream. A task that fails stores its error (with the task name) in
+ *    its stream; the stream then skips its remaining work tasks (event records still complete,
+ *    so nobody hangs, and carry the error to the event) until the error is cleared. Every
+ *    synchronize or query that covers the stream reports the error while it is there:
+ *    npuStreamSynchronize / npuStreamQuery / npuMemcpy / npuMemset of the stream report and
+ *    clear it; npuDeviceSynchronize reports it and clears it only once each thread that
+ *    launched the failed (or a skipped) task has been told, so a thread synchronizing the
+ *    device never takes the error away from the thread whose work was lost; npuEventSynchronize
+ *    / npuEventQuery of an event recorded after the failure report it without clearing it, and
+ *    a stream that waits for such an event fails too. The error is also kept as the process's
+ *    pending error, returned (once) by npuGetLastError.
  *
  * Every call returns npuSuccess or an error code; npuGetLastErrorMessage() gives the detailed
  * message of the last error on the calling thread.
@@ -141,6 +151,16 @@ NPU_API npuError_t npuStreamDestroy(npuStream_t stream); /* finishes pending wor
 NPU_API npuError_t npuStreamSynchronize(npuStream_t stream);
 NPU_API npuError_t npuStreamQuery(npuStream_t stream); /* npuSuccess, npuErrorNotReady, error */
 NPU_API npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int flags);
+/* Back-pressure counters of a stream. */
+typedef struct npuStreamQueueStats {
+  size_t pending;        /* tasks queued now (not counting the one running) */
+  size_t peak_pending;   /* the most tasks queued at once since the stream was created */
+  size_t max_pending;    /* the bound (NPU_SIM_MAX_PENDING_LAUNCHES) */
+  uint64_t launch_waits; /* launches that waited for room in the queue */
+  uint64_t overflows;    /* launches queued beyond the bound: from a stream worker, or after the
+                            stream finished no task for 250 ms (a deadlock guard) */
+} npuStreamQueueStats;
+NPU_API npuError_t npuStreamGetQueueStats(npuStream_t stream, npuStreamQueueStats* stats);
 NPU_API npuError_t npuStreamGetPriority(npuStream_t stream, int* priority);
 NPU_API npuError_t npuStreamGetDevice(npuStream_t stream, int* device);
 /* A small number naming the stream within its device: 0 for the default stream, then 1, 2, ...

@@ -82,12 +82,18 @@ def is_available() -> bool:
     return device_count() > 0
 
 
+_visible_devices_warned = False
+
+
 def device_count() -> int:
     """Number of NPUs visible (after ASCEND_RT_VISIBLE_DEVICES); 0 if none. Never initialises."""
+    global _visible_devices_warned
     count = _C._npu_getDeviceCount()
-    if count == 0:
+    if count == 0 and not _visible_devices_warned:
         why = _C._npu_visibleDevicesWarning()
         if why:
+            # Once per process: Python's filter would repeat it for each calling line.
+            _visible_devices_warned = True
             warnings.warn(why, stacklevel=2)
     return count
 

@@ -1,6 +1,7 @@
 // Started by the runtime tests with a chosen environment, in a fresh process.
 //   npu_env_probe devices      prints the visible devices and the ASCEND_RT_VISIBLE_DEVICES warning
 //   npu_env_probe hold BYTES   allocates BYTES on device 0, touches them, prints "ready", sleeps
+//   npu_env_probe alloc BYTES  allocates, touches and frees BYTES on device 0, prints "ok"
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,6 +36,17 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     for (;;) pause();
   }
-  std::fprintf(stderr, "usage: npu_env_probe devices | hold BYTES\n");
+  if (argc >= 3 && std::strcmp(argv[1], "alloc") == 0) {
+    size_t bytes = std::strtoull(argv[2], nullptr, 10);
+    void* p = nullptr;
+    if (npuMalloc(&p, bytes) != npuSuccess || npuMemset(p, 1, bytes) != npuSuccess ||
+        npuFree(p) != npuSuccess) {
+      std::printf("error=%s\n", npuGetLastErrorMessage());
+      return 1;
+    }
+    std::printf("ok\n");
+    return 0;
+  }
+  std::fprintf(stderr, "usage: npu_env_probe devices | hold BYTES | alloc BYTES\n");
   return 2;
 }
