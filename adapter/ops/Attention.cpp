@@ -23,6 +23,7 @@
 #include <cmath>
 #include <string>
 
+#include "DeviceCheck.h"
 #include "KernelBridge.h"
 #include "NPUGenerator.h"
 #include "NPUStream.h"
@@ -627,16 +628,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
 }  // namespace
 
 TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
-  m.impl("npu_fusion_attention", TORCH_FN(npu_fusion_attention));
-  m.impl("npu_fusion_attention_grad", TORCH_FN(npu_fusion_attention_grad));
-  m.impl("npu_fused_infer_attention_score", TORCH_FN(npu_fused_infer_attention_score));
+  NPU_IMPL(m, "npu_fusion_attention", npu_fusion_attention);
+  NPU_IMPL(m, "npu_fusion_attention_grad", npu_fusion_attention_grad);
+  NPU_IMPL(m, "npu_fused_infer_attention_score", npu_fused_infer_attention_score);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_sdp_choice", TORCH_FN(fusedSdpChoice));
-  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_overrideable));
-  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
-         TORCH_FN(sdpa_overrideable_backward));
+  NPU_IMPL(m, "_fused_sdp_choice", fusedSdpChoice);
+  NPU_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", sdpa_overrideable);
+  NPU_IMPL(m, "_scaled_dot_product_fused_attention_overrideable_backward",
+           sdpa_overrideable_backward);
 }
 
 }  // namespace torch_npu::native

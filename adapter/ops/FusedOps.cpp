@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "DeviceCheck.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
 
@@ -309,16 +310,16 @@ at::Tensor& npu_format_cast_(at::Tensor& self, int64_t acl_format) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
-  m.impl("npu_rms_norm", TORCH_FN(npu_rms_norm));
-  m.impl("npu_rms_norm_backward", TORCH_FN(npu_rms_norm_backward));
-  m.impl("npu_add_rms_norm", TORCH_FN(npu_add_rms_norm));
-  m.impl("npu_rotary_mul", TORCH_FN(npu_rotary_mul));
-  m.impl("npu_rotary_mul_backward", TORCH_FN(npu_rotary_mul_backward));
-  m.impl("npu_apply_rotary_pos_emb", TORCH_FN(npu_apply_rotary_pos_emb));
-  m.impl("npu_swiglu", TORCH_FN(npu_swiglu));
-  m.impl("npu_swiglu_backward", TORCH_FN(npu_swiglu_backward));
-  m.impl("npu_format_cast_", TORCH_FN(npu_format_cast_));
-  m.impl("get_npu_format", TORCH_FN(get_npu_format));
+  NPU_IMPL(m, "npu_rms_norm", npu_rms_norm);
+  NPU_IMPL(m, "npu_rms_norm_backward", npu_rms_norm_backward);
+  NPU_IMPL(m, "npu_add_rms_norm", npu_add_rms_norm);
+  NPU_IMPL(m, "npu_rotary_mul", npu_rotary_mul);
+  NPU_IMPL(m, "npu_rotary_mul_backward", npu_rotary_mul_backward);
+  NPU_IMPL(m, "npu_apply_rotary_pos_emb", npu_apply_rotary_pos_emb);
+  NPU_IMPL(m, "npu_swiglu", npu_swiglu);
+  NPU_IMPL(m, "npu_swiglu_backward", npu_swiglu_backward);
+  NPU_IMPL(m, "npu_format_cast_", npu_format_cast_);
+  NPU_IMPL(m, "get_npu_format", get_npu_format);
 }
 
 // Composite: built on clone(), so autograd and every backend key come for free.
