@@ -46,9 +46,11 @@
  *   max_pool2d, avg_pool2d, adaptive_avg_pool2d (+ _backward), pool_output_size
  *   conv2d(...), conv2d_backward(...)      im2col + gemm; conv1d = conv2d with H = 1
  *   sort(values, indices, in, dim, descending), topk(values, indices, in, k, dim, largest)
+ *   amp_non_finite_check_and_unscale, amp_update_scale   GradScaler's kernels
+ *   fused_adam(items, n, options), fused_sgd(...)        fused optimizers over a list
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
  * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
- *   batch_norm.h, pooling.h, conv.h, sort.h, thread_pool.h.
+ *   batch_norm.h, pooling.h, conv.h, sort.h, optimizers.h, thread_pool.h.
  *
  * Example (torch.add(x, y, alpha=2) with x: float32 [4, 5], y: float16 [5] broadcast):
  *   TensorDesc out = TensorDesc::make(o, DType::Float32, {4, 5});
@@ -65,6 +67,7 @@
 #include "npu/kernels/loss.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/normalization.h"
+#include "npu/kernels/optimizers.h"
 #include "npu/kernels/pooling.h"
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/sort.h"
