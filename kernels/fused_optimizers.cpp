@@ -72,9 +72,13 @@ void adam_chunk(const AdamItem& it, const Chunk& ch, const AdamOptions& o, doubl
   S* m = static_cast<S*>(it.exp_avg.data);
   S* v = static_cast<S*>(it.exp_avg_sq.data);
   S* vmax = o.amsgrad ? static_cast<S*>(it.max_exp_avg_sq.data) : nullptr;
-  const C beta1 = C(o.beta1), beta2 = C(o.beta2);
-  const C one_minus_beta1 = C(1 - o.beta1), one_minus_beta2 = C(1 - o.beta2);
-  const C wd = C(o.weight_decay), lr_wd = C(lr * o.weight_decay), eps = C(o.eps);
+  // The constants and the order of operations of PyTorch's CPU kernel (and of torch.optim's
+  // Python: exp_avg.lerp_(grad, 1 - beta1), param.mul_(1 - lr * wd), ...), so a float32
+  // step matches the CPU's to the last bit in most elements.
+  const C w = C(1 - o.beta1);  // the lerp weight
+  const bool w_small = std::abs(w) < C(0.5);
+  const C beta2 = C(o.beta2), one_minus_beta2 = C(1 - o.beta2);
+  const C wd = C(o.weight_decay), decay_factor = C(1 - lr * o.weight_decay), eps = C(o.eps);
   const C step_size = C(k.step_size), bc2_sqrt = C(k.bias_correction2_sqrt);
   const bool decay = o.weight_decay != 0;
   for (int64_t i = ch.begin; i < ch.end; ++i) {
@@ -86,11 +90,12 @@ void adam_chunk(const AdamItem& it, const Chunk& ch, const AdamOptions& o, doubl
     if (o.maximize) grad = -grad;
     C param = cast_value<C>(p[i]);
     if (decay) {
-      if (o.decoupled_weight_decay) param -= lr_wd * param;
+      if (o.decoupled_weight_decay) param = param * decay_factor;
       else grad += param * wd;
     }
-    const C exp_avg = beta1 * cast_value<C>(m[i]) + one_minus_beta1 * grad;
-    const C exp_avg_sq = beta2 * cast_value<C>(v[i]) + one_minus_beta2 * grad * grad;
+    const C m0 = cast_value<C>(m[i]);
+    const C exp_avg = w_small ? m0 + w * (grad - m0) : grad - (grad - m0) * (C(1) - w);
+    const C exp_avg_sq = cast_value<C>(v[i]) * beta2 + one_minus_beta2 * grad * grad;
     m[i] = cast_value<S>(exp_avg);
     v[i] = cast_value<S>(exp_avg_sq);
     C second = exp_avg_sq;

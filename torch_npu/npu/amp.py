@@ -15,4 +15,4 @@ def _missing(name: str):
 
 
 autocast = _missing("autocast")
-GradScaler = _missing("GradScaler")
+from torch_npu.npu._grad_scaler import GradScaler  # noqa: E402
