@@ -1,10 +1,8 @@
 #include "Fallback.h"
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/native/CPUFallback.h>
@@ -12,27 +10,16 @@
 
 #include "NPUGenerator.h"
 #include "ops/HostKernel.h"
+#include "ops/OpStats.h"
 
 namespace torch_npu {
 namespace {
 
 constexpr const char* kDisableVariable = "TORCH_NPU_FALLBACK_CPU_DISABLE";
 
-std::mutex g_counts_mutex;
-std::map<std::string, int64_t> g_counts;
-
 bool fallbackDisabled() {
   const char* value = std::getenv(kDisableVariable);
   return value != nullptr && std::strcmp(value, "1") == 0;
-}
-
-std::atomic<int64_t> g_total{0};
-
-// Counts the fallback of `name`; true the first time.
-bool countFallback(const std::string& name) {
-  g_total.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(g_counts_mutex);
-  return ++g_counts[name] == 1;
 }
 
 bool isGeneratorType(const c10::TypePtr& type) {
@@ -89,7 +76,7 @@ void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK_NOT_IMPLEMENTED(!fallbackDisabled(), "The operator [", name,
                               "] is not supported on NPU and ", kDisableVariable,
                               "=1 forbids the CPU fallback; unset it to run the op on the CPU");
-  if (countFallback(name)) {
+  if (OpStats::instance().count(OpPath::kCpuFallback, name) == 1) {
     std::fprintf(stderr,
                  "Warning: CAUTION: The operator '%s' is not currently supported on the NPU "
                  "backend and will fall back to run on the CPU. This may have performance "
@@ -101,13 +88,6 @@ void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // View ops must alias their input, which a copy to the CPU cannot do: the native table lists
   // every view op without a composite kernel, so reaching here with one is an error.
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
-}
-
-int64_t fallbackTotal() { return g_total.load(std::memory_order_relaxed); }
-
-std::map<std::string, int64_t> fallbackCounts() {
-  std::lock_guard<std::mutex> lock(g_counts_mutex);
-  return g_counts;
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

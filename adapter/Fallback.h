@@ -5,15 +5,8 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
-#include <cstdint>
-#include <map>
-#include <string>
 
 namespace torch_npu {
-
-// How many times each op ("aten::isin.Tensor_Tensor_out") has fallen back, for the op report.
-std::map<std::string, int64_t> fallbackCounts();
-int64_t fallbackTotal();  // the sum of fallbackCounts(), without the lock
 
 // Copies the inputs to the CPU, runs the op there and copies the results back (warns once per
 // op; TORCH_NPU_FALLBACK_CPU_DISABLE=1 turns it into an error).

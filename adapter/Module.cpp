@@ -17,6 +17,7 @@
 #include "NPUStream.h"
 #include "Profiler.h"
 #include "ops/HostKernel.h"
+#include "ops/OpStats.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
 
@@ -271,17 +272,17 @@ py::object getDefaultGenerator(int64_t device) {
   return py::reinterpret_steal<py::object>(wrapped);
 }
 
-py::dict hostKernelOps(bool synchronizing) {
+py::dict opCalls(OpPath path) {
   py::dict d;
-  for (const auto& [name, count] : hostKernelCounts(synchronizing)) d[py::str(name)] = count;
+  for (const auto& [name, count] : OpStats::instance().calls(path)) d[py::str(name)] = count;
   return d;
 }
 
-py::dict fallbackOps() {
-  py::dict d;
-  for (const auto& [name, count] : fallbackCounts()) d[py::str(name)] = count;
-  return d;
+py::dict hostKernelOps(bool synchronizing) {
+  return opCalls(synchronizing ? OpPath::kHostKernelSync : OpPath::kHostKernel);
 }
+
+py::dict fallbackOps() { return opCalls(OpPath::kCpuFallback); }
 
 }  // namespace
 }  // namespace torch_npu
@@ -330,7 +331,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_fallback_ops", &fallbackOps);
   m.def("_host_kernel_ops", &hostKernelOps, py::arg("synchronizing") = false);
   m.def("_npu_pathTotals", [] {
-    const auto t = pathTotals();
+    const auto t = OpStats::instance().totals();
     return py::make_tuple(t[0], t[1], t[2]);
   });
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;

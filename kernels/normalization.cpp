@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "rows.h"
@@ -271,10 +272,18 @@ void rms_norm(const TensorDesc& out, const TensorDesc& rstd, const TensorDesc& i
     std::vector<T> w = load_vector<T>(weight, ri.N(), T(1));
     for_each_row<T, 1>(ro, ins, 2, [&](int64_t r, const T* const* x, T* y, int64_t n) {
       double ss = 0;
-      for (int64_t i = 0; i < n; ++i) ss += double(x[0][i]) * x[0][i];
+      if constexpr (std::is_same_v<T, float>) {
+        ss = sum_squares(x[0], n);
+      } else {
+        for (int64_t i = 0; i < n; ++i) ss += double(x[0][i]) * x[0][i];
+      }
       double rs = 1.0 / std::sqrt(ss / n + eps);
       const T tr = T(rs);
-      for (int64_t i = 0; i < n; ++i) y[i] = x[0][i] * tr * w[i];
+      if constexpr (std::is_same_v<T, float>) {
+        scale_mul(x[0], tr, w.data(), y, n);
+      } else {
+        for (int64_t i = 0; i < n; ++i) y[i] = x[0][i] * tr * w[i];
+      }
       if (rstd.data) store_scalar<T>(rr, r, rs);
     });
   });

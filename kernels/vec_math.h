@@ -76,6 +76,35 @@ inline void map8(float* out, const float* in, int64_t n, F f) {
   }
 }
 
+// sum(x[i]^2) accumulated in double (4 + 4 lanes): the row statistic of RMS norms.
+inline double sum_squares(const float* x, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    a0 = _mm256_fmadd_pd(lo, lo, a0);
+    a1 = _mm256_fmadd_pd(hi, hi, a1);
+  }
+  alignas(32) double t[4];
+  _mm256_store_pd(t, _mm256_add_pd(a0, a1));
+  double s = (t[0] + t[1]) + (t[2] + t[3]);
+  for (; i < n; ++i) s += double(x[i]) * x[i];
+  return s;
+}
+
+// y[i] = (x[i] * a) * w[i], the same rounding as the scalar expression.
+inline void scale_mul(const float* x, float a, const float* w, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), va),
+                                          _mm256_loadu_ps(w + i)));
+  }
+  for (; i < n; ++i) y[i] = x[i] * a * w[i];
+}
+
 inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

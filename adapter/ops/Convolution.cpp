@@ -9,6 +9,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "HostKernel.h"
 #include "KernelBridge.h"
 #include "NPUNativeFunctions.h"
@@ -318,12 +319,12 @@ at::Tensor adaptive_avg_pool2d_backward(const at::Tensor& grad_output, const at:
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));
-  m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
-  m.impl("avg_pool2d", TORCH_FN(avg_pool2d));
-  m.impl("avg_pool2d_backward", TORCH_FN(avg_pool2d_backward));
-  m.impl("_adaptive_avg_pool2d", TORCH_FN(adaptive_avg_pool2d));
-  m.impl("_adaptive_avg_pool2d_backward", TORCH_FN(adaptive_avg_pool2d_backward));
+  NPU_IMPL(m, "max_pool2d_with_indices", max_pool2d_with_indices);
+  NPU_IMPL(m, "max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);
+  NPU_IMPL(m, "avg_pool2d", avg_pool2d);
+  NPU_IMPL(m, "avg_pool2d_backward", avg_pool2d_backward);
+  NPU_IMPL(m, "_adaptive_avg_pool2d", adaptive_avg_pool2d);
+  NPU_IMPL(m, "_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
 }
 
 }  // namespace torch_npu::native

@@ -5,6 +5,7 @@
 // become kernel descriptors (KernelBridge.h) and the kernel is queued on the stream. What the
 // library does not cover (complex dtypes, integer division by a tensor that may hold zeros, ...)
 // runs ATen's CPU kernel on the stream instead, with the same results and errors.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/add.h>
@@ -17,6 +18,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "HostKernel.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
@@ -31,18 +33,29 @@ using TOp = nk::TernaryOp;
 
 enum class Kind { Same, Float, Compare };
 
-at::TensorIterator buildUnary(Kind kind, at::TensorBase& out, const at::Tensor& self) {
-  return kind == Kind::Float ? at::TensorIterator::unary_float_op(out, self)
-                             : at::TensorIterator::unary_op(out, self);
+// The iterators borrow their operands, as ATen's structured CPU kernels do (the caller's tensors
+// outlive them). Owning them would copy each input: for a tensor only Python holds, that copy
+// makes torch 2.13 take the GIL to keep its PyObject alive, and release it again after the op
+// (two GIL round trips per op: a fifth of a 1-element op's host time, measured with callgrind).
+at::TensorIterator buildUnary(Kind kind, const at::TensorBase& out, const at::Tensor& self) {
+  at::TensorIterator iter;
+  if (kind == Kind::Float) {
+    iter.build_borrowing_unary_float_op(out, self);
+  } else {
+    iter.build_borrowing_unary_op(out, self);
+  }
+  return iter;
 }
 
-at::TensorIterator buildBinary(Kind kind, at::TensorBase& out, const at::Tensor& a,
+at::TensorIterator buildBinary(Kind kind, const at::TensorBase& out, const at::Tensor& a,
                                const at::Tensor& b) {
+  at::TensorIterator iter;
   switch (kind) {
-    case Kind::Float: return at::TensorIterator::binary_float_op(out, a, b);
-    case Kind::Compare: return at::TensorIterator::comparison_op(out, a, b);
-    default: return at::TensorIterator::binary_op(out, a, b);
+    case Kind::Float: iter.build_borrowing_binary_float_op(out, a, b); break;
+    case Kind::Compare: iter.build_borrowing_comparison_op(out, a, b); break;
+    default: iter.build_borrowing_binary_op(out, a, b); break;
   }
+  return iter;
 }
 
 std::optional<nk::DType> computeDType(const at::TensorIteratorBase& iter) {
@@ -609,12 +622,23 @@ at::Tensor where(const at::Tensor& condition, const at::Tensor& self, const at::
 }
 
 at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  // CUDA's rule and words (masked_fill_ is exempt from the generic device check: its value may
+  // be a 0-dim tensor on any device, but its mask, even a 0-dim one, must be on self's).
+  TORCH_CHECK(self.device() == mask.device(),
+              "expected self and mask to be on the same device, but got mask on ", mask.device(),
+              " and self on ", self.device());
   TORCH_CHECK(mask.scalar_type() == at::kBool,
               "masked_fill_ only supports boolean masks, but got mask with dtype ",
               mask.scalar_type());
   at::Tensor fill = at::native::wrapped_scalar_tensor(value);
   if (!at::isFloatingType(self.scalar_type()) && value.isFloatingPoint()) {
     fill = at::native::wrapped_scalar_tensor(value.toLong());  // masked_fill casts the value
+  }
+  if (at::has_internal_overlap(self) == at::MemOverlap::Yes) {
+    // An expanded self: the CPU kernel accepts it (with its deprecation warning) and writes
+    // only where mask is set, which a where() over aliased elements cannot promise.
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("masked_fill_", "Scalar"), self, mask, value),
+           self;
   }
   ternary(TOp::Where, self, mask, fill.to(self.scalar_type()), self, "masked_fill",
           [](at::Tensor& o, const at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
@@ -698,113 +722,113 @@ at::Tensor& isinf_signed_out(const at::Tensor& self, at::Tensor& out) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #define NPU_REGISTER_UNARY(fn, OP, KIND)                                                     \
-  m.impl(#fn, TORCH_FN(ew::fn));                                                                 \
-  m.impl(#fn "_", TORCH_FN(ew::fn##_));                                                          \
-  m.impl(#fn ".out", TORCH_FN(ew::fn##_out));
+  NPU_IMPL(m, #fn, ew::fn);                                                                  \
+  NPU_IMPL(m, #fn "_", ew::fn##_);                                                           \
+  NPU_IMPL(m, #fn ".out", ew::fn##_out);
   NPU_UNARY_OPS(NPU_REGISTER_UNARY)
 #undef NPU_REGISTER_UNARY
-  m.impl("round", TORCH_FN(ew::round));
-  m.impl("round_", TORCH_FN(ew::round_));
-  m.impl("round.out", TORCH_FN(ew::round_out));
-  m.impl("relu", TORCH_FN(ew::relu));
-  m.impl("relu_", TORCH_FN(ew::relu_));
-  m.impl("logical_not.out", TORCH_FN(ew::logical_not_out));
-  m.impl("gelu", TORCH_FN(ew::gelu));
-  m.impl("gelu_", TORCH_FN(ew::gelu_));
-  m.impl("gelu.out", TORCH_FN(ew::gelu_out));
-  m.impl("leaky_relu", TORCH_FN(ew::leaky_relu));
-  m.impl("leaky_relu_", TORCH_FN(ew::leaky_relu_));
-  m.impl("leaky_relu.out", TORCH_FN(ew::leaky_relu_out));
-  m.impl("softplus", TORCH_FN(ew::softplus));
-  m.impl("softplus.out", TORCH_FN(ew::softplus_out));
-  m.impl("clamp", TORCH_FN(ew::clamp));
-  m.impl("clamp_", TORCH_FN(ew::clamp_));
-  m.impl("clamp.out", TORCH_FN(ew::clamp_out));
+  NPU_IMPL(m, "round", ew::round);
+  NPU_IMPL(m, "round_", ew::round_);
+  NPU_IMPL(m, "round.out", ew::round_out);
+  NPU_IMPL(m, "relu", ew::relu);
+  NPU_IMPL(m, "relu_", ew::relu_);
+  NPU_IMPL(m, "logical_not.out", ew::logical_not_out);
+  NPU_IMPL(m, "gelu", ew::gelu);
+  NPU_IMPL(m, "gelu_", ew::gelu_);
+  NPU_IMPL(m, "gelu.out", ew::gelu_out);
+  NPU_IMPL(m, "leaky_relu", ew::leaky_relu);
+  NPU_IMPL(m, "leaky_relu_", ew::leaky_relu_);
+  NPU_IMPL(m, "leaky_relu.out", ew::leaky_relu_out);
+  NPU_IMPL(m, "softplus", ew::softplus);
+  NPU_IMPL(m, "softplus.out", ew::softplus_out);
+  NPU_IMPL(m, "clamp", ew::clamp);
+  NPU_IMPL(m, "clamp_", ew::clamp_);
+  NPU_IMPL(m, "clamp.out", ew::clamp_out);
 
 #define NPU_REGISTER_BINARY(fn, OP, KIND, KERNEL_OK)                                         \
-  m.impl(#fn ".Tensor", TORCH_FN(ew::fn));                                                       \
-  m.impl(#fn "_.Tensor", TORCH_FN(ew::fn##_));                                                   \
-  m.impl(#fn ".out", TORCH_FN(ew::fn##_out));
+  NPU_IMPL(m, #fn ".Tensor", ew::fn);                                                        \
+  NPU_IMPL(m, #fn "_.Tensor", ew::fn##_);                                                    \
+  NPU_IMPL(m, #fn ".out", ew::fn##_out);
   // maximum/minimum/logical_*/atan2/hypot/copysign name their overloads differently.
   NPU_REGISTER_BINARY(mul, , , ) NPU_REGISTER_BINARY(div, , , )
   NPU_REGISTER_BINARY(copysign, , , )
 #undef NPU_REGISTER_BINARY
-  m.impl("pow.Tensor_Tensor", TORCH_FN(ew::pow));
-  m.impl("pow_.Tensor", TORCH_FN(ew::pow_));
-  m.impl("pow.Tensor_Tensor_out", TORCH_FN(ew::pow_out));
-  m.impl("pow.Tensor_Scalar", TORCH_FN(ew::pow_scalar));
-  m.impl("pow_.Scalar", TORCH_FN(ew::pow_scalar_));
-  m.impl("pow.Tensor_Scalar_out", TORCH_FN(ew::pow_scalar_out));
-  m.impl("maximum", TORCH_FN(ew::maximum));
-  m.impl("maximum.out", TORCH_FN(ew::maximum_out));
-  m.impl("minimum", TORCH_FN(ew::minimum));
-  m.impl("minimum.out", TORCH_FN(ew::minimum_out));
-  m.impl("atan2", TORCH_FN(ew::atan2));
-  m.impl("atan2_", TORCH_FN(ew::atan2_));
-  m.impl("atan2.out", TORCH_FN(ew::atan2_out));
-  m.impl("hypot", TORCH_FN(ew::hypot));
-  m.impl("hypot_", TORCH_FN(ew::hypot_));
-  m.impl("hypot.out", TORCH_FN(ew::hypot_out));
-  m.impl("logical_and.out", TORCH_FN(ew::logical_and_out));
-  m.impl("logical_or.out", TORCH_FN(ew::logical_or_out));
-  m.impl("logical_xor.out", TORCH_FN(ew::logical_xor_out));
+  NPU_IMPL(m, "pow.Tensor_Tensor", ew::pow);
+  NPU_IMPL(m, "pow_.Tensor", ew::pow_);
+  NPU_IMPL(m, "pow.Tensor_Tensor_out", ew::pow_out);
+  NPU_IMPL(m, "pow.Tensor_Scalar", ew::pow_scalar);
+  NPU_IMPL(m, "pow_.Scalar", ew::pow_scalar_);
+  NPU_IMPL(m, "pow.Tensor_Scalar_out", ew::pow_scalar_out);
+  NPU_IMPL(m, "maximum", ew::maximum);
+  NPU_IMPL(m, "maximum.out", ew::maximum_out);
+  NPU_IMPL(m, "minimum", ew::minimum);
+  NPU_IMPL(m, "minimum.out", ew::minimum_out);
+  NPU_IMPL(m, "atan2", ew::atan2);
+  NPU_IMPL(m, "atan2_", ew::atan2_);
+  NPU_IMPL(m, "atan2.out", ew::atan2_out);
+  NPU_IMPL(m, "hypot", ew::hypot);
+  NPU_IMPL(m, "hypot_", ew::hypot_);
+  NPU_IMPL(m, "hypot.out", ew::hypot_out);
+  NPU_IMPL(m, "logical_and.out", ew::logical_and_out);
+  NPU_IMPL(m, "logical_or.out", ew::logical_or_out);
+  NPU_IMPL(m, "logical_xor.out", ew::logical_xor_out);
 #define NPU_REGISTER_BITWISE(fn)                                                             \
-  m.impl(#fn ".Tensor", TORCH_FN(ew::fn));                                                       \
-  m.impl(#fn "_.Tensor", TORCH_FN(ew::fn##_));                                                   \
-  m.impl(#fn ".Tensor_out", TORCH_FN(ew::fn##_out));
+  NPU_IMPL(m, #fn ".Tensor", ew::fn);                                                        \
+  NPU_IMPL(m, #fn "_.Tensor", ew::fn##_);                                                    \
+  NPU_IMPL(m, #fn ".Tensor_out", ew::fn##_out);
   NPU_REGISTER_BITWISE(bitwise_and) NPU_REGISTER_BITWISE(bitwise_or)
   NPU_REGISTER_BITWISE(bitwise_xor) NPU_REGISTER_BITWISE(remainder) NPU_REGISTER_BITWISE(fmod)
 #undef NPU_REGISTER_BITWISE
 #define NPU_REGISTER_COMPARE(fn)                                                             \
-  m.impl(#fn ".Tensor", TORCH_FN(ew::fn));                                                       \
-  m.impl(#fn "_.Tensor", TORCH_FN(ew::fn##_));                                                   \
-  m.impl(#fn ".Tensor_out", TORCH_FN(ew::fn##_out));                                             \
-  m.impl(#fn ".Scalar", TORCH_FN(ew::fn##_scalar));                                              \
-  m.impl(#fn "_.Scalar", TORCH_FN(ew::fn##_scalar_));                                            \
-  m.impl(#fn ".Scalar_out", TORCH_FN(ew::fn##_scalar_out));
+  NPU_IMPL(m, #fn ".Tensor", ew::fn);                                                        \
+  NPU_IMPL(m, #fn "_.Tensor", ew::fn##_);                                                    \
+  NPU_IMPL(m, #fn ".Tensor_out", ew::fn##_out);                                              \
+  NPU_IMPL(m, #fn ".Scalar", ew::fn##_scalar);                                               \
+  NPU_IMPL(m, #fn "_.Scalar", ew::fn##_scalar_);                                             \
+  NPU_IMPL(m, #fn ".Scalar_out", ew::fn##_scalar_out);
   NPU_REGISTER_COMPARE(eq) NPU_REGISTER_COMPARE(ne) NPU_REGISTER_COMPARE(lt)
   NPU_REGISTER_COMPARE(le) NPU_REGISTER_COMPARE(gt) NPU_REGISTER_COMPARE(ge)
 #undef NPU_REGISTER_COMPARE
-  m.impl("add.Tensor", TORCH_FN(ew::add));
-  m.impl("add_.Tensor", TORCH_FN(ew::add_));
-  m.impl("add.out", TORCH_FN(ew::add_out));
-  m.impl("sub.Tensor", TORCH_FN(ew::sub));
-  m.impl("sub_.Tensor", TORCH_FN(ew::sub_));
-  m.impl("sub.out", TORCH_FN(ew::sub_out));
-  m.impl("div.Tensor_mode", TORCH_FN(ew::div_mode));
-  m.impl("div_.Tensor_mode", TORCH_FN(ew::div_mode_));
-  m.impl("div.out_mode", TORCH_FN(ew::div_mode_out));
-  m.impl("silu_backward", TORCH_FN(ew::silu_backward));
-  m.impl("silu_backward.grad_input", TORCH_FN(ew::silu_backward_grad_input));
-  m.impl("sigmoid_backward", TORCH_FN(ew::sigmoid_backward));
-  m.impl("sigmoid_backward.grad_input", TORCH_FN(ew::sigmoid_backward_grad_input));
-  m.impl("tanh_backward", TORCH_FN(ew::tanh_backward));
-  m.impl("tanh_backward.grad_input", TORCH_FN(ew::tanh_backward_grad_input));
-  m.impl("threshold_backward", TORCH_FN(ew::threshold_backward));
-  m.impl("threshold_backward.grad_input", TORCH_FN(ew::threshold_backward_grad_input));
-  m.impl("gelu_backward", TORCH_FN(ew::gelu_backward));
-  m.impl("gelu_backward.grad_input", TORCH_FN(ew::gelu_backward_grad_input));
-  m.impl("leaky_relu_backward", TORCH_FN(ew::leaky_relu_backward));
-  m.impl("leaky_relu_backward.grad_input", TORCH_FN(ew::leaky_relu_backward_grad_input));
+  NPU_IMPL(m, "add.Tensor", ew::add);
+  NPU_IMPL(m, "add_.Tensor", ew::add_);
+  NPU_IMPL(m, "add.out", ew::add_out);
+  NPU_IMPL(m, "sub.Tensor", ew::sub);
+  NPU_IMPL(m, "sub_.Tensor", ew::sub_);
+  NPU_IMPL(m, "sub.out", ew::sub_out);
+  NPU_IMPL(m, "div.Tensor_mode", ew::div_mode);
+  NPU_IMPL(m, "div_.Tensor_mode", ew::div_mode_);
+  NPU_IMPL(m, "div.out_mode", ew::div_mode_out);
+  NPU_IMPL(m, "silu_backward", ew::silu_backward);
+  NPU_IMPL(m, "silu_backward.grad_input", ew::silu_backward_grad_input);
+  NPU_IMPL(m, "sigmoid_backward", ew::sigmoid_backward);
+  NPU_IMPL(m, "sigmoid_backward.grad_input", ew::sigmoid_backward_grad_input);
+  NPU_IMPL(m, "tanh_backward", ew::tanh_backward);
+  NPU_IMPL(m, "tanh_backward.grad_input", ew::tanh_backward_grad_input);
+  NPU_IMPL(m, "threshold_backward", ew::threshold_backward);
+  NPU_IMPL(m, "threshold_backward.grad_input", ew::threshold_backward_grad_input);
+  NPU_IMPL(m, "gelu_backward", ew::gelu_backward);
+  NPU_IMPL(m, "gelu_backward.grad_input", ew::gelu_backward_grad_input);
+  NPU_IMPL(m, "leaky_relu_backward", ew::leaky_relu_backward);
+  NPU_IMPL(m, "leaky_relu_backward.grad_input", ew::leaky_relu_backward_grad_input);
 
-  m.impl("isneginf.out", TORCH_FN(ew::isinf_signed_out<false>));
-  m.impl("isposinf.out", TORCH_FN(ew::isinf_signed_out<true>));
-  m.impl("where.self", TORCH_FN(ew::where));
-  m.impl("where.self_out", TORCH_FN(ew::where_out));
-  m.impl("masked_fill_.Scalar", TORCH_FN(ew::masked_fill_scalar_));
-  m.impl("masked_fill_.Tensor", TORCH_FN(ew::masked_fill_tensor_));
-  m.impl("addcmul", TORCH_FN(ew::addcmul));
-  m.impl("addcmul_", TORCH_FN(ew::addcmul_));
-  m.impl("addcmul.out", TORCH_FN(ew::addcmul_out));
-  m.impl("addcdiv", TORCH_FN(ew::addcdiv));
-  m.impl("addcdiv_", TORCH_FN(ew::addcdiv_));
-  m.impl("addcdiv.out", TORCH_FN(ew::addcdiv_out));
-  m.impl("lerp.Tensor", TORCH_FN(ew::lerp_tensor));
-  m.impl("lerp_.Tensor", TORCH_FN(ew::lerp_tensor_));
-  m.impl("lerp.Tensor_out", TORCH_FN(ew::lerp_tensor_out));
-  m.impl("lerp.Scalar", TORCH_FN(ew::lerp_scalar));
-  m.impl("lerp_.Scalar", TORCH_FN(ew::lerp_scalar_));
-  m.impl("lerp.Scalar_out", TORCH_FN(ew::lerp_scalar_out));
+  NPU_IMPL(m, "isneginf.out", ew::isinf_signed_out<false>);
+  NPU_IMPL(m, "isposinf.out", ew::isinf_signed_out<true>);
+  NPU_IMPL(m, "where.self", ew::where);
+  NPU_IMPL(m, "where.self_out", ew::where_out);
+  NPU_IMPL(m, "masked_fill_.Scalar", ew::masked_fill_scalar_);
+  NPU_IMPL(m, "masked_fill_.Tensor", ew::masked_fill_tensor_);
+  NPU_IMPL(m, "addcmul", ew::addcmul);
+  NPU_IMPL(m, "addcmul_", ew::addcmul_);
+  NPU_IMPL(m, "addcmul.out", ew::addcmul_out);
+  NPU_IMPL(m, "addcdiv", ew::addcdiv);
+  NPU_IMPL(m, "addcdiv_", ew::addcdiv_);
+  NPU_IMPL(m, "addcdiv.out", ew::addcdiv_out);
+  NPU_IMPL(m, "lerp.Tensor", ew::lerp_tensor);
+  NPU_IMPL(m, "lerp_.Tensor", ew::lerp_tensor_);
+  NPU_IMPL(m, "lerp.Tensor_out", ew::lerp_tensor_out);
+  NPU_IMPL(m, "lerp.Scalar", ew::lerp_scalar);
+  NPU_IMPL(m, "lerp_.Scalar", ew::lerp_scalar_);
+  NPU_IMPL(m, "lerp.Scalar_out", ew::lerp_scalar_out);
 }
 
 }  // namespace torch_npu::native

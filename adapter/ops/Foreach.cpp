@@ -6,6 +6,7 @@
 // Lists that the fast path does not cover (mixed dtypes or devices, a dtype the library lacks,
 // shape mismatches, which the slow path reports) take ATen's per-tensor loop, whose ops are
 // our kernels again.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/_foreach_add_native.h>
 #include <ATen/ops/_foreach_addcdiv_native.h>
 #include <ATen/ops/_foreach_addcmul_native.h>
@@ -20,6 +21,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
 
@@ -59,7 +61,9 @@ struct Job {
 };
 
 // True when every tensor of the lists is a describable npu tensor on one device, of one
-// floating dtype, and each list matches the first's shapes.
+// floating dtype, and each list matches the first's shapes, and no tensor of the first list
+// (the written one, for the in-place forms) aliases itself or another list's tensor in part:
+// the per-tensor loop raises the CPU's overlap errors for those.
 bool fastLists(std::initializer_list<at::TensorList> lists) {
   const at::TensorList first = *lists.begin();
   if (first.empty()) return false;
@@ -71,6 +75,11 @@ bool fastLists(std::initializer_list<at::TensorList> lists) {
       const at::Tensor& t = list[i];
       if (!t.defined() || t.device() != t0.device() || t.scalar_type() != t0.scalar_type() ||
           !describable(t) || t.sizes() != first[i].sizes()) {
+        return false;
+      }
+      if (&list == lists.begin() ? at::has_internal_overlap(t) != at::MemOverlap::No
+                                 : at::get_overlap_status(first[i], t) ==
+                                       at::MemOverlapStatus::Partial) {
         return false;
       }
     }
@@ -293,27 +302,27 @@ void zero_(at::TensorList self) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_foreach_add_.Scalar", TORCH_FN(add_scalar_));
-  m.impl("_foreach_add_.ScalarList", TORCH_FN(add_scalarlist_));
-  m.impl("_foreach_add_.List", TORCH_FN(add_list_));
-  m.impl("_foreach_sub_.Scalar", TORCH_FN(sub_scalar_));
-  m.impl("_foreach_sub_.ScalarList", TORCH_FN(sub_scalarlist_));
-  m.impl("_foreach_sub_.List", TORCH_FN(sub_list_));
-  m.impl("_foreach_mul_.Scalar", TORCH_FN(mul_scalar_));
-  m.impl("_foreach_mul_.ScalarList", TORCH_FN(mul_scalarlist_));
-  m.impl("_foreach_mul_.List", TORCH_FN(mul_list_));
-  m.impl("_foreach_div_.Scalar", TORCH_FN(div_scalar_));
-  m.impl("_foreach_div_.ScalarList", TORCH_FN(div_scalarlist_));
-  m.impl("_foreach_div_.List", TORCH_FN(div_list_));
-  m.impl("_foreach_addcmul_.Scalar", TORCH_FN(addcmul_scalar_));
-  m.impl("_foreach_addcmul_.ScalarList", TORCH_FN(addcmul_scalarlist_));
-  m.impl("_foreach_addcdiv_.Scalar", TORCH_FN(addcdiv_scalar_));
-  m.impl("_foreach_addcdiv_.ScalarList", TORCH_FN(addcdiv_scalarlist_));
-  m.impl("_foreach_lerp_.Scalar", TORCH_FN(lerp_scalar_));
-  m.impl("_foreach_sqrt_", TORCH_FN(sqrt_));
-  m.impl("_foreach_sqrt", TORCH_FN(sqrt));
-  m.impl("_foreach_neg_", TORCH_FN(neg_));
-  m.impl("_foreach_zero_", TORCH_FN(zero_));
+  NPU_IMPL(m, "_foreach_add_.Scalar", add_scalar_);
+  NPU_IMPL(m, "_foreach_add_.ScalarList", add_scalarlist_);
+  NPU_IMPL(m, "_foreach_add_.List", add_list_);
+  NPU_IMPL(m, "_foreach_sub_.Scalar", sub_scalar_);
+  NPU_IMPL(m, "_foreach_sub_.ScalarList", sub_scalarlist_);
+  NPU_IMPL(m, "_foreach_sub_.List", sub_list_);
+  NPU_IMPL(m, "_foreach_mul_.Scalar", mul_scalar_);
+  NPU_IMPL(m, "_foreach_mul_.ScalarList", mul_scalarlist_);
+  NPU_IMPL(m, "_foreach_mul_.List", mul_list_);
+  NPU_IMPL(m, "_foreach_div_.Scalar", div_scalar_);
+  NPU_IMPL(m, "_foreach_div_.ScalarList", div_scalarlist_);
+  NPU_IMPL(m, "_foreach_div_.List", div_list_);
+  NPU_IMPL(m, "_foreach_addcmul_.Scalar", addcmul_scalar_);
+  NPU_IMPL(m, "_foreach_addcmul_.ScalarList", addcmul_scalarlist_);
+  NPU_IMPL(m, "_foreach_addcdiv_.Scalar", addcdiv_scalar_);
+  NPU_IMPL(m, "_foreach_addcdiv_.ScalarList", addcdiv_scalarlist_);
+  NPU_IMPL(m, "_foreach_lerp_.Scalar", lerp_scalar_);
+  NPU_IMPL(m, "_foreach_sqrt_", sqrt_);
+  NPU_IMPL(m, "_foreach_sqrt", sqrt);
+  NPU_IMPL(m, "_foreach_neg_", neg_);
+  NPU_IMPL(m, "_foreach_zero_", zero_);
 }
 
 }  // namespace torch_npu::native

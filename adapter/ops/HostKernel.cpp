@@ -9,25 +9,17 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "DeviceCheck.h"
 #include "Fallback.h"
+#include "OpStats.h"
 #include "NPUStream.h"
 #include "TaskTensor.h"
 
 namespace torch_npu {
 namespace {
 
-std::mutex g_counts_mutex;
-std::map<std::string, int64_t> g_async_counts;
-std::map<std::string, int64_t> g_sync_counts;
-
-std::atomic<int64_t> g_async_total{0};
-std::atomic<int64_t> g_sync_total{0};
-
-void countCall(bool synchronizing, const c10::OperatorHandle& op) {
-  (synchronizing ? g_sync_total : g_async_total).fetch_add(1, std::memory_order_relaxed);
-  std::string name = c10::toString(op.schema().operator_name());
-  std::lock_guard<std::mutex> lock(g_counts_mutex);
-  ++(synchronizing ? g_sync_counts : g_async_counts)[std::move(name)];
+void countCall(OpPath path, const c10::OperatorHandle& op) {
+  OpStats::instance().count(path, c10::toString(op.schema().operator_name()));
 }
 
 // Ops whose outputs' sizes (or non-tensor results) depend on the data: no meta kernel can size
@@ -288,6 +280,9 @@ void runSynchronizing(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t begin = stack->size() - op.schema().arguments().size();
+  // Before anything reads a tensor: the CPU kernel would read every device's memory, racing
+  // with the other devices' streams, and the fallback would hide the mistake CUDA reports.
+  checkDevices(op, *stack, begin);
   const c10::DeviceIndex device = npuDeviceOf(*stack, begin);
   if (device < 0) {
     cpuFallback(op, stack);
@@ -297,31 +292,19 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   replaceNPUGenerators(op.schema(), stack);
   bool meta_refused = false;
   if (canRunAsync(op) && runAsync(op, stack, device, &meta_refused)) {
-    countCall(/*synchronizing=*/false, op);
+    countCall(OpPath::kHostKernel, op);
     return;
   }
   if (meta_refused || mayDependOnData(op)) {
     runSynchronizing(op, stack, device);
-    countCall(/*synchronizing=*/true, op);
+    countCall(OpPath::kHostKernelSync, op);
     return;
   }
   cpuFallback(op, stack);
 }
 
 void countHostKernelCall(const char* name) {
-  g_async_total.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(g_counts_mutex);
-  ++g_async_counts[std::string("aten::") + name];
-}
-
-std::array<int64_t, 3> pathTotals() {
-  return {g_async_total.load(std::memory_order_relaxed),
-          g_sync_total.load(std::memory_order_relaxed), fallbackTotal()};
-}
-
-std::map<std::string, int64_t> hostKernelCounts(bool synchronizing) {
-  std::lock_guard<std::mutex> lock(g_counts_mutex);
-  return synchronizing ? g_sync_counts : g_async_counts;
+  OpStats::instance().count(OpPath::kHostKernel, std::string("aten::") + name);
 }
 
 }  // namespace torch_npu

@@ -26,12 +26,9 @@ namespace torch_npu {
 // Runs `op` by path 1, 2 or 3 above.
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// Calls of each op ("aten::sort.values_stable") per path, for the op report.
-std::map<std::string, int64_t> hostKernelCounts(bool synchronizing);
-// Counts a call of aten::<name> that a kernel of ours handed to ATen's CPU kernel itself.
+// Counts a call of aten::<name> that a kernel of ours handed to ATen's CPU kernel itself (the
+// calls of each path are counted in OpStats).
 void countHostKernelCall(const char* name);
-// Calls so far by path 1, 2 and 3 (all ops): the op report reads them around each op.
-std::array<int64_t, 3> pathTotals();
 
 // Runs aten::<name>.<overload> through path 1/2 with the given arguments: how a kernel of ours
 // hands an input it does not cover (a dtype, a layout) to ATen's CPU kernel.

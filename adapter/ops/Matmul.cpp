@@ -2,11 +2,13 @@
 // Transposed operands need no copy: a descriptor with swapped strides is a transposed matrix.
 // Integer matmul, mismatched dtypes and bad shapes go to ATen's CPU kernel, which computes the
 // former and reports the latter with PyTorch's messages.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "HostKernel.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
@@ -24,22 +26,34 @@ bool gemmOk(const at::Tensor& a, const at::Tensor& b, int dims) {
 }
 
 // out (already sized [.., M, N]) = alpha * a @ b + beta * self (self broadcast; null: none).
+// An out that shares memory with a or b (mm(a, b, out=a)) would be read after being written:
+// the product goes to a temporary that the task then copies into out, so the result is the
+// product (ATen's CPU kernel accepts these calls too, with a result that depends on its loop
+// order). An out whose elements alias each other is refused, as on the CPU.
 void launchGemm(const at::Tensor& out, const at::Tensor* self, const at::Tensor& a,
                 const at::Tensor& b, double alpha, double beta, bool batched, const char* name) {
+  at::assert_no_internal_overlap(out);
   if (out.numel() == 0) return;
+  const bool aliased = at::get_overlap_status(out, a) != at::MemOverlapStatus::No ||
+                       at::get_overlap_status(out, b) != at::MemOverlapStatus::No;
+  const at::Tensor target = aliased ? at::empty(out.sizes(), out.options()) : out;
   std::optional<nk::TensorDesc> init;
-  if (self != nullptr && beta != 0.0 && !self->is_same(out)) {
+  if (self != nullptr && beta != 0.0 && !self->is_same(target)) {
     init = describe(self->expand(out.sizes()));
   }
+  std::optional<nk::TensorDesc> result;
+  if (aliased) result = describe(out);
   if (self == nullptr) beta = 0.0;
   launchTask(getCurrentNPUStream(out.device().index()), name,
-             [c = describe(out), x = describe(a), y = describe(b), init, alpha, beta, batched] {
+             [c = describe(target), x = describe(a), y = describe(b), init, result, alpha, beta,
+              batched] {
                if (init) nk::copy(c, *init);
                if (batched) {
                  nk::gemm_batched(c, x, y, alpha, beta);
                } else {
                  nk::gemm(c, x, y, alpha, beta);
                }
+               if (result) nk::copy(*result, c);
              });
 }
 
@@ -163,16 +177,16 @@ at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("mm", TORCH_FN(mm));
-  m.impl("mm.out", TORCH_FN(mm_out));
-  m.impl("addmm", TORCH_FN(addmm));
-  m.impl("addmm.out", TORCH_FN(addmm_out));
-  m.impl("addmm_", TORCH_FN(addmm_));
-  m.impl("bmm", TORCH_FN(bmm));
-  m.impl("bmm.out", TORCH_FN(bmm_out));
-  m.impl("baddbmm", TORCH_FN(baddbmm));
-  m.impl("baddbmm.out", TORCH_FN(baddbmm_out));
-  m.impl("baddbmm_", TORCH_FN(baddbmm_));
+  NPU_IMPL(m, "mm", mm);
+  NPU_IMPL(m, "mm.out", mm_out);
+  NPU_IMPL(m, "addmm", addmm);
+  NPU_IMPL(m, "addmm.out", addmm_out);
+  NPU_IMPL(m, "addmm_", addmm_);
+  NPU_IMPL(m, "bmm", bmm);
+  NPU_IMPL(m, "bmm.out", bmm_out);
+  NPU_IMPL(m, "baddbmm", baddbmm);
+  NPU_IMPL(m, "baddbmm.out", baddbmm_out);
+  NPU_IMPL(m, "baddbmm_", baddbmm_);
 }
 
 }  // namespace torch_npu::native

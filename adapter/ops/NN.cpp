@@ -4,6 +4,7 @@
 // Index values are data on the device, so they are checked where the kernel runs: an index out
 // of range fails the task before the kernel touches memory, and the error (PyTorch's message)
 // is reported by the next synchronize, as a device-side assert is on CUDA.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
@@ -11,6 +12,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "HostKernel.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
@@ -83,6 +85,14 @@ at::Tensor& softmax_out(const at::Tensor& self, int64_t dim, bool half_to_float,
   }
   const c10::DeviceGuard guard(self.device());
   at::native::resize_output(out, self.sizes());
+  // An out whose elements alias each other: ATen's CPU kernel writes past its memory there.
+  at::assert_no_internal_overlap(out);
+  if (!out.is_same(self) && at::get_overlap_status(out, self) != at::MemOverlapStatus::No) {
+    // out overlaps self in part: the kernel would read rows it already wrote. Through a
+    // temporary (ATen's CPU kernel's result depends on its loop order).
+    out.copy_(softmax<kLog>(self, dim, half_to_float));
+    return out;
+  }
   return softmaxInto<kLog>(self, dim, out);
 }
 
@@ -190,6 +200,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
 
 at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                              at::Tensor& out) {
+  // The CPU kernel's overlap rules (its messages): an out= that aliases itself or an input
+  // would be written while the kernel reads it.
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, index);
   const bool ok = describable(self) && indexDType(index) && index.dim() <= 1 && self.dim() > 0 &&
                   describable(out) && out.scalar_type() == self.scalar_type();
   if (!ok) {
@@ -244,6 +259,9 @@ bool gatherOk(const at::Tensor& self, const at::Tensor& index) {
 
 at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                        bool sparse_grad, at::Tensor& out) {
+  at::assert_no_internal_overlap(out);  // the CPU kernel's rules
+  at::assert_no_overlap(out, self);
+  at::assert_no_partial_overlap(out, index);
   if (!gatherOk(self, index) || out.scalar_type() != self.scalar_type()) {
     callHostKernel<at::Tensor>(NPU_ATEN_OP("gather", "out"), self, dim, index, sparse_grad, out);
     return out;
@@ -302,6 +320,14 @@ void scatterInto(at::Tensor& self, int64_t dim, const at::Tensor& index, const a
              });
 }
 
+// The CPU kernel's overlap rules for scatter_ / scatter_add_ / index_add_ (its messages): self
+// is written while index and src are read.
+void checkScatterOverlap(const at::Tensor& self, const at::Tensor& index, const at::Tensor* src) {
+  at::assert_no_internal_overlap(self);
+  at::assert_no_overlap(self, index);
+  if (src != nullptr) at::assert_no_overlap(self, *src);
+}
+
 bool scatterOk(const at::Tensor& self, const at::Tensor& index, const at::Tensor* src) {
   return gatherOk(self, index) &&
          (!src || (describable(*src) && src->scalar_type() == self.scalar_type() &&
@@ -316,6 +342,7 @@ std::optional<nk::ScatterReduce> reduceMode(c10::string_view reduce) {
 
 at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index,
                          const at::Tensor& src) {
+  checkScatterOverlap(self, index, &src);
   if (!scatterOk(self, index, &src)) {
     return callHostKernel<at::Tensor>(NPU_ATEN_OP("scatter_", "src"), self, dim, index, src), self;
   }
@@ -325,6 +352,7 @@ at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index,
 }
 at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index,
                            const at::Scalar& value) {
+  checkScatterOverlap(self, index, nullptr);
   if (!scatterOk(self, index, nullptr)) {
     return callHostKernel<at::Tensor>(NPU_ATEN_OP("scatter_", "value"), self, dim, index, value),
            self;
@@ -345,6 +373,7 @@ at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& 
 }
 at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
                          const at::Tensor& src) {
+  checkScatterOverlap(self, index, &src);
   if (!scatterOk(self, index, &src)) {
     return callHostKernel<at::Tensor>(NPU_ATEN_OP("scatter_add_", ""), self, dim, index, src),
            self;
@@ -361,6 +390,7 @@ at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& in
 
 at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
                        const at::Tensor& source, const at::Scalar& alpha) {
+  checkScatterOverlap(self, index, &source);
   const bool ok = describable(self) && indexDType(index) && index.dim() <= 1 &&
                   describable(source) && source.scalar_type() == self.scalar_type() &&
                   self.dim() > 0 && source.dim() == self.dim();
@@ -394,6 +424,8 @@ at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& inde
 at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
   std::vector<at::Tensor> all;
   for (const at::Tensor& t : tensors) all.push_back(t);
+  at::assert_no_internal_overlap(out);  // the CPU kernel's rules
+  for (const at::Tensor& t : all) at::assert_no_overlap(out, t);
   // Legacy behaviour: 1-D empty tensors are skipped whatever the other shapes.
   std::vector<at::Tensor> parts;
   for (const at::Tensor& t : all) {
@@ -484,6 +516,9 @@ at::Tensor roll(const at::Tensor& self, c10::SymIntArrayRef shifts_sym, at::IntA
 }
 
 template <bool kUpper>
+at::Tensor tril_triu(const at::Tensor& self, int64_t diagonal);
+
+template <bool kUpper>
 at::Tensor& tril_triu_out(const at::Tensor& self, int64_t diagonal, at::Tensor& out) {
   if (!describable(self) || self.dim() < 2 || out.scalar_type() != self.scalar_type()) {
     callHostKernel<at::Tensor>(kUpper ? NPU_ATEN_OP("triu", "out") : NPU_ATEN_OP("tril", "out"),
@@ -491,6 +526,14 @@ at::Tensor& tril_triu_out(const at::Tensor& self, int64_t diagonal, at::Tensor& 
     return out;
   }
   const c10::DeviceGuard guard(self.device());
+  if (!out.is_same(self) && at::get_overlap_status(out, self) != at::MemOverlapStatus::No) {
+    // out overlaps self in part: the kernel would read elements it already wrote. Through a
+    // temporary, so the result is triu(self) (ATen's CPU kernel's depends on its loop order).
+    const at::Tensor result = tril_triu<kUpper>(self, diagonal);
+    at::native::resize_output(out, self.sizes());
+    out.copy_(result);
+    return out;
+  }
   if (!out.is_same(self)) at::native::resize_output(out, self.sizes());
   if (self.numel() == 0) return out;
   launchTask(streamOf(self), kUpper ? "triu" : "tril",
@@ -531,6 +574,7 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at:
   }
   const c10::DeviceGuard guard(out.device());
   if (out.numel() != size) out.resize_({size});
+  at::assert_no_internal_overlap(out);  // as ATen's TensorIterator does for the CPU kernel
   if (size == 0) return out;
   launchTask(streamOf(out), "arange",
              [o = describe(out), a = toKernelScalar(start), c = toKernelScalar(step)] {
@@ -548,6 +592,7 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
   }
   const c10::DeviceGuard guard(out.device());
   if (out.numel() != steps) out.resize_({steps});
+  at::assert_no_internal_overlap(out);  // as ATen's TensorIterator does for the CPU kernel
   if (steps == 0) return out;
   launchTask(streamOf(out), "linspace",
              [o = describe(out), a = toKernelScalar(start), b = toKernelScalar(end)] {
@@ -778,47 +823,47 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_legit_no_stats(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_softmax", TORCH_FN(softmax<false>));
-  m.impl("_softmax.out", TORCH_FN(softmax_out<false>));
-  m.impl("_log_softmax", TORCH_FN(softmax<true>));
-  m.impl("_log_softmax.out", TORCH_FN(softmax_out<true>));
-  m.impl("_softmax_backward_data", TORCH_FN(softmax_backward<false>));
-  m.impl("_log_softmax_backward_data", TORCH_FN(softmax_backward<true>));
-  m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
-  m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
-  m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
-  m.impl("native_batch_norm_backward", TORCH_FN(native_batch_norm_backward));
-  m.impl("_native_batch_norm_legit", TORCH_FN(native_batch_norm_legit));
-  m.impl("_native_batch_norm_legit.no_stats", TORCH_FN(native_batch_norm_legit_no_stats));
-  m.impl("nll_loss_forward", TORCH_FN(nll_loss_forward));
-  m.impl("nll_loss_backward", TORCH_FN(nll_loss_backward));
-  m.impl("nll_loss2d_forward", TORCH_FN(nll_loss2d_forward));
-  m.impl("nll_loss2d_backward", TORCH_FN(nll_loss2d_backward));
-  m.impl("index_select", TORCH_FN(index_select));
-  m.impl("index_select.out", TORCH_FN(index_select_out));
-  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
-  m.impl("gather", TORCH_FN(gather));
-  m.impl("gather.out", TORCH_FN(gather_out));
-  m.impl("scatter.src", TORCH_FN(scatter_src));
-  m.impl("scatter_.src", TORCH_FN(scatter_src_));
-  m.impl("scatter.value", TORCH_FN(scatter_value));
-  m.impl("scatter_.value", TORCH_FN(scatter_value_));
-  m.impl("scatter_add", TORCH_FN(scatter_add));
-  m.impl("scatter_add_", TORCH_FN(scatter_add_));
-  m.impl("index_add", TORCH_FN(index_add));
-  m.impl("index_add_", TORCH_FN(index_add_));
-  m.impl("cat", TORCH_FN(cat));
-  m.impl("cat.out", TORCH_FN(cat_out));
-  m.impl("flip", TORCH_FN(flip));
-  m.impl("roll", TORCH_FN(roll));
-  m.impl("tril", TORCH_FN(tril_triu<false>));
-  m.impl("tril.out", TORCH_FN(tril_triu_out<false>));
-  m.impl("tril_", TORCH_FN(tril_triu_<false>));
-  m.impl("triu", TORCH_FN(tril_triu<true>));
-  m.impl("triu.out", TORCH_FN(tril_triu_out<true>));
-  m.impl("triu_", TORCH_FN(tril_triu_<true>));
-  m.impl("arange.start_out", TORCH_FN(arange_out));
-  m.impl("linspace.out", TORCH_FN(linspace_out));
+  NPU_IMPL(m, "_softmax", softmax<false>);
+  NPU_IMPL(m, "_softmax.out", softmax_out<false>);
+  NPU_IMPL(m, "_log_softmax", softmax<true>);
+  NPU_IMPL(m, "_log_softmax.out", softmax_out<true>);
+  NPU_IMPL(m, "_softmax_backward_data", softmax_backward<false>);
+  NPU_IMPL(m, "_log_softmax_backward_data", softmax_backward<true>);
+  NPU_IMPL(m, "native_layer_norm", native_layer_norm);
+  NPU_IMPL(m, "native_layer_norm_backward", native_layer_norm_backward);
+  NPU_IMPL(m, "native_batch_norm", native_batch_norm);
+  NPU_IMPL(m, "native_batch_norm_backward", native_batch_norm_backward);
+  NPU_IMPL(m, "_native_batch_norm_legit", native_batch_norm_legit);
+  NPU_IMPL(m, "_native_batch_norm_legit.no_stats", native_batch_norm_legit_no_stats);
+  NPU_IMPL(m, "nll_loss_forward", nll_loss_forward);
+  NPU_IMPL(m, "nll_loss_backward", nll_loss_backward);
+  NPU_IMPL(m, "nll_loss2d_forward", nll_loss2d_forward);
+  NPU_IMPL(m, "nll_loss2d_backward", nll_loss2d_backward);
+  NPU_IMPL(m, "index_select", index_select);
+  NPU_IMPL(m, "index_select.out", index_select_out);
+  NPU_IMPL(m, "embedding_dense_backward", embedding_dense_backward);
+  NPU_IMPL(m, "gather", gather);
+  NPU_IMPL(m, "gather.out", gather_out);
+  NPU_IMPL(m, "scatter.src", scatter_src);
+  NPU_IMPL(m, "scatter_.src", scatter_src_);
+  NPU_IMPL(m, "scatter.value", scatter_value);
+  NPU_IMPL(m, "scatter_.value", scatter_value_);
+  NPU_IMPL(m, "scatter_add", scatter_add);
+  NPU_IMPL(m, "scatter_add_", scatter_add_);
+  NPU_IMPL(m, "index_add", index_add);
+  NPU_IMPL(m, "index_add_", index_add_);
+  NPU_IMPL(m, "cat", cat);
+  NPU_IMPL(m, "cat.out", cat_out);
+  NPU_IMPL(m, "flip", flip);
+  NPU_IMPL(m, "roll", roll);
+  NPU_IMPL(m, "tril", tril_triu<false>);
+  NPU_IMPL(m, "tril.out", tril_triu_out<false>);
+  NPU_IMPL(m, "tril_", tril_triu_<false>);
+  NPU_IMPL(m, "triu", tril_triu<true>);
+  NPU_IMPL(m, "triu.out", tril_triu_out<true>);
+  NPU_IMPL(m, "triu_", tril_triu_<true>);
+  NPU_IMPL(m, "arange.start_out", arange_out);
+  NPU_IMPL(m, "linspace.out", linspace_out);
 }
 
 }  // namespace torch_npu::native

@@ -2,6 +2,7 @@
 // launch draws one seed on the host and runs ATen's CPU kernel over device memory with a CPU
 // generator seeded from it.
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/mul.h>
@@ -25,7 +26,12 @@ template <typename Op>
 at::Tensor& launchRandom(at::Tensor& self, const char* name, const OptionalGenerator& generator,
                          Op op) {
   {
-    at::Tensor probe = at::empty({1}, self.options().device(at::kCPU));
+    // A self whose elements alias each other gets a probe of its own geometry, so the CPU
+    // kernel's overlap rule decides at the call too (it refuses for most distributions).
+    at::Tensor probe = at::has_internal_overlap(self) == at::MemOverlap::No
+                           ? at::empty({1}, self.options().device(at::kCPU))
+                           : at::empty_strided(self.sizes(), self.strides(),
+                                               self.options().device(at::kCPU));
     at::Generator throwaway = at::detail::createCPUGenerator(0);
     op(probe, throwaway);
   }

@@ -5,12 +5,15 @@
 // the kernel gets the output as the keepdim view (describeReduced). Cases outside the common
 // path (empty inputs, complex or mismatched out= dtypes, more than 8 dims) run ATen's CPU
 // kernel on the stream, which also gives them PyTorch's exact errors.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "HostKernel.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
@@ -66,11 +69,22 @@ at::Tensor prepareOut(const at::Tensor& self, at::Tensor out, const Plan& p,
   return out;
 }
 
+// An out= that shares memory with self (sum(x, 0, out=x[0])) would be written while the kernel
+// still reads it: the kernel then reduces into a temporary that the task copies into out, so the
+// result is the reduction (ATen's CPU kernel accepts these calls with a result that depends on
+// its loop order).
 void launchReduce(ROp op, const at::Tensor& out, const at::Tensor& self, const Plan& p,
                   bool keepdim, nk::DType compute, nk::Scalar p0, const char* name) {
+  const bool aliased = at::get_overlap_status(out, self) != at::MemOverlapStatus::No;
+  const at::Tensor target = aliased ? at::empty(out.sizes(), out.options()) : out;
+  std::optional<nk::TensorDesc> result;
+  if (aliased) result = describe(out);
   launchTask(getCurrentNPUStream(self.device().index()), name,
-             [op, o = describeReduced(out, self, p.mask, keepdim), i = describe(self), compute,
-              p0] { nk::reduce(op, o, i, compute, p0); });
+             [op, o = describeReduced(target, self, p.mask, keepdim), i = describe(self), compute,
+              p0, result, t = aliased ? describe(target) : nk::TensorDesc()] {
+               nk::reduce(op, o, i, compute, p0);
+               if (result) nk::copy(*result, t);
+             });
 }
 
 at::ScalarType sumDType(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
@@ -356,6 +370,9 @@ bool scan(nk::ScanOp op, const at::Tensor& self, int64_t dim, at::ScalarType out
   } else {
     if (out.scalar_type() != out_dtype) return false;
     at::native::resize_output(out, self.sizes());
+    // The CPU kernel's rules: in place (out is self) is a scan; any other overlap is refused.
+    at::assert_no_internal_overlap(out);
+    at::assert_no_partial_overlap(out, self);
   }
   // A 0-dim tensor scans over its one element.
   const int kd = self.dim() == 0 ? 0 : static_cast<int>(d);
@@ -402,6 +419,16 @@ void cum_minmax_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& i
     return;
   }
   const c10::DeviceGuard guard(self.device());
+  if (at::get_overlap_status(values, self) != at::MemOverlapStatus::No ||
+      at::get_overlap_status(indices, self) != at::MemOverlapStatus::No) {
+    // The scan would read elements it already wrote: through temporaries, so the result is
+    // the scan's (ATen's CPU kernel's depends on its loop order).
+    at::Tensor v = at::empty_like(values), i = at::empty_like(indices);
+    cum_minmax_helper<kOp>(self, v, i, dim);
+    values.copy_(v);
+    indices.copy_(i);
+    return;
+  }
   const int d = static_cast<int>(at::maybe_wrap_dim(dim, self.dim()));
   launchTask(getCurrentNPUStream(self.device().index()), "cummax",
              [o = describe(values), x = describe(indices), i = describe(self), d,
@@ -420,46 +447,46 @@ at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("sum.dim_IntList", TORCH_FN(sum_dim));
-  m.impl("sum.IntList_out", TORCH_FN(sum_out));
-  m.impl("mean.dim", TORCH_FN(mean_dim));
-  m.impl("mean.out", TORCH_FN(mean_out));
-  m.impl("prod.dim_int", TORCH_FN(prod_dim));
-  m.impl("prod", TORCH_FN(prod_all));
-  m.impl("amax", TORCH_FN(amax));
-  m.impl("amax.out", TORCH_FN(amax_out));
-  m.impl("amin", TORCH_FN(amin));
-  m.impl("amin.out", TORCH_FN(amin_out));
-  m.impl("any", TORCH_FN(any_all));
-  m.impl("any.all_out", TORCH_FN(any_all_out));
-  m.impl("any.dim", TORCH_FN(any_dim));
-  m.impl("any.out", TORCH_FN(any_dim_out));
-  m.impl("any.dims", TORCH_FN(any_dims));
-  m.impl("any.dims_out", TORCH_FN(any_dims_out));
-  m.impl("all", TORCH_FN(all_all));
-  m.impl("all.all_out", TORCH_FN(all_all_out));
-  m.impl("all.dim", TORCH_FN(all_dim));
-  m.impl("all.out", TORCH_FN(all_dim_out));
-  m.impl("all.dims", TORCH_FN(all_dims));
-  m.impl("all.dims_out", TORCH_FN(all_dims_out));
-  m.impl("var.correction", TORCH_FN(var_correction));
-  m.impl("std.correction", TORCH_FN(std_correction));
-  m.impl("var_mean.correction", TORCH_FN(var_mean_correction));
-  m.impl("std_mean.correction", TORCH_FN(std_mean_correction));
-  m.impl("linalg_vector_norm", TORCH_FN(linalg_vector_norm));
-  m.impl("max.dim", TORCH_FN(max_dim));
-  m.impl("min.dim", TORCH_FN(min_dim));
-  m.impl("max", TORCH_FN(max_all));
-  m.impl("min", TORCH_FN(min_all));
-  m.impl("argmax", TORCH_FN(argmax));
-  m.impl("argmin", TORCH_FN(argmin));
-  m.impl("cumsum", TORCH_FN(cumsum));
-  m.impl("cumsum.out", TORCH_FN(cumsum_out));
-  m.impl("cumprod", TORCH_FN(cumprod));
-  m.impl("cumprod.out", TORCH_FN(cumprod_out));
-  m.impl("_cummax_helper", TORCH_FN(cum_minmax_helper<nk::ScanOp::Cummax>));
-  m.impl("_cummin_helper", TORCH_FN(cum_minmax_helper<nk::ScanOp::Cummin>));
-  m.impl("_logcumsumexp", TORCH_FN(logcumsumexp));
+  NPU_IMPL(m, "sum.dim_IntList", sum_dim);
+  NPU_IMPL(m, "sum.IntList_out", sum_out);
+  NPU_IMPL(m, "mean.dim", mean_dim);
+  NPU_IMPL(m, "mean.out", mean_out);
+  NPU_IMPL(m, "prod.dim_int", prod_dim);
+  NPU_IMPL(m, "prod", prod_all);
+  NPU_IMPL(m, "amax", amax);
+  NPU_IMPL(m, "amax.out", amax_out);
+  NPU_IMPL(m, "amin", amin);
+  NPU_IMPL(m, "amin.out", amin_out);
+  NPU_IMPL(m, "any", any_all);
+  NPU_IMPL(m, "any.all_out", any_all_out);
+  NPU_IMPL(m, "any.dim", any_dim);
+  NPU_IMPL(m, "any.out", any_dim_out);
+  NPU_IMPL(m, "any.dims", any_dims);
+  NPU_IMPL(m, "any.dims_out", any_dims_out);
+  NPU_IMPL(m, "all", all_all);
+  NPU_IMPL(m, "all.all_out", all_all_out);
+  NPU_IMPL(m, "all.dim", all_dim);
+  NPU_IMPL(m, "all.out", all_dim_out);
+  NPU_IMPL(m, "all.dims", all_dims);
+  NPU_IMPL(m, "all.dims_out", all_dims_out);
+  NPU_IMPL(m, "var.correction", var_correction);
+  NPU_IMPL(m, "std.correction", std_correction);
+  NPU_IMPL(m, "var_mean.correction", var_mean_correction);
+  NPU_IMPL(m, "std_mean.correction", std_mean_correction);
+  NPU_IMPL(m, "linalg_vector_norm", linalg_vector_norm);
+  NPU_IMPL(m, "max.dim", max_dim);
+  NPU_IMPL(m, "min.dim", min_dim);
+  NPU_IMPL(m, "max", max_all);
+  NPU_IMPL(m, "min", min_all);
+  NPU_IMPL(m, "argmax", argmax);
+  NPU_IMPL(m, "argmin", argmin);
+  NPU_IMPL(m, "cumsum", cumsum);
+  NPU_IMPL(m, "cumsum.out", cumsum_out);
+  NPU_IMPL(m, "cumprod", cumprod);
+  NPU_IMPL(m, "cumprod.out", cumprod_out);
+  NPU_IMPL(m, "_cummax_helper", cum_minmax_helper<nk::ScanOp::Cummax>);
+  NPU_IMPL(m, "_cummin_helper", cum_minmax_helper<nk::ScanOp::Cummin>);
+  NPU_IMPL(m, "_logcumsumexp", logcumsumexp);
 }
 
 }  // namespace torch_npu::native

@@ -1,10 +1,12 @@
 // sort / argsort / topk on the library's stable sort and topk kernels.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "HostKernel.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
@@ -57,6 +59,11 @@ std::tuple<at::Tensor&, at::Tensor&> sort_values_stable(const at::Tensor& self,
   const int d = self.dim() == 0 ? 0 : static_cast<int>(at::maybe_wrap_dim(dim, self.dim()));
   at::native::resize_output(values, self.sizes());
   at::native::resize_output(indices, self.sizes());
+  // The CPU kernel copies self into values unless they are the same tensor; that copy's rules.
+  if (!values.is_same(self)) {
+    at::assert_no_internal_overlap(values);
+    at::assert_no_partial_overlap(values, self);
+  }
   launchSort(self, values, indices, d, descending);
   return {values, indices};
 }
@@ -66,8 +73,9 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, c10::SymInt k_sy
   const int64_t k = k_sym.expect_int();
   const int64_t d = at::maybe_wrap_dim(dim, self.dim());
   const int64_t size = self.dim() == 0 ? 1 : self.size(d);
-  // sorted=False leaves the order to the implementation: ATen's, so results match the CPU.
-  if (!sortable(self) || !sorted || k < 0 || k > size) {
+  // sorted=False leaves the order to the implementation: ATen's, so results match the CPU; a
+  // 0-dim input too (its k may be 0 or 1 and the CPU kernel's answer for each is the reference).
+  if (!sortable(self) || !sorted || k < 0 || k > size || self.dim() == 0) {
     torch::jit::Stack stack;
     torch::jit::push(stack, self, k, dim, largest, sorted);
     runOnHost(NPU_ATEN_OP("topk", ""), &stack);
@@ -91,9 +99,9 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, c10::SymInt k_sy
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("sort.stable", TORCH_FN(sort_stable));
-  m.impl("sort.values_stable", TORCH_FN(sort_values_stable));
-  m.impl("topk", TORCH_FN(topk));
+  NPU_IMPL(m, "sort.stable", sort_stable);
+  NPU_IMPL(m, "sort.values_stable", sort_values_stable);
+  NPU_IMPL(m, "topk", topk);
 }
 
 }  // namespace torch_npu::native

@@ -2,6 +2,8 @@
 // storage (copying the old contents in stream order, see NPUAllocator.cpp).
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/is_set_to_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -30,6 +32,14 @@ at::Device checkedFactoryDevice(std::optional<at::Layout> layout, std::optional<
   return dev;
 }
 
+// torch.use_deterministic_algorithms(True) with torch.utils.deterministic.
+// fill_uninitialized_memory (its default): new memory holds NaN (integers: their maximum), as on
+// the CPU and CUDA, so a read of uninitialised memory shows instead of passing by chance.
+bool fillsUninitializedMemory() {
+  const auto& ctx = at::globalContext();
+  return ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory();
+}
+
 // Sets sizes (and strides) like the CPU resize, then grows the storage if it is too small.
 void resizeImpl(const at::Tensor& self, at::IntArrayRef size, at::OptionalIntArrayRef stride) {
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
@@ -52,8 +62,11 @@ at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<at::Scala
                                std::optional<at::MemoryFormat> memory_format) {
   const at::Device dev = checkedFactoryDevice(layout, device, pin_memory);
   const c10::DeviceGuard guard(dev);
-  return at::detail::empty_generic(C10_AS_INTARRAYREF_SLOW(size), getNPUDeviceAllocator(),
-                                   kNPUKeys, c10::dtype_or_default(dtype), memory_format);
+  at::Tensor result =
+      at::detail::empty_generic(C10_AS_INTARRAYREF_SLOW(size), getNPUDeviceAllocator(), kNPUKeys,
+                                c10::dtype_or_default(dtype), memory_format);
+  if (C10_UNLIKELY(fillsUninitializedMemory())) at::native::fill_empty_deterministic_(result);
+  return result;
 }
 
 at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
@@ -61,10 +74,11 @@ at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
                          std::optional<at::Device> device, std::optional<bool> pin_memory) {
   const at::Device dev = checkedFactoryDevice(layout, device, pin_memory);
   const c10::DeviceGuard guard(dev);
-  return at::detail::empty_strided_generic(C10_AS_INTARRAYREF_SLOW(size),
-                                           C10_AS_INTARRAYREF_SLOW(stride),
-                                           getNPUDeviceAllocator(), kNPUKeys,
-                                           c10::dtype_or_default(dtype));
+  at::Tensor result = at::detail::empty_strided_generic(
+      C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride), getNPUDeviceAllocator(),
+      kNPUKeys, c10::dtype_or_default(dtype));
+  if (C10_UNLIKELY(fillsUninitializedMemory())) at::native::fill_empty_deterministic_(result);
+  return result;
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -96,7 +110,12 @@ at::Tensor view_as_complex(const at::Tensor& self) { return at::native::view_as_
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(self.device());
+  const int64_t old_storage_nbytes =
+      self.unsafeGetTensorImpl()->has_storage() ? self.storage().nbytes() : 0;
   resizeImpl(self, C10_AS_INTARRAYREF_SLOW(size), std::nullopt);
+  if (C10_UNLIKELY(fillsUninitializedMemory())) {
+    at::native::fill_resize_deterministic_(self, old_storage_nbytes);
+  }
   if (memory_format) {
     TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve,
                 "Unsupported memory format for resize_: ", *memory_format);

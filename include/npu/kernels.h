@@ -46,11 +46,15 @@
  *   max_pool2d, avg_pool2d, adaptive_avg_pool2d (+ _backward), pool_output_size
  *   conv2d(...), conv2d_backward(...)      im2col + gemm; conv1d = conv2d with H = 1
  *   sort(values, indices, in, dim, descending), topk(values, indices, in, k, dim, largest)
+ *   flash_attention_forward / _backward     tiled, online softmax, O(S x D) memory per head:
+ *                                           GQA, bands (causal), masks, varlen, dropout
+ *   add_rms_norm, rotary_mul(_backward), swiglu(_backward)   torch_npu's fused LLM ops
  *   amp_non_finite_check_and_unscale, amp_update_scale   GradScaler's kernels
  *   fused_adam(items, n, options), fused_sgd(...)        fused optimizers over a list
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
  * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
- *   batch_norm.h, pooling.h, conv.h, sort.h, optimizers.h, thread_pool.h.
+ *   batch_norm.h, pooling.h, conv.h, sort.h, attention.h, fused.h, optimizers.h,
+ *   thread_pool.h.
  *
  * Example (torch.add(x, y, alpha=2) with x: float32 [4, 5], y: float16 [5] broadcast):
  *   TensorDesc out = TensorDesc::make(o, DType::Float32, {4, 5});
@@ -60,9 +64,11 @@
  */
 #pragma once
 
+#include "npu/kernels/attention.h"
 #include "npu/kernels/batch_norm.h"
 #include "npu/kernels/conv.h"
 #include "npu/kernels/elementwise.h"
+#include "npu/kernels/fused.h"
 #include "npu/kernels/indexing.h"
 #include "npu/kernels/loss.h"
 #include "npu/kernels/matmul.h"

@@ -1,5 +1,7 @@
 """torch.npu device management and properties."""
 
+import gc
+
 import pytest
 import torch
 import torch_npu  # noqa: F401
@@ -69,6 +71,9 @@ def test_synchronize_and_utilization():
 
 
 def test_mem_get_info_tracks_allocation():
+    gc.collect()  # earlier tests' tensors, and the cached blocks they leave, are released
+    torch.npu.synchronize(0)
+    torch.npu.empty_cache()
     free0, total = torch.npu.mem_get_info(0)
     assert total == 64 * 1024**3
     x = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device="npu:0")

@@ -33,11 +33,8 @@ tensor types (torch.cuda.FloatTensor); CUDA-only modules (torch.cuda.nvtx, torch
 options are accepted and have no effect); torch.cuda.get_device_capability() returns None, as
 torch_npu's does.
 
-Mixed precision: torch.autocast("npu") needs autocast kernels for npu (the AutocastPrivateUse1
-dispatch key), which SimNPU does not register yet; entering it works, but every op under it
-then fails with "Could not run 'aten::...' with arguments from the 'Autocastnpu' backend". So
-the first torch.autocast("cuda") checks whether npu autocast actually casts; if not, it runs
-as autocast("npu", enabled=False), i.e. in float32, with one warning. GradScaler works on npu.
+Mixed precision: torch.autocast("cuda") and torch.cuda.amp.autocast run as torch.autocast("npu")
+with CUDA's casting policies; torch.amp.GradScaler("cuda") is a GradScaler on npu.
 """
 
 from __future__ import annotations
@@ -47,7 +44,6 @@ import inspect
 import os
 import re
 import sys
-import warnings
 
 import torch
 import torch.distributed
@@ -55,7 +51,7 @@ import torch.utils.data
 
 import torch_npu
 
-__all__ = ["REDIRECTED", "npu_autocast_casts"]
+__all__ = ["REDIRECTED"]
 
 _CUDA_DEVICE = re.compile(r"cuda(:\d+)?")
 # Keyword arguments that name a device in the entry points wrapped below.
@@ -256,40 +252,10 @@ def _patch_factories() -> None:
 # ---- mixed precision -------------------------------------------------------------------------
 
 
-@functools.cache
-def npu_autocast_casts() -> bool:
-    """Whether torch.autocast("npu") runs ops and casts them (needs AutocastPrivateUse1 kernels).
-
-    Checked once, by running one small matmul under it: the dispatcher cannot be asked whether
-    a backend fallback exists for a dispatch key.
-    """
-    try:
-        a = torch.ones(2, 2, device="npu")
-        with torch.autocast("npu", dtype=torch.float16):
-            return (a @ a).dtype == torch.float16
-    except (NotImplementedError, RuntimeError):
-        return False
-
-
-_autocast_warned = False
-
-
 def _redirect_autocast_init(init):
     @functools.wraps(init)
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
-        global _autocast_warned
-        if _npu(device_type) != device_type:  # asked for "cuda"
-            device_type = "npu"
-            if enabled and not npu_autocast_casts():
-                enabled = False
-                if not _autocast_warned:
-                    _autocast_warned = True
-                    warnings.warn(
-                        "transfer_to_npu: torch.autocast('cuda') runs as torch.autocast('npu', "
-                        "enabled=False), i.e. in float32: SimNPU registers no autocast kernels "
-                        "for npu yet (AutocastPrivateUse1). GradScaler still works.",
-                        stacklevel=2)
-        init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+        init(self, _npu(device_type), dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
     return __init__
 

@@ -76,17 +76,24 @@ from .streams import (  # noqa: F401
     stream,
 )
 from . import amp, graphs  # noqa: F401
+from .amp import (  # noqa: F401
+    get_autocast_dtype,
+    is_autocast_enabled,
+    set_autocast_dtype,
+    set_autocast_enabled,
+)
 from .graphs import NPUGraph, graph, make_graphed_callables  # noqa: F401
 
 __all__ = [
     "Event", "NPUGraph", "Stream", "StreamContext", "current_device", "current_stream",
-    "default_generators", "default_stream", "device", "device_count", "device_of",
-    "empty_cache", "get_amp_supported_dtype", "get_device_capability", "get_device_name",
-    "get_device_properties", "get_rng_state", "get_rng_state_all", "graph", "init",
-    "initial_seed", "is_available", "is_bf16_supported", "is_initialized",
+    "default_generators", "default_stream", "device", "device_count", "device_of", "empty_cache",
+    "get_amp_supported_dtype", "get_autocast_dtype", "get_device_capability", "get_device_name",
+    "get_device_properties", "get_rng_state", "get_rng_state_all", "graph", "init", "initial_seed",
+    "is_autocast_enabled", "is_available", "is_bf16_supported", "is_initialized",
     "make_graphed_callables", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
     "memory_snapshot", "memory_stats", "memory_summary", "reset_peak_memory_stats", "seed",
-    "seed_all", "set_device", "set_per_process_memory_fraction", "set_rng_state",
-    "set_rng_state_all", "set_stream", "stream", "synchronize", "utilization",
+    "seed_all", "set_autocast_dtype", "set_autocast_enabled", "set_device",
+    "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
+    "stream", "synchronize", "utilization",
 ]

@@ -217,7 +217,8 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    return [torch.float16, torch.bfloat16]
+    """The dtypes torch.autocast("npu", dtype=...) accepts (torch_npu's list)."""
+    return [torch.float16, torch.bfloat16, torch.float32]
 
 
 def _sleep(ms: int) -> None:

@@ -1,0 +1,75 @@
+#include "DeviceCheck.h"
+
+#include <ATen/core/op_registration/adaption.h>
+
+#include <string>
+
+namespace torch_npu {
+namespace device_check {
+
+void reportMismatch(std::string_view op, DeviceRule rule, size_t argument, c10::Device common,
+                    const at::Tensor& tensor) {
+  if (rule != DeviceRule::kSameDevice) {
+    // TensorIterator's own words (CUDA raises these for elementwise ops and reductions).
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                       "devices, ", common, " and ", tensor.device(), "!");
+  }
+  // CUDA's generated wrapper's words, with the argument's name from the schema.
+  const std::string base(baseName(op));
+  const std::string overload(op.size() > base.size() ? op.substr(base.size() + 1) : "");
+  std::string argument_name = "#" + std::to_string(argument);
+  if (const auto handle = c10::Dispatcher::singleton().findSchema({"aten::" + base, overload})) {
+    const auto& arguments = handle->schema().arguments();
+    if (argument < arguments.size()) argument_name = arguments[argument].name();
+  }
+  const std::string method = "aten::" + std::string(op);
+  c10::impl::common_device_check_failure(common, tensor, method.c_str(), argument_name.c_str());
+  TORCH_INTERNAL_ASSERT(false, "common_device_check_failure returned");  // it always throws
+}
+
+}  // namespace device_check
+
+void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t begin) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  std::string_view full = name.name;
+  const bool aten = full.starts_with("aten::");
+  std::string op_name(aten ? full.substr(6) : full);
+  if (!name.overload_name.empty()) op_name += "." + name.overload_name;
+  // Ops of other libraries have no yaml entry: TensorIterator's rule, the looser of the two.
+  const DeviceRule rule = aten ? device_check::ruleFor(op_name) : DeviceRule::kTensorIterator;
+  if (rule == DeviceRule::kNone) return;
+
+  const auto& arguments = op.schema().arguments();
+  std::optional<c10::Device> common;
+  auto visit = [&](size_t i, const at::Tensor& t) {
+    const c10::AliasInfo* alias = i < arguments.size() ? arguments[i].alias_info() : nullptr;
+    const bool written = alias != nullptr && alias->isWrite();
+    bool ok = true;
+    switch (rule) {
+      case DeviceRule::kSameDevice:
+        ok = device_check::agrees<DeviceRule::kSameDevice>(common, t, written);
+        break;
+      case DeviceRule::kTensorIterator:
+        ok = device_check::agrees<DeviceRule::kTensorIterator>(common, t, written);
+        break;
+      case DeviceRule::kCpuIndices:
+        ok = device_check::agrees<DeviceRule::kCpuIndices>(common, t, written);
+        break;
+      case DeviceRule::kNone:
+        break;
+    }
+    if (!ok) device_check::reportMismatch(op_name, rule, i, *common, t);
+  };
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      visit(i - begin, v.toTensor());
+    } else if (v.isList()) {  // Tensor[], Tensor?[]
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) visit(i - begin, e.toTensor());
+      }
+    }
+  }
+}
+
+}  // namespace torch_npu

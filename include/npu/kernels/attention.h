@@ -1,0 +1,62 @@
+// Flash attention (torch_npu.npu_fusion_attention and its grad, the fused SDPA backend):
+//   out = Dropout(softmax(mask(scale * Q K^T))) V
+// computed tile by tile with an online softmax, so no S x S matrix ever exists: memory is
+// O(S x D) per head. Float32 / Float16 / BFloat16 operands (any mix), float32 accumulation.
+#pragma once
+
+#include <cstdint>
+
+#include "npu/kernels/tensor_desc.h"
+
+namespace npu::kernels {
+
+// Which keys a query sees, besides the explicit mask: key j is visible from query i iff
+//   origin - pre <= j - i <= origin + next,  origin = 0 (top-left) or Skv - Sq (bottom-right),
+// with Sq / Skv the lengths of the query's own sequence. The defaults see everything.
+struct AttentionBand {
+  int64_t pre = INT64_MAX / 4;
+  int64_t next = INT64_MAX / 4;
+  bool bottom_right = false;
+};
+
+// The operands, as 4-D descriptors with any strides (every torch_npu layout is a stride
+// permutation of these; GQA / MQA: Nkv divides Nq and query head n uses kv head n / (Nq/Nkv)):
+//   q [B, Nq, Sq, D]   k [B, Nkv, Skv, D]   v [B, Nkv, Skv, Dv]   out [B, Nq, Sq, Dv]
+// Varlen (packed TND): B = 1 and cu_seqlens_q / cu_seqlens_kv (num_seqs + 1 ascending offsets
+// starting at 0) cut the S dims into sequences attended separately.
+// mask: Bool / UInt8, nonzero = masked; [B|1, N|1, Sq, Skv] as a 4-D descriptor (stride 0 on a
+//   broadcast dim); in varlen, dim 0 indexes the sequence and dims 2, 3 the positions in it.
+// Dropout (keep_prob < 1): element (seq, head, i, j) is kept iff a counter-based hash of
+//   (seed, offset, seq, head, i, j) falls below keep_prob; kept weights are divided by
+//   keep_prob. The backward with the same seed / offset replays the same mask.
+struct FlashAttentionArgs {
+  TensorDesc q, k, v;
+  const TensorDesc* mask = nullptr;
+  AttentionBand band;
+  const int64_t* cu_seqlens_q = nullptr;
+  const int64_t* cu_seqlens_kv = nullptr;
+  int64_t num_seqs = 0;
+  double scale = 1.0;
+  double keep_prob = 1.0;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// softmax_max / softmax_sum: Float32 [B, Nq, Sq, R]: each row's max of the scaled, masked
+// scores and sum of exp(score - max), written to all R entries (torch_npu keeps R = 8 copies).
+// A row with no visible key gets out = 0, max = -inf, sum = 0.
+void flash_attention_forward(const FlashAttentionArgs& args, const TensorDesc& out,
+                             const TensorDesc& softmax_max, const TensorDesc& softmax_sum);
+
+// Recomputes the scores block by block from the forward's softmax_max / softmax_sum.
+// grad_q has q's shape, grad_k / grad_v k's / v's (summed over each kv head's query group).
+void flash_attention_backward(const FlashAttentionArgs& args, const TensorDesc& out,
+                              const TensorDesc& grad_out, const TensorDesc& softmax_max,
+                              const TensorDesc& softmax_sum, const TensorDesc& grad_q,
+                              const TensorDesc& grad_k, const TensorDesc& grad_v);
+
+// The dropout keep decision the kernels use (exposed for tests and references).
+bool attention_dropout_keep(uint64_t seed, uint64_t offset, int64_t seq, int64_t head,
+                            int64_t i, int64_t j, double keep_prob);
+
+}  // namespace npu::kernels

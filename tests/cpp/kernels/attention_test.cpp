@@ -1,0 +1,354 @@
+// Flash attention forward / backward against a naive reference that materialises
+// softmax(scale * Q K^T) (in double) and its gradient: every dtype, odd sizes, S not a
+// multiple of the tiles, GQA / MQA, masks, bands (both origins), varlen, dropout, S > 2048.
+// A case is one Case struct: add a line to a list below to add a test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernel_test_util.h"
+
+namespace ktest {
+namespace {
+
+namespace nk = npu::kernels;
+
+struct Case {
+  DType dtype = DType::Float32;
+  int64_t B = 1, Nq = 2, Nkv = 2, Sq = 37, Skv = 53, D = 24, Dv = 24;
+  bool bsnd = false;  // memory layout [B, S, N, D] instead of [B, N, S, D]
+  nk::AttentionBand band;
+  bool random_mask = false;
+  double keep_prob = 1.0;
+  std::vector<int64_t> cu_q, cu_kv;  // varlen: cumulative offsets starting at 0
+};
+
+// A logical [B, N, S, D] tensor stored as [B, N, S, D] or [B, S, N, D].
+HostTensor make4(DType t, int64_t B, int64_t N, int64_t S, int64_t D, bool bsnd) {
+  if (!bsnd) return HostTensor(t, {B, N, S, D});
+  HostTensor h(t, {B, S, N, D});
+  std::swap(h.sizes[1], h.sizes[2]);
+  std::swap(h.strides[1], h.strides[2]);
+  return h;
+}
+
+int64_t idx4(const HostTensor& t, int64_t b, int64_t n, int64_t s, int64_t d) {
+  return ((b * t.sizes[1] + n) * t.sizes[2] + s) * t.sizes[3] + d;
+}
+
+struct Result {
+  HostTensor out, smax, ssum, dq, dk, dv;
+};
+
+struct Seqs {
+  std::vector<std::array<int64_t, 5>> list;  // index, q0, sq, k0, skv
+};
+Seqs seqs_of(const Case& c) {
+  Seqs s;
+  if (!c.cu_q.empty()) {
+    for (size_t i = 0; i + 1 < c.cu_q.size(); ++i) {
+      s.list.push_back({int64_t(i), c.cu_q[i], c.cu_q[i + 1] - c.cu_q[i], c.cu_kv[i],
+                        c.cu_kv[i + 1] - c.cu_kv[i]});
+    }
+  } else {
+    for (int64_t b = 0; b < c.B; ++b) s.list.push_back({b, 0, c.Sq, 0, c.Skv});
+  }
+  return s;
+}
+
+// The reference: per (sequence, head, query row), the full score row in double.
+void reference(const Case& c, const HostTensor& q, const HostTensor& k, const HostTensor& v,
+               const HostTensor* mask, const HostTensor& dout, double scale, Result* r) {
+  const int64_t group = c.Nq / c.Nkv;
+  const bool varlen = !c.cu_q.empty();
+  for (auto [si, q0, sq, k0, skv] : seqs_of(c).list) {
+    const int64_t b = varlen ? 0 : si;
+    const int64_t origin = c.band.bottom_right ? skv - sq : 0;
+    for (int64_t n = 0; n < c.Nq; ++n) {
+      const int64_t h = n / group;
+      for (int64_t i = 0; i < sq; ++i) {
+        std::vector<double> s(skv), p(skv), z(skv, 1.0), dp(skv);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < skv; ++j) {
+          const int64_t dlt = j - i;
+          bool vis = dlt >= origin - c.band.pre && dlt <= origin + c.band.next;
+          const int64_t mb = mask && mask->sizes[0] > 1 ? si : 0;
+          if (mask && mask->get(idx4(*mask, mb, 0, i, j)) != 0) vis = false;
+          double acc = 0;
+          for (int64_t d = 0; d < c.D; ++d) {
+            acc += q.get(idx4(q, b, n, q0 + i, d)) * k.get(idx4(k, b, h, k0 + j, d));
+          }
+          s[j] = vis ? acc * scale : -INFINITY;
+          mx = std::max(mx, s[j]);
+          if (c.keep_prob < 1.0) {
+            const bool keep = nk::attention_dropout_keep(7, 11, si, n, i, j, c.keep_prob);
+            z[j] = keep ? 1.0 / c.keep_prob : 0.0;
+          }
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < skv; ++j) sum += (p[j] = mx == -INFINITY ? 0 : std::exp(s[j] - mx));
+        for (int64_t j = 0; j < skv; ++j) p[j] = sum > 0 ? p[j] / sum : 0;
+        const int64_t row = q0 + i;
+        r->smax.set(idx4(r->smax, b, n, row, 0), mx);
+        r->ssum.set(idx4(r->ssum, b, n, row, 0), sum);
+        double Di = 0;
+        for (int64_t e = 0; e < c.Dv; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j < skv; ++j) o += p[j] * z[j] * v.get(idx4(v, b, h, k0 + j, e));
+          r->out.set(idx4(r->out, b, n, row, e), o);
+          Di += o * dout.get(idx4(dout, b, n, row, e));
+        }
+        for (int64_t j = 0; j < skv; ++j) {
+          double g = 0;
+          for (int64_t e = 0; e < c.Dv; ++e) {
+            g += dout.get(idx4(dout, b, n, row, e)) * v.get(idx4(v, b, h, k0 + j, e));
+          }
+          dp[j] = g;
+        }
+        for (int64_t j = 0; j < skv; ++j) {
+          const double ds = p[j] * (z[j] * dp[j] - Di);
+          if (p[j] == 0) continue;
+          for (int64_t d = 0; d < c.D; ++d) {
+            const int64_t iq = idx4(r->dq, b, n, row, d), ik = idx4(r->dk, b, h, k0 + j, d);
+            r->dq.set(iq, r->dq.get(iq) + scale * ds * k.get(idx4(k, b, h, k0 + j, d)));
+            r->dk.set(ik, r->dk.get(ik) + scale * ds * q.get(idx4(q, b, n, row, d)));
+          }
+          for (int64_t e = 0; e < c.Dv; ++e) {
+            const int64_t iv = idx4(r->dv, b, h, k0 + j, e);
+            r->dv.set(iv, r->dv.get(iv) + p[j] * z[j] * dout.get(idx4(dout, b, n, row, e)));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Largest |a - e| relative to the largest |e| (flash attention reorders the sums).
+double max_rel_err(const HostTensor& a, const HostTensor& e) {
+  double num = 0, den = 1e-30;
+  for (int64_t i = 0; i < e.numel(); ++i) {
+    double x = a.get(i), y = e.get(i);
+    if (std::isinf(y) && x == y) continue;
+    num = std::max(num, std::fabs(x - y));
+    den = std::max(den, std::fabs(y));
+  }
+  return num / den;
+}
+
+void run_case(const Case& c) {
+  const bool varlen = !c.cu_q.empty();
+  const int64_t B = varlen ? 1 : c.B;
+  const int64_t Sq = varlen ? c.cu_q.back() : c.Sq, Skv = varlen ? c.cu_kv.back() : c.Skv;
+  HostTensor q = make4(c.dtype, B, c.Nq, Sq, c.D, c.bsnd);
+  HostTensor k = make4(c.dtype, B, c.Nkv, Skv, c.D, c.bsnd);
+  HostTensor v = make4(c.dtype, B, c.Nkv, Skv, c.Dv, c.bsnd);
+  HostTensor out = make4(c.dtype, B, c.Nq, Sq, c.Dv, c.bsnd);
+  HostTensor dout = make4(c.dtype, B, c.Nq, Sq, c.Dv, c.bsnd);
+  HostTensor dq = make4(c.dtype, B, c.Nq, Sq, c.D, c.bsnd);
+  HostTensor dk = make4(c.dtype, B, c.Nkv, Skv, c.D, c.bsnd);
+  HostTensor dv = make4(c.dtype, B, c.Nkv, Skv, c.Dv, c.bsnd);
+  HostTensor smax(DType::Float32, {B, c.Nq, Sq, 8}), ssum(DType::Float32, {B, c.Nq, Sq, 8});
+  fill_uniform(q, -2, 2);
+  fill_uniform(k, -2, 2);
+  fill_uniform(v, -1, 1);
+  fill_uniform(dout, -1, 1);
+  HostTensor mask, mask_expanded;
+  nk::TensorDesc mask_desc;
+  if (c.random_mask) {
+    mask = HostTensor(DType::Bool, {1, 1, c.Sq, c.Skv});
+    for (int64_t i = 0; i < mask.numel(); ++i) mask.set_int(i, rng()() % 4 == 0);
+    // Fully mask one row and check it comes out zero (torch_npu's convention).
+    for (int64_t j = 0; j < c.Skv; ++j) mask.set_int(3 * c.Skv + j, 1);
+    // Broadcast over batch and heads: stride-0 dims, as a [1, 1, Sq, Skv] mask arrives.
+    mask_expanded = mask.expanded(0, B).expanded(1, c.Nq);
+    mask_desc = mask_expanded.desc();
+  }
+  nk::FlashAttentionArgs a;
+  a.q = q.desc();
+  a.k = k.desc();
+  a.v = v.desc();
+  a.mask = c.random_mask ? &mask_desc : nullptr;
+  a.band = c.band;
+  a.scale = 1.0 / std::sqrt(double(c.D));
+  a.keep_prob = c.keep_prob;
+  a.seed = 7;
+  a.offset = 11;
+  if (varlen) {
+    a.cu_seqlens_q = c.cu_q.data();
+    a.cu_seqlens_kv = c.cu_kv.data();
+    a.num_seqs = static_cast<int64_t>(c.cu_q.size()) - 1;
+  }
+  nk::flash_attention_forward(a, out.desc(), smax.desc(), ssum.desc());
+  nk::flash_attention_backward(a, out.desc(), dout.desc(), smax.desc(), ssum.desc(), dq.desc(),
+                               dk.desc(), dv.desc());
+
+  Result r{HostTensor(DType::Float64, {B, c.Nq, Sq, c.Dv}),
+           HostTensor(DType::Float64, {B, c.Nq, Sq, 1}),
+           HostTensor(DType::Float64, {B, c.Nq, Sq, 1}),
+           HostTensor(DType::Float64, {B, c.Nq, Sq, c.D}),
+           HostTensor(DType::Float64, {B, c.Nkv, Skv, c.D}),
+           HostTensor(DType::Float64, {B, c.Nkv, Skv, c.Dv})};
+  reference(c, q, k, v, c.random_mask ? &mask : nullptr, dout, a.scale, &r);
+  const double tol = c.dtype == DType::Float32 ? 2e-5 : c.dtype == DType::Float16 ? 4e-3 : 3e-2;
+  EXPECT_LE(max_rel_err(out, r.out), tol) << "out";
+  EXPECT_LE(max_rel_err(dq, r.dq), 4 * tol) << "dq";
+  EXPECT_LE(max_rel_err(dk, r.dk), 4 * tol) << "dk";
+  EXPECT_LE(max_rel_err(dv, r.dv), 4 * tol) << "dv";
+  // Statistics: every one of the 8 copies.
+  for (int64_t row = 0; row < B * c.Nq * Sq; ++row) {
+    for (int64_t t = 0; t < 8; ++t) {
+      const double em = r.smax.get(row), es = r.ssum.get(row);
+      const double gm = smax.get(row * 8 + t), gs = ssum.get(row * 8 + t);
+      if (std::isinf(em)) {
+        ASSERT_EQ(gm, em) << "row " << row;
+        ASSERT_EQ(gs, 0.0);
+      } else {
+        ASSERT_NEAR(gm, em, 1e-4 * (1 + std::fabs(em))) << "row " << row;
+        ASSERT_NEAR(gs, es, 1e-4 * es) << "row " << row;
+      }
+    }
+  }
+  if (c.random_mask) {  // the fully masked row
+    for (int64_t e = 0; e < c.Dv; ++e) ASSERT_EQ(out.get(idx4(out, 0, 0, 3, e)), 0.0);
+  }
+}
+
+nk::AttentionBand causal(bool bottom_right) {
+  nk::AttentionBand b;
+  b.next = 0;
+  b.bottom_right = bottom_right;
+  return b;
+}
+
+TEST(FlashAttention, EveryDtypeOddSizes) {
+  for (DType t : {DType::Float32, DType::Float16, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_str(t));
+    Case c;
+    c.dtype = t;
+    run_case(c);
+  }
+}
+
+TEST(FlashAttention, SequencesNotMultipleOfTheTilesAndOtherLayout) {
+  Case c;
+  c.B = 2;
+  c.Sq = 200;
+  c.Skv = 300;
+  c.D = 40;
+  c.Dv = 16;
+  c.bsnd = true;
+  run_case(c);
+}
+
+TEST(FlashAttention, GroupedAndMultiQueryHeads) {
+  for (int64_t nkv : {2, 1}) {
+    SCOPED_TRACE(nkv);
+    Case c;
+    c.Nq = 4;
+    c.Nkv = nkv;
+    c.Sq = 150;
+    c.Skv = 140;
+    run_case(c);
+  }
+}
+
+TEST(FlashAttention, CausalTopLeftAndBottomRight) {
+  for (bool br : {false, true}) {
+    for (auto [sq, skv] : {std::pair<int64_t, int64_t>{200, 200}, {130, 260}, {260, 130}}) {
+      SCOPED_TRACE(::testing::Message() << "bottom_right " << br << " " << sq << "x" << skv);
+      Case c;
+      c.Sq = sq;
+      c.Skv = skv;
+      c.band = causal(br);
+      run_case(c);
+    }
+  }
+}
+
+TEST(FlashAttention, BandWithPreAndNextTokens) {
+  for (auto [pre, next] : {std::pair<int64_t, int64_t>{10, 5}, {100, -20}, {-30, 70}}) {
+    SCOPED_TRACE(::testing::Message() << pre << " " << next);
+    Case c;
+    c.Sq = 190;
+    c.Skv = 230;
+    c.band.pre = pre;
+    c.band.next = next;
+    c.band.bottom_right = true;
+    run_case(c);
+  }
+}
+
+// Longer than several tiles both ways: whole blocks outside the band are skipped, blocks inside
+// it need no per-element test, and the diagonal ones do.
+TEST(FlashAttention, BandSpanningManyTiles) {
+  for (bool br : {false, true}) {
+    SCOPED_TRACE(br);
+    Case c;
+    c.Nq = 1;
+    c.Nkv = 1;
+    c.D = 16;
+    c.Dv = 8;
+    c.Sq = 700;
+    c.Skv = 900;
+    c.band.pre = 150;
+    c.band.next = 40;
+    c.band.bottom_right = br;
+    run_case(c);
+  }
+}
+
+TEST(FlashAttention, ExplicitBooleanMaskBroadcast) {
+  Case c;
+  c.B = 2;
+  c.Sq = 70;
+  c.Skv = 140;
+  c.random_mask = true;
+  run_case(c);
+}
+
+TEST(FlashAttention, VarlenPackedSequences) {
+  Case c;
+  c.Nq = 4;
+  c.Nkv = 2;
+  c.cu_q = {0, 5, 75, 76, 206, 506};
+  c.cu_kv = {0, 9, 79, 80, 210, 610};
+  c.band = causal(true);
+  run_case(c);
+  c.band = nk::AttentionBand();
+  run_case(c);
+}
+
+TEST(FlashAttention, DropoutReplaysFromSeedAndOffset) {
+  Case c;
+  c.Sq = 100;
+  c.Skv = 150;
+  c.keep_prob = 0.8;
+  run_case(c);
+  // The keep fraction is close to keep_prob and the decision depends on seed and offset.
+  int kept = 0, same = 0;
+  for (int i = 0; i < 100; ++i) {
+    for (int j = 0; j < 100; ++j) {
+      bool a = nk::attention_dropout_keep(1, 2, 0, 0, i, j, 0.8);
+      kept += a;
+      same += a == nk::attention_dropout_keep(1, 3, 0, 0, i, j, 0.8);
+    }
+  }
+  EXPECT_NEAR(kept / 10000.0, 0.8, 0.02);
+  EXPECT_LT(same, 9000);
+}
+
+TEST(FlashAttention, LongCausalBeyond2048) {
+  Case c;
+  c.Nq = 1;
+  c.Nkv = 1;
+  c.Sq = 2100;
+  c.Skv = 2100;
+  c.D = 16;
+  c.Dv = 16;
+  c.band = causal(true);
+  run_case(c);
+}
+
+}  // namespace
+}  // namespace ktest
