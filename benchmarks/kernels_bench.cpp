@@ -2,6 +2,8 @@
 //   add_f32:      out = a + b over 16M floats (GB/s counts the 3 arrays moved)
 //   sgemm/N:      N x N x N float32 matmul (GFLOP/s = 2 N^3 / time), every pool thread
 //   sgemm_avx2/N: the same restricted to the AVX2 micro-kernel
+//   gemm_bf16/N, gemm_f16/N: 16-bit A, B, C with float32 accumulation, on the best path the CPU
+//                 has (label: the ISA); *_avx512 / *_avx2: forced onto that path
 //   softmax_f32:  softmax over the last dim of a 4096 x 1024 float32 tensor
 //   sum_f32:      sum of 16M floats to one value
 //   flash_attention_{fwd,bwd}/S: causal attention, 2 heads of D = 64, float32 (GFLOP/s counts
@@ -66,6 +68,44 @@ void BM_sgemm(benchmark::State& state) { sgemm(state, "auto"); }
 void BM_sgemm_avx2(benchmark::State& state) { sgemm(state, "avx2"); }
 BENCHMARK(BM_sgemm)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_sgemm_avx2)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Random 16-bit matrices: floats in [-1, 1) rounded by the library's own copy kernel.
+std::vector<uint16_t> random_16bit(size_t n, DType t) {
+  auto f = random_floats(n);
+  std::vector<uint16_t> v(n);
+  const int64_t len = static_cast<int64_t>(n);
+  nk::copy(TensorDesc::make(v.data(), t, {len}), TensorDesc::make(f.data(), DType::Float32, {len}));
+  return v;
+}
+
+void gemm16(benchmark::State& state, DType t, const char* isa) {
+  const int64_t n = state.range(0);
+  auto a = random_16bit(n * n, t), b = random_16bit(n * n, t);
+  std::vector<uint16_t> c(n * n);
+  TensorDesc da = TensorDesc::make(a.data(), t, {n, n});
+  TensorDesc db = TensorDesc::make(b.data(), t, {n, n});
+  TensorDesc dc = TensorDesc::make(c.data(), t, {n, n});
+  nk::testing::set_gemm_isa(isa);
+  state.SetLabel(nk::testing::gemm_isa(t, t));
+  for (auto _ : state) {
+    nk::gemm(dc, da, db);
+    benchmark::DoNotOptimize(c.data());
+  }
+  nk::testing::set_gemm_isa("auto");
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n * state.iterations(),
+                                                 benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+}
+void BM_gemm_bf16(benchmark::State& state) { gemm16(state, DType::BFloat16, "auto"); }
+void BM_gemm_bf16_avx512(benchmark::State& state) { gemm16(state, DType::BFloat16, "avx512"); }
+void BM_gemm_bf16_avx2(benchmark::State& state) { gemm16(state, DType::BFloat16, "avx2"); }
+void BM_gemm_f16(benchmark::State& state) { gemm16(state, DType::Float16, "auto"); }
+void BM_gemm_f16_avx2(benchmark::State& state) { gemm16(state, DType::Float16, "avx2"); }
+BENCHMARK(BM_gemm_bf16)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gemm_bf16_avx512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gemm_bf16_avx2)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gemm_f16)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_gemm_f16_avx2)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_softmax_f32(benchmark::State& state) {
   const int64_t rows = 4096, cols = 1024;

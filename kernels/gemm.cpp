@@ -12,7 +12,13 @@
 //    the first K block, C += alpha*AB after). Edge tiles go through a small tile buffer.
 //  - Other C layouts or dtypes (column-major C is transposed away first, 16-bit C, ...) are
 //    computed into a float workspace and converted at the end, so 16-bit outputs are rounded
-//    exactly once. Packing converts Float16/BFloat16 inputs to float on the fly.
+//    exactly once.
+//  - 16-bit inputs: two BFloat16 operands on a CPU with AVX512-BF16 are packed as bfloat16
+//    pairs of k for the vdpbf16ps micro-kernel (gemm_bf16_avx512.cpp): half the bytes packed
+//    and moved, twice the multiply-adds per instruction, float32 accumulation. Otherwise
+//    (Float16: this x86 has no fp16 arithmetic short of AVX512-FP16; BFloat16 without the
+//    extension; mixed dtypes) packing converts to float with F16C / shifts, 8 values at a
+//    time, and the float micro-kernels run. The instruction set is chosen at run time.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "dtype_traits.h"
+#include "gemm_bf16.h"
 #include "gemm_microkernels.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/thread_pool.h"
@@ -32,22 +39,37 @@ namespace npu::kernels {
 namespace detail::gemm {
 namespace {
 
-std::atomic<bool> g_force_avx2{false};
+// The most capable instruction set that tests allow (set_gemm_isa): 2 = everything the CPU
+// has, 1 = AVX-512 without BF16, 0 = AVX2 (the portable baseline of this library).
+std::atomic<int> g_isa_cap{2};
 
 bool use_avx512() {
   static const bool supported = __builtin_cpu_supports("avx512f") != 0;
-  return supported && !g_force_avx2.load(std::memory_order_relaxed);
+  return supported && g_isa_cap.load(std::memory_order_relaxed) >= 1;
 }
 
-template <class T>
+bool use_avx512_bf16() {
+  static const bool supported =
+      __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512bf16") != 0;
+  return supported && g_isa_cap.load(std::memory_order_relaxed) >= 2;
+}
+
+// Packed operand type P: T itself, or uint16_t for bfloat16 pairs of k (kStep = 2 k values per
+// micro-kernel step).
+template <class P>
+inline constexpr int kStep = std::is_same_v<P, uint16_t> ? 2 : 1;
+
+template <class T, class P>
 struct Kernel {
   int mr, nr;
-  void (*fn)(int64_t, const T*, const T*, T*, int64_t, T, T);
+  void (*fn)(int64_t, const P*, const P*, T*, int64_t, T, T);
 };
 
-template <class T>
-Kernel<T> select_kernel() {
-  if constexpr (std::is_same_v<T, float>) {
+template <class T, class P>
+Kernel<T, P> select_kernel() {
+  if constexpr (std::is_same_v<P, uint16_t>) {
+    return {kBf16MR, kBf16NR, &kernel_avx512bf16_14x32};
+  } else if constexpr (std::is_same_v<T, float>) {
     if (use_avx512()) return {14, 32, &kernel_avx512_f32_14x32};
     return {6, 16, &kernel_avx2_f32_6x16};
   } else {
@@ -56,13 +78,14 @@ Kernel<T> select_kernel() {
   }
 }
 
-// Block sizes (elements). KC * NR * sizeof(T) of B plus an A panel fit L1; a KC x NC B block
-// fits L2 (2 MB per core on the target Xeon, ~1 MB on older ones).
-template <class T>
+// Block sizes (elements of k / columns). KC * NR * sizeof(P) of B plus an A panel fit L1; a
+// KC x NC B block fits L2 (2 MB per core on the target Xeon, ~1 MB on older ones). bfloat16
+// panels take twice the k values in the same bytes.
+template <class P>
 struct Blocking {
-  static constexpr int64_t kKC = std::is_same_v<T, float> ? 384 : 256;
-  static constexpr int64_t kNC = std::is_same_v<T, float> ? 512 : 384;
-  static constexpr int64_t kPackedA = (16 << 20) / sizeof(T);  // 16 MB of packed A at most
+  static constexpr int64_t kKC = std::is_same_v<P, double> ? 256 : std::is_same_v<P, float> ? 384 : 768;
+  static constexpr int64_t kNC = std::is_same_v<P, double> ? 384 : 512;
+  static constexpr int64_t kPackedA = (16 << 20) / sizeof(P);  // 16 MB of packed A at most
 };
 
 // A 64-byte aligned per-thread scratch buffer (one per slot), grown on demand and kept: a GEMM
@@ -93,8 +116,6 @@ struct MatRef {
   int64_t rs, cs;
 };
 
-// Packs rows [0, mc) x cols [0, kc) of A (already offset to the block) into MR-row panels
-// [first_panel, last_panel); rows past mc are zero.
 // 8x8 float transpose in registers: r[j] becomes column j.
 inline void transpose8x8(__m256 r[8]) {
   __m256 t[8], u[8];
@@ -114,30 +135,65 @@ inline void transpose8x8(__m256 r[8]) {
   }
 }
 
-// Row-major float A (the common case): 8 k at a time, rows in groups of 8 transposed in
-// registers, so both the loads and the stores are contiguous vectors.
-inline void pack_a_rowmajor_f32(const float* a, int64_t rs, int rows, int64_t kc, int mr,
-                                float* d) {
+// ---- packing into float / double panels -----------------------------------------------------
+
+// Eight consecutive values of a float-like storage type, as floats.
+template <class S>
+inline __m256 load8(const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    return _mm256_loadu_ps(p);
+  } else if constexpr (std::is_same_v<S, Half>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    static_assert(std::is_same_v<S, BFloat16>);
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+}
+template <class S>
+inline constexpr bool kVectorLoad =
+    std::is_same_v<S, float> || std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>;
+
+// dst[0, n) = src[0, n) as floats.
+template <class S>
+inline void convert_row(const S* src, float* dst, int64_t n) {
+  int64_t j = 0;
+  if constexpr (kVectorLoad<S> && !std::is_same_v<S, float>) {
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(dst + j, load8(src + j));
+  }
+  for (; j < n; ++j) dst[j] = cast_value<float>(src[j]);
+}
+
+// `count` source rows (row i at src + i * stride, contiguous along k) become a panel with
+// `width` values per k: d[k * width + i]; rows count..width are zero. 8 k at a time, rows in
+// groups of 8 transposed in registers, so loads and stores are contiguous vectors. Packs a
+// row-major A (rows of A) and a column-major B (columns of B).
+template <class S>
+void pack_transposed(const S* src, int64_t stride, int count, int64_t kc, int width, float* d) {
   int64_t k = 0;
   for (; k + 8 <= kc; k += 8) {
-    for (int g = 0; g < mr; g += 8) {
-      const int width = std::min(8, mr - g);
+    for (int g = 0; g < width; g += 8) {
+      const int lanes = std::min(8, width - g);
       __m256 r[8];
       for (int i = 0; i < 8; ++i) {
-        r[i] = (i < width && g + i < rows) ? _mm256_loadu_ps(a + (g + i) * rs + k)
-                                           : _mm256_setzero_ps();
+        r[i] = (i < lanes && g + i < count) ? load8(src + (g + i) * stride + k)
+                                            : _mm256_setzero_ps();
       }
       transpose8x8(r);
-      const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width),
+      const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes),
                                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      for (int j = 0; j < 8; ++j) _mm256_maskstore_ps(d + (k + j) * mr + g, mask, r[j]);
+      for (int j = 0; j < 8; ++j) _mm256_maskstore_ps(d + (k + j) * width + g, mask, r[j]);
     }
   }
   for (; k < kc; ++k) {
-    for (int i = 0; i < mr; ++i) d[k * mr + i] = i < rows ? a[i * rs + k] : 0.0f;
+    for (int i = 0; i < width; ++i) {
+      d[k * width + i] = i < count ? cast_value<float>(src[i * stride + k]) : 0.0f;
+    }
   }
 }
 
+// Packs rows [0, mc) x cols [0, kc) of A (already offset to the block) into MR-row panels
+// [first_panel, last_panel); rows past mc are zero.
 template <class T, class S>
 void pack_a(const S* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
             int64_t first_panel, int64_t last_panel, T* dst) {
@@ -145,9 +201,9 @@ void pack_a(const S* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
     T* d = dst + p * kc * mr;
     int64_t r0 = p * mr;
     int rows = static_cast<int>(std::min<int64_t>(mr, mc - r0));
-    if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+    if constexpr (std::is_same_v<T, float> && kVectorLoad<S>) {
       if (cs == 1) {
-        pack_a_rowmajor_f32(a + r0 * rs, rs, rows, kc, mr, d);
+        pack_transposed(a + r0 * rs, rs, rows, kc, mr, d);
         continue;
       }
     }
@@ -160,7 +216,11 @@ void pack_a(const S* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
     } else {  // column-major A: the mr values of one k are contiguous
       for (int64_t k = 0; k < kc; ++k) {
         const S* src = a + r0 + k * cs;
-        for (int i = 0; i < rows; ++i) d[k * mr + i] = cast_value<T>(src[i]);
+        if constexpr (std::is_same_v<T, float>) {
+          convert_row(src, d + k * mr, rows);
+        } else {
+          for (int i = 0; i < rows; ++i) d[k * mr + i] = cast_value<T>(src[i]);
+        }
       }
     }
   }
@@ -173,12 +233,20 @@ void pack_b(const S* b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, int nr, 
     T* d = dst + q * kc * nr;
     int64_t c0 = q * nr;
     int cols = static_cast<int>(std::min<int64_t>(nr, nc - c0));
+    if constexpr (std::is_same_v<T, float> && kVectorLoad<S>) {
+      if (cs != 1 && rs == 1) {  // column-major B (x @ W.T): columns contiguous along k
+        pack_transposed(b + c0 * cs, cs, cols, kc, nr, d);
+        continue;
+      }
+    }
     if (cols < nr) std::memset(static_cast<void*>(d), 0, sizeof(T) * kc * nr);
     if (cs == 1) {
       for (int64_t k = 0; k < kc; ++k) {
         const S* src = b + k * rs + c0;
         if constexpr (std::is_same_v<S, T>) {
           std::memcpy(d + k * nr, src, sizeof(T) * cols);
+        } else if constexpr (std::is_same_v<T, float>) {
+          convert_row(src, d + k * nr, cols);
         } else {
           for (int j = 0; j < cols; ++j) d[k * nr + j] = cast_value<T>(src[j]);
         }
@@ -192,55 +260,183 @@ void pack_b(const S* b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, int nr, 
   }
 }
 
-template <class T>
+// ---- packing into bfloat16 pair panels (the AVX512-BF16 path) --------------------------------
+// A panel of width w holds, for each pair p of k, w 32-bit words (x[i][2p], x[i][2p+1]); an odd
+// last k is paired with zero. kc here is the block's k count; a panel holds round_up(kc, 2) * w
+// values.
+
+inline uint32_t bf16_word(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
+
+// `count` source rows contiguous along k (row i at src + i * stride) -> pair panel of `width`.
+// 8 pairs (16 k) at a time: the pairs are 32-bit words, so the float 8x8 transpose moves them.
+void pack_pairs_transposed(const uint16_t* src, int64_t stride, int count, int64_t kc, int width,
+                           uint32_t* d) {
+  const int64_t full_pairs = kc / 2;
+  int64_t p = 0;
+  for (; p + 8 <= full_pairs; p += 8) {
+    for (int g = 0; g < width; g += 8) {
+      const int lanes = std::min(8, width - g);
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) {
+        r[i] = (i < lanes && g + i < count)
+                   ? _mm256_castsi256_ps(_mm256_loadu_si256(
+                         reinterpret_cast<const __m256i*>(src + (g + i) * stride + 2 * p)))
+                   : _mm256_setzero_ps();
+      }
+      transpose8x8(r);
+      const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes),
+                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      for (int j = 0; j < 8; ++j) {
+        _mm256_maskstore_ps(reinterpret_cast<float*>(d + (p + j) * width + g), mask, r[j]);
+      }
+    }
+  }
+  for (; p < (kc + 1) / 2; ++p) {
+    for (int i = 0; i < width; ++i) {
+      const uint16_t* s = src + i * stride + 2 * p;
+      d[p * width + i] = i < count ? bf16_word(s[0], 2 * p + 1 < kc ? s[1] : 0) : 0;
+    }
+  }
+}
+
+// Two source rows x0 (k = 2p) and x1 (k = 2p + 1, null: zero), contiguous along the panel's
+// width, interleaved into n words; words n..width are zero.
+void interleave_pair(const uint16_t* x0, const uint16_t* x1, int n, int width, uint32_t* d) {
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x0 + j));
+    const __m128i v1 = x1 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1 + j))
+                          : _mm_setzero_si128();
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + j), _mm_unpacklo_epi16(v0, v1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + j + 4), _mm_unpackhi_epi16(v0, v1));
+  }
+  for (; j < n; ++j) d[j] = bf16_word(x0[j], x1 ? x1[j] : 0);
+  for (; j < width; ++j) d[j] = 0;
+}
+
+// Any layout: element (i, k) at src[i * is + k * ks].
+void pack_pairs_strided(const uint16_t* src, int64_t is, int64_t ks, int count, int64_t kc,
+                        int width, uint32_t* d) {
+  for (int64_t p = 0; p < (kc + 1) / 2; ++p) {
+    for (int i = 0; i < width; ++i) {
+      if (i >= count) {
+        d[p * width + i] = 0;
+        continue;
+      }
+      const uint16_t* s = src + i * is + 2 * p * ks;
+      d[p * width + i] = bf16_word(s[0], 2 * p + 1 < kc ? s[ks] : 0);
+    }
+  }
+}
+
+// Rows [0, mc) x k [0, kc) of a BFloat16 A into pair panels [p0, p1).
+void pack_a_pairs(const uint16_t* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
+                  int64_t p0, int64_t p1, uint16_t* dst) {
+  const int64_t kcp = (kc + 1) / 2 * 2;
+  for (int64_t p = p0; p < p1; ++p) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + p * kcp * mr);
+    const uint16_t* src = a + p * mr * rs;
+    const int rows = static_cast<int>(std::min<int64_t>(mr, mc - p * mr));
+    if (cs == 1) {
+      pack_pairs_transposed(src, rs, rows, kc, mr, d);
+    } else if (rs == 1) {  // column-major A: k rows of mr contiguous values
+      for (int64_t q = 0; q < kcp / 2; ++q) {
+        interleave_pair(src + 2 * q * cs, 2 * q + 1 < kc ? src + (2 * q + 1) * cs : nullptr, rows,
+                        mr, d + q * mr);
+      }
+    } else {
+      pack_pairs_strided(src, rs, cs, rows, kc, mr, d);
+    }
+  }
+}
+
+// k [0, kc) x cols [0, nc) of a BFloat16 B into pair panels of nr columns.
+void pack_b_pairs(const uint16_t* b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, int nr,
+                  uint16_t* dst) {
+  const int64_t kcp = (kc + 1) / 2 * 2;
+  for (int64_t q = 0; q * nr < nc; ++q) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + q * kcp * nr);
+    const uint16_t* src = b + q * nr * cs;
+    const int cols = static_cast<int>(std::min<int64_t>(nr, nc - q * nr));
+    if (cs == 1) {  // row-major B: interleave rows 2p and 2p + 1
+      for (int64_t p = 0; p < kcp / 2; ++p) {
+        interleave_pair(src + 2 * p * rs, 2 * p + 1 < kc ? src + (2 * p + 1) * rs : nullptr, cols,
+                        nr, d + p * nr);
+      }
+    } else if (rs == 1) {  // column-major B (x @ W.T): each column's pairs are words already
+      pack_pairs_transposed(src, cs, cols, kc, nr, d);
+    } else {
+      pack_pairs_strided(src, cs, rs, cols, kc, nr, d);
+    }
+  }
+}
+
+template <class P>
 void pack_a_any(const MatRef& a, int64_t r0, int64_t k0, int64_t mc, int64_t kc, int mr,
-                int64_t p0, int64_t p1, T* dst) {
-  dispatch_storage(a.dtype, [&]<class S>() {
-    if constexpr (std::is_floating_point_v<compute_t<S>>) {
-      const S* base = static_cast<const S*>(a.data) + r0 * a.rs + k0 * a.cs;
-      pack_a<T>(base, a.rs, a.cs, mc, kc, mr, p0, p1, dst);
-    } else {
-      NPU_KERNEL_ASSERT(false, "integer GEMM operands");
-    }
-  });
+                int64_t p0, int64_t p1, P* dst) {
+  if constexpr (std::is_same_v<P, uint16_t>) {
+    NPU_KERNEL_ASSERT(a.dtype == DType::BFloat16, "bfloat16 GEMM path given another dtype");
+    const uint16_t* base = static_cast<const uint16_t*>(a.data) + r0 * a.rs + k0 * a.cs;
+    pack_a_pairs(base, a.rs, a.cs, mc, kc, mr, p0, p1, dst);
+  } else {
+    dispatch_storage(a.dtype, [&]<class S>() {
+      if constexpr (std::is_floating_point_v<compute_t<S>>) {
+        const S* base = static_cast<const S*>(a.data) + r0 * a.rs + k0 * a.cs;
+        pack_a<P>(base, a.rs, a.cs, mc, kc, mr, p0, p1, dst);
+      } else {
+        NPU_KERNEL_ASSERT(false, "integer GEMM operands");
+      }
+    });
+  }
 }
 
-template <class T>
-void pack_b_any(const MatRef& b, int64_t k0, int64_t c0, int64_t kc, int64_t nc, int nr, T* dst) {
-  dispatch_storage(b.dtype, [&]<class S>() {
-    if constexpr (std::is_floating_point_v<compute_t<S>>) {
-      const S* base = static_cast<const S*>(b.data) + k0 * b.rs + c0 * b.cs;
-      pack_b<T>(base, b.rs, b.cs, kc, nc, nr, dst);
-    } else {
-      NPU_KERNEL_ASSERT(false, "integer GEMM operands");
-    }
-  });
+template <class P>
+void pack_b_any(const MatRef& b, int64_t k0, int64_t c0, int64_t kc, int64_t nc, int nr, P* dst) {
+  if constexpr (std::is_same_v<P, uint16_t>) {
+    NPU_KERNEL_ASSERT(b.dtype == DType::BFloat16, "bfloat16 GEMM path given another dtype");
+    const uint16_t* base = static_cast<const uint16_t*>(b.data) + k0 * b.rs + c0 * b.cs;
+    pack_b_pairs(base, b.rs, b.cs, kc, nc, nr, dst);
+  } else {
+    dispatch_storage(b.dtype, [&]<class S>() {
+      if constexpr (std::is_floating_point_v<compute_t<S>>) {
+        const S* base = static_cast<const S*>(b.data) + k0 * b.rs + c0 * b.cs;
+        pack_b<P>(base, b.rs, b.cs, kc, nc, nr, dst);
+      } else {
+        NPU_KERNEL_ASSERT(false, "integer GEMM operands");
+      }
+    });
+  }
 }
 
-// C[M x N] (row-major, leading dimension ldc, type T) = alpha * A B + beta * C.
-template <class T>
+// C[M x N] (row-major, leading dimension ldc, type T) = alpha * A B + beta * C, with the
+// operands packed as P (T itself, or bfloat16 pairs of k).
+template <class T, class P>
 void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const MatRef& b, T beta,
             T* c, int64_t ldc) {
-  const Kernel<T> kern = select_kernel<T>();
+  const Kernel<T, P> kern = select_kernel<T, P>();
   const int mr = kern.mr, nr = kern.nr;
-  using B = Blocking<T>;
+  constexpr int step = kStep<P>;
+  using B = Blocking<P>;
+  static_assert(B::kKC % step == 0, "K blocks must hold whole k pairs");
   const int threads = num_threads();
   const bool small = 2.0 * M * N * K < 4e6;  // not worth waking the workers
+  // K padded to whole steps: only the last K block can be odd, so this is the packed A's depth.
+  const int64_t Kp = (K + step - 1) / step * step;
 
   // Rows per A block: the whole K extent of the block is packed up front (<= kPackedA
   // elements), so the tasks below run every K block without a barrier in between.
-  const int64_t mc_max = std::max<int64_t>(mr, B::kPackedA / std::max<int64_t>(K, 1) / mr * mr);
+  const int64_t mc_max = std::max<int64_t>(mr, B::kPackedA / std::max<int64_t>(Kp, 1) / mr * mr);
   for (int64_t ic = 0; ic < M; ic += mc_max) {
     const int64_t mc = std::min(mc_max, M - ic);
     const int64_t m_panels = (mc + mr - 1) / mr;
     const int64_t mpad = m_panels * mr;
-    // Panel p of the K block starting at pc lives at ap + pc * mpad + p * kc * mr.
-    T* ap = scratch<T>(0, static_cast<size_t>(mpad * K));
+    // Panel p of the K block starting at pc lives at ap + pc * mpad + p * kcp * mr.
+    P* ap = scratch<P>(0, static_cast<size_t>(mpad * Kp));
     parallel_for(0, m_panels, small ? m_panels : std::max<int64_t>(1, 65536 / (mr * K + 1)),
                  [&](int64_t p0, int64_t p1) {
       for (int64_t pc = 0; pc < K; pc += B::kKC) {
         const int64_t kc = std::min(B::kKC, K - pc);
-        pack_a_any<T>(a, ic, pc, mc, kc, mr, p0, p1, ap + pc * mpad);
+        pack_a_any<P>(a, ic, pc, mc, kc, mr, p0, p1, ap + pc * mpad);
       }
     });
 
@@ -260,24 +456,25 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
         const int64_t nc = std::min(nc_target, N - jc);
         const int64_t p_begin = m_panels * ib / ni, p_end = m_panels * (ib + 1) / ni;
         const int64_t n_panels = (nc + nr - 1) / nr;
-        T* bp = scratch<T>(1, static_cast<size_t>(n_panels * nr * std::min(B::kKC, K)));
+        P* bp = scratch<P>(1, static_cast<size_t>(n_panels * nr * std::min(B::kKC, Kp)));
         for (int64_t pc = 0; pc < K; pc += B::kKC) {
           const int64_t kc = std::min(B::kKC, K - pc);
+          const int64_t kcp = (kc + step - 1) / step * step;
           const T beta_eff = pc == 0 ? beta : T(1);
-          pack_b_any<T>(b, pc, jc, kc, nc, nr, bp);
+          pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
           for (int64_t p = p_begin; p < p_end; ++p) {
-            const T* a_panel = ap + pc * mpad + p * kc * mr;
+            const P* a_panel = ap + pc * mpad + p * kcp * mr;
             const int64_t row = ic + p * mr;
             const int rows = static_cast<int>(std::min<int64_t>(mr, M - row));
             for (int64_t q = 0; q < n_panels; ++q) {
-              const T* b_panel = bp + q * kc * nr;
+              const P* b_panel = bp + q * kcp * nr;
               const int64_t col = jc + q * nr;
               const int cols = static_cast<int>(std::min<int64_t>(nr, nc - q * nr));
               T* cp = c + row * ldc + col;
               if (rows == mr && cols == nr) {
-                kern.fn(kc, a_panel, b_panel, cp, ldc, alpha, beta_eff);
+                kern.fn(kcp / step, a_panel, b_panel, cp, ldc, alpha, beta_eff);
               } else {
-                kern.fn(kc, a_panel, b_panel, tile, nr, T(1), T(0));
+                kern.fn(kcp / step, a_panel, b_panel, tile, nr, T(1), T(0));
                 for (int i = 0; i < rows; ++i) {
                   for (int j = 0; j < cols; ++j) {
                     T v = alpha * tile[i * nr + j];
@@ -323,13 +520,23 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
     ma = at, mb = bt;
     std::swap(crs, ccs);
   }
+  // Two bfloat16 operands take the vdpbf16ps kernel where the CPU has it.
+  auto run = [&](T al, T be, T* out, int64_t ld) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (ma.dtype == DType::BFloat16 && mb.dtype == DType::BFloat16 && use_avx512_bf16()) {
+        driver<float, uint16_t>(M, N, K, al, ma, mb, be, out, ld);
+        return;
+      }
+    }
+    driver<T, T>(M, N, K, al, ma, mb, be, out, ld);
+  };
   if (c.dtype == dtype_of<T>() && ccs == 1) {
-    driver<T>(M, N, K, T(alpha), ma, mb, T(beta), static_cast<T*>(c.data), crs);
+    run(T(alpha), T(beta), static_cast<T*>(c.data), crs);
     return;
   }
   // Workspace path: compute A B in T, then C = alpha * W + beta * C with conversion.
   std::unique_ptr<T[]> w(new T[static_cast<size_t>(M * N)]);
-  driver<T>(M, N, K, T(1), ma, mb, T(0), w.get(), N);
+  run(T(1), T(0), w.get(), N);
   dispatch_storage(c.dtype, [&]<class S>() {
     parallel_for(0, M, std::max<int64_t>(1, 65536 / std::max<int64_t>(N, 1)),
                  [&](int64_t i0, int64_t i1) {
@@ -397,7 +604,18 @@ void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
 
 namespace testing {
 void set_gemm_isa(const char* isa) {
-  detail::gemm::g_force_avx2.store(std::string(isa) == "avx2", std::memory_order_relaxed);
+  const std::string s(isa);
+  NPU_KERNEL_ASSERT(s == "auto" || s == "avx512" || s == "avx2",
+                    "set_gemm_isa takes \"auto\", \"avx512\" or \"avx2\"");
+  detail::gemm::g_isa_cap.store(s == "auto" ? 2 : s == "avx512" ? 1 : 0,
+                                std::memory_order_relaxed);
+}
+
+const char* gemm_isa(DType a, DType b) {
+  if (a == DType::BFloat16 && b == DType::BFloat16 && detail::gemm::use_avx512_bf16()) {
+    return "avx512_bf16";
+  }
+  return detail::gemm::use_avx512() ? "avx512" : "avx2";
 }
 }  // namespace testing
 

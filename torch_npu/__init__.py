@@ -142,6 +142,7 @@ def _init() -> None:
     atexit.register(_drain_devices_at_exit)
     import torch_npu.profiler
     import torch_npu.utils  # noqa: F401
+    import torch_npu.optim  # noqa: F401        # NpuFusedAdamW, ... on the fused kernels
     from torch_npu.profiler import _profiling_mode
 
     _profiling_mode.enable_from_environment()  # TORCH_NPU_PROFILING_MODE / PROFILING_MODE=true

@@ -49,9 +49,12 @@
  *   flash_attention_forward / _backward     tiled, online softmax, O(S x D) memory per head:
  *                                           GQA, bands (causal), masks, varlen, dropout
  *   add_rms_norm, rotary_mul(_backward), swiglu(_backward)   torch_npu's fused LLM ops
+ *   amp_non_finite_check_and_unscale, amp_update_scale   GradScaler's kernels
+ *   fused_adam(items, n, options), fused_sgd(...)        fused optimizers over a list
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
  * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
- *   batch_norm.h, pooling.h, conv.h, sort.h, attention.h, fused.h, thread_pool.h.
+ *   batch_norm.h, pooling.h, conv.h, sort.h, attention.h, fused.h, optimizers.h,
+ *   thread_pool.h.
  *
  * Example (torch.add(x, y, alpha=2) with x: float32 [4, 5], y: float16 [5] broadcast):
  *   TensorDesc out = TensorDesc::make(o, DType::Float32, {4, 5});
@@ -70,6 +73,7 @@
 #include "npu/kernels/loss.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/normalization.h"
+#include "npu/kernels/optimizers.h"
 #include "npu/kernels/pooling.h"
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/sort.h"

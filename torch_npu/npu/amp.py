@@ -57,4 +57,4 @@ def _missing(name: str):
     return fn
 
 
-GradScaler = _missing("GradScaler")
+from torch_npu.npu._grad_scaler import GradScaler  # noqa: E402

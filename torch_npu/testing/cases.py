@@ -50,6 +50,34 @@ def matmul(size: int) -> Make:
     return make
 
 
+def matmul_16bit(size: int, dtype: torch.dtype) -> Make:
+    """float16 / bfloat16 GEMM (float32 accumulation on both devices)."""
+    def make(device: str):
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(size, size, generator=g).to(dtype).to(device)
+        b = torch.randn(size, size, generator=g).to(dtype).to(device)
+        return (lambda: torch.mm(a, b)), 1
+    return make
+
+
+def fused_adamw_step(numel: int = 10_000_000, tensors: int = 10) -> Make:
+    """One AdamW(fused=True) step over `numel` parameters in `tensors` tensors (the CPU runs
+    its own fused kernel). Returns the first parameter (a view: returning costs no work)."""
+    def make(device: str):
+        g = torch.Generator().manual_seed(0)
+        params = [torch.randn(numel // tensors, generator=g).to(device).requires_grad_()
+                  for _ in range(tensors)]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g).to(device)
+        opt = torch.optim.AdamW(params, lr=1e-3, fused=True)
+
+        def run():
+            opt.step()
+            return params[0].detach()
+        return run, 1
+    return make
+
+
 def add_16m(device: str):
     g = torch.Generator().manual_seed(0)
     a = torch.rand(1 << 24, generator=g).to(device)
@@ -85,7 +113,13 @@ CASES = [
     Case("x+1 loop (1 element, per op)", add_one_loop, goal=1.1),
     Case("matmul 1024x1024 fp32", matmul(1024), goal=1.05, rtol=1e-4, atol=1e-3),
     Case("matmul 2048x2048 fp32", matmul(2048), goal=1.05, rtol=1e-4, atol=1e-3),
+    Case("matmul 1024x1024 bf16", matmul_16bit(1024, torch.bfloat16), goal=1.0, rtol=1.6e-2, atol=0.5),
+    Case("matmul 2048x2048 bf16", matmul_16bit(2048, torch.bfloat16), goal=1.0, rtol=1.6e-2, atol=0.5),
+    # float16 GEMM: PyTorch's CPU takes seconds per call where the CPU lacks AVX512-FP16 (this
+    # one), so 2048 is only in benchmarks/matmul16_bench.py, which times it fewer times.
+    Case("matmul 1024x1024 fp16", matmul_16bit(1024, torch.float16), goal=1.0, rtol=2e-3, atol=0.1),
     Case("add 16M fp32", add_16m, goal=1.0),
+    Case("fused AdamW step, 10M params", fused_adamw_step(), goal=1.0),
     Case("train step MLP", train_steps("mlp"), goal=1.0),
     Case("train step CNN", train_steps("cnn"), goal=1.0),
     Case("train step GPT-style", train_steps("gpt"), goal=1.0),

@@ -6,7 +6,8 @@
 namespace npu::kernels {
 
 // Supported: all of A, B, C in {Float32, Float16, BFloat16} (math in float32, one rounding
-// of C at the end), or all Float64. Integer matmul is not provided (fall back).
+// of C at the end), or all Float64. Two BFloat16 operands use AVX512-BF16 dot products where
+// the CPU has them (bfloat16 subnormals then count as zero, as in oneDNN). Integer matmul is not provided (fall back).
 bool gemm_supports(DType a, DType b, DType c);
 
 // A: [M, K], B: [K, N], C: [M, N] as 2-D descriptors with any strides: a transposed operand
@@ -23,7 +24,11 @@ void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
 }  // namespace npu::kernels
 
 namespace npu::kernels::testing {
-// For tests and benchmarks only: "avx2" restricts GEMM to the AVX2 micro-kernels (to test
-// them on AVX-512 machines); "auto" (the default) picks the best the CPU supports.
+// For tests and benchmarks only: "avx2" restricts GEMM to the AVX2 micro-kernels and
+// "avx512" to the AVX-512 float ones (no AVX512-BF16), to test every path on one machine;
+// "auto" (the default) picks the best the CPU supports.
 void set_gemm_isa(const char* isa);
+// The instruction set gemm() uses now for operands of these dtypes: "avx512_bf16", "avx512"
+// or "avx2" (benchmark labels, and tests that a path was really taken).
+const char* gemm_isa(DType a, DType b);
 }  // namespace npu::kernels::testing

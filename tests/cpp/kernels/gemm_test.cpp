@@ -1,6 +1,7 @@
 // gemm / gemm_batched against a naive double-precision triple loop: shapes around the
 // micro-kernel and cache-block edges, transposed and strided operands, column-major C,
-// alpha/beta, 16-bit and mixed dtypes, K == 0, broadcast batches, both micro-kernel ISAs.
+// alpha/beta, 16-bit and mixed dtypes, K == 0, broadcast batches, every micro-kernel ISA
+// (AVX512-BF16 dot products, AVX-512 float, AVX2) forced in turn on one machine.
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -105,7 +106,62 @@ TEST_P(GemmIsa, HalfBFloat16AndMixedDtypes) {
   check_gemm({20, 30, 40, false, false, false, 2.0, 0.5, DType::Float32, DType::Float32, DType::Float16});
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, GemmIsa, ::testing::Values("auto", "avx2"));
+// float16 / bfloat16 with float32 accumulation on every path: odd M, N, K (odd K pairs a
+// value with zero in the bfloat16 pair panels), K over several K blocks, every combination of
+// transposed A / B / C, 16-bit or float32 C, and alpha / beta.
+TEST_P(GemmIsa, HalfAndBFloat16OddSizesLayoutsAlphaBeta) {
+  const int64_t shapes[][3] = {{1, 1, 1},   {15, 33, 17}, {29, 31, 3},  {14, 32, 2},
+                               {37, 45, 53}, {3, 40, 1537}, {45, 70, 389}};
+  for (DType t : {DType::Float16, DType::BFloat16}) {
+    for (auto& s : shapes) {
+      for (int mask = 0; mask < 8; ++mask) {
+        check_gemm({s[0], s[1], s[2], bool(mask & 1), bool(mask & 2), bool(mask & 4), 1.0, 0.0,
+                    t, t, t});
+      }
+      check_gemm({s[0], s[1], s[2], false, true, false, -0.5, 2.0, t, t, DType::Float32});
+      check_gemm({s[0], s[1], s[2], true, false, true, 1.5, 0.5, t, t, t});
+    }
+  }
+}
+
+TEST_P(GemmIsa, BFloat16StridedOperands) {
+  // Neither stride 1 (every other column of bigger buffers): the generic packing loops.
+  const int64_t m = 19, n = 23, k = 37;
+  HostTensor abig(DType::BFloat16, {m, 2 * k}), bbig(DType::BFloat16, {k, 2 * n});
+  fill_uniform(abig, -1, 1);
+  fill_uniform(bbig, -1, 1);
+  std::vector<float> cbuf(m * n);
+  TensorDesc a = abig.desc(), b = bbig.desc();
+  a.sizes[1] = k, a.strides[1] = 2;
+  b.sizes[1] = n, b.strides[1] = 2;
+  nk::gemm(TensorDesc::make(cbuf.data(), DType::Float32, {m, n}), a, b);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double t = abig.get(i * 2 * k + 2 * p) * bbig.get(p * 2 * n + 2 * j);
+        ref += t, mag += std::fabs(t);
+      }
+      ASSERT_NEAR(cbuf[i * n + j], ref, 1e-5 * mag + 1e-30) << i << "," << j;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, GemmIsa, ::testing::Values("auto", "avx512", "avx2"));
+
+TEST(Gemm, ReportsTheInstructionSetItUses) {
+  const bool bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  EXPECT_STREQ(nk::testing::gemm_isa(DType::BFloat16, DType::BFloat16),
+               bf16 ? "avx512_bf16" : avx512 ? "avx512" : "avx2");
+  EXPECT_STREQ(nk::testing::gemm_isa(DType::Float16, DType::Float16), avx512 ? "avx512" : "avx2");
+  EXPECT_STREQ(nk::testing::gemm_isa(DType::BFloat16, DType::Float32), avx512 ? "avx512" : "avx2");
+  nk::testing::set_gemm_isa("avx512");
+  EXPECT_STRNE(nk::testing::gemm_isa(DType::BFloat16, DType::BFloat16), "avx512_bf16");
+  nk::testing::set_gemm_isa("avx2");
+  EXPECT_STREQ(nk::testing::gemm_isa(DType::BFloat16, DType::BFloat16), "avx2");
+  nk::testing::set_gemm_isa("auto");
+}
 
 TEST(Gemm, LargeSquareUsesEveryThread) {
   check_gemm({512, 512, 512, false, false, false, 1.0, 0.0, DType::Float32, DType::Float32,

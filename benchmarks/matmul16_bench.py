@@ -1,0 +1,66 @@
+"""float16 / bfloat16 matmul, npu against PyTorch's CPU device in the same run: the ratio is
+npu time / cpu time (lower is better). PyTorch's CPU bfloat16 mm runs oneDNN (AVX512-BF16 where
+the CPU has it); its float16 mm falls back to a slow scalar-accumulating GEMM on CPUs without
+AVX512-FP16, so float16 calls are timed fewer times.
+
+Each round times one call per device after a warm-up call (the two devices' calls grouped, as
+in ops_bench.py); the figure is the median over the rounds.
+
+    .venv/bin/python benchmarks/matmul16_bench.py [--repeats N] [--sizes 1024 2048]
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+import torch_npu  # noqa: F401
+from torch_npu.testing.cases import matmul_16bit
+
+
+def timed(fn, device):
+    if device == "npu":
+        torch.npu.synchronize()
+    t = time.perf_counter()
+    fn()
+    if device == "npu":
+        torch.npu.synchronize()
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=5, help="rounds (float16: at most 3)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048])
+    ns = ap.parse_args()
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(line for line in f if line.startswith("flags")).split())
+    except (OSError, StopIteration):
+        pass
+    have = [f for f in ("avx512f", "avx512_bf16", "avx512_fp16", "f16c") if f in flags]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, CPU: {' '.join(have)} "
+          "(the npu GEMM takes AVX512-BF16 for bf16 where present: see kernels_bench's labels)")
+    print(f"{'case':<26} {'cpu':>10} {'npu':>10} {'npu/cpu':>8} {'GFLOP/s npu':>12}")
+    for dtype, label in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+        for n in ns.sizes:
+            runs = {d: matmul_16bit(n, dtype)(d)[0] for d in ("cpu", "npu")}
+            for d, fn in runs.items():
+                timed(fn, d)  # warm-up
+            rounds = ns.repeats if dtype == torch.bfloat16 else min(ns.repeats, 3)
+            times = {"cpu": [], "npu": []}
+            for _ in range(rounds):
+                for d, fn in runs.items():
+                    time.sleep(0.1)
+                    times[d].append(timed(fn, d))
+            cpu, npu = statistics.median(times["cpu"]), statistics.median(times["npu"])
+            print(f"{'matmul ' + str(n) + ' ' + label:<26} {cpu * 1e3:>7.1f} ms {npu * 1e3:>7.1f} ms "
+                  f"{npu / cpu:>8.2f} {2 * n**3 / npu / 1e9:>12.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

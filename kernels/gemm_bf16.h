@@ -1,0 +1,18 @@
+// The AVX512-BF16 GEMM micro-kernel (gemm_bf16_avx512.cpp, its own translation unit compiled
+// for that instruction set). Call only when __builtin_cpu_supports("avx512bf16").
+#pragma once
+
+#include <cstdint>
+
+namespace npu::kernels::detail::gemm {
+
+// MR x NR of the bfloat16 micro-kernel (the same tile as the AVX-512 float kernel).
+inline constexpr int kBf16MR = 14;
+inline constexpr int kBf16NR = 32;
+
+// C[14 x 32] = alpha * A_panel B_panel + beta * C over `pairs` pairs of k (packed as described
+// in gemm_bf16_avx512.cpp); beta == 0 never reads C.
+void kernel_avx512bf16_14x32(int64_t pairs, const uint16_t* a, const uint16_t* b, float* c,
+                             int64_t ldc, float alpha, float beta);
+
+}  // namespace npu::kernels::detail::gemm
