@@ -9,6 +9,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
 
@@ -97,8 +98,8 @@ at::Tensor& updateScale_(at::Tensor& current_scale, at::Tensor& growth_tracker,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_amp_foreach_non_finite_check_and_unscale_", TORCH_FN(nonFiniteCheckAndUnscale_));
-  m.impl("_amp_update_scale_", TORCH_FN(updateScale_));
+  NPU_IMPL(m, "_amp_foreach_non_finite_check_and_unscale_", nonFiniteCheckAndUnscale_);
+  NPU_IMPL(m, "_amp_update_scale_", updateScale_);
 }
 
 }  // namespace torch_npu::native

@@ -10,6 +10,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
 
@@ -218,12 +219,12 @@ void fusedSgd_tensor_lr(at::TensorList self, at::TensorList grads,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_adam_", TORCH_FN(fusedAdam_));
-  m.impl("_fused_adam_.tensor_lr", TORCH_FN(fusedAdam__tensor_lr));
-  m.impl("_fused_adamw_", TORCH_FN(fusedAdamW_));
-  m.impl("_fused_adamw_.tensor_lr", TORCH_FN(fusedAdamW__tensor_lr));
-  m.impl("_fused_sgd_", TORCH_FN(fusedSgd_));
-  m.impl("_fused_sgd_.tensor_lr", TORCH_FN(fusedSgd_tensor_lr));
+  NPU_IMPL(m, "_fused_adam_", fusedAdam_);
+  NPU_IMPL(m, "_fused_adam_.tensor_lr", fusedAdam__tensor_lr);
+  NPU_IMPL(m, "_fused_adamw_", fusedAdamW_);
+  NPU_IMPL(m, "_fused_adamw_.tensor_lr", fusedAdamW__tensor_lr);
+  NPU_IMPL(m, "_fused_sgd_", fusedSgd_);
+  NPU_IMPL(m, "_fused_sgd_.tensor_lr", fusedSgd_tensor_lr);
 }
 
 }  // namespace torch_npu::native
