@@ -189,9 +189,10 @@ def _trainer_losses(tmp_path, use_cpu: bool, **kwargs):
     torch.manual_seed(0)
     model = _llama(tied=True)
     args = TrainingArguments(output_dir=str(tmp_path / ("cpu" if use_cpu else "npu")),
-                             use_cpu=use_cpu, max_steps=6, **kwargs, per_device_train_batch_size=4,
+                             use_cpu=use_cpu, max_steps=6, per_device_train_batch_size=4,
                              learning_rate=1e-2, logging_steps=1, report_to=[], seed=0,
-                             save_strategy="no", disable_tqdm=True, optim="adamw_torch")
+                             save_strategy="no", disable_tqdm=True,
+                             **({"optim": "adamw_torch"} | kwargs))
     trainer = Trainer(model=model, args=args, train_dataset=_TokenDataset())
     trainer.train()
     device = next(trainer.model.parameters()).device
@@ -214,6 +215,21 @@ def test_trainer_bf16_matches_a_cpu_bf16_run(tmp_path):
     assert npu_losses[-1] < npu_losses[0]
     torch.testing.assert_close(torch.tensor(npu_losses), torch.tensor(cpu_losses), rtol=2e-2,
                                atol=2e-2)
+
+
+def test_trainer_fp16_and_npu_fused_adamw_match_a_cpu_run(tmp_path):
+    # fp16=True: autocast(float16) + torch.amp.GradScaler on npu; the CPU reference runs the
+    # same autocast dtype with a CPU GradScaler. optim="adamw_torch_npu_fused" takes
+    # torch_npu.optim.NpuFusedAdamW, compared with the CPU's plain AdamW.
+    cpu_losses, _ = _trainer_losses(tmp_path, use_cpu=True, fp16=True)
+    npu_losses, _ = _trainer_losses(tmp_path, use_cpu=False, fp16=True)
+    torch.testing.assert_close(torch.tensor(npu_losses), torch.tensor(cpu_losses), rtol=2e-2,
+                               atol=2e-2)
+    cpu_losses, _ = _trainer_losses(tmp_path, use_cpu=True)
+    fused_losses, _ = _trainer_losses(tmp_path / "fused", use_cpu=False,
+                                      optim="adamw_torch_npu_fused")
+    torch.testing.assert_close(torch.tensor(fused_losses), torch.tensor(cpu_losses), rtol=1e-3,
+                               atol=1e-4)
 
 
 ACCELERATE_LOOP = """

@@ -48,13 +48,4 @@ def set_autocast_enabled(enabled: bool) -> None:
     torch.set_autocast_enabled("npu", enabled)
 
 
-def _missing(name: str):
-    def fn(*args, **kwargs):
-        raise NotImplementedError(
-            f"torch.npu.amp.{name} is not implemented in SimNPU yet; run in float32 for now"
-        )
-
-    return fn
-
-
 from torch_npu.npu._grad_scaler import GradScaler  # noqa: E402
