@@ -109,6 +109,33 @@ def train_steps(kind: str, steps: int = 20) -> Make:
     return make
 
 
+def hf_llama_steps(steps: int = 10) -> Make:
+    """AdamW steps of a tiny Hugging Face LLaMA (transformers' own model code, sdpa attention:
+    the flash kernel on npu), one batch of 4 x 64 tokens."""
+    def make(device: str):
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=128, attn_implementation="sdpa")
+        model = LlamaForCausalLM(config).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        ids = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1)).to(device)
+
+        def step():
+            opt.zero_grad()
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        def run():
+            return torch.stack([step() for _ in range(steps)])
+        return run, steps
+    return make
+
+
 CASES = [
     Case("x+1 loop (1 element, per op)", add_one_loop, goal=1.1),
     Case("matmul 1024x1024 fp32", matmul(1024), goal=1.05, rtol=1e-4, atol=1e-3),
@@ -123,4 +150,5 @@ CASES = [
     Case("train step MLP", train_steps("mlp"), goal=1.0),
     Case("train step CNN", train_steps("cnn"), goal=1.0),
     Case("train step GPT-style", train_steps("gpt"), goal=1.0),
+    Case("train step HF tiny LLaMA", hf_llama_steps(), goal=1.0, rtol=1e-4, atol=1e-4),
 ]
