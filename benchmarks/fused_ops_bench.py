@@ -23,19 +23,9 @@ import torch
 import torch.nn.functional as F
 
 import torch_npu
+from torch_npu.testing.timing import timed
 
 
-def sync(device):
-    if device == "npu":
-        torch.npu.synchronize()
-
-
-def timed(fn, device):
-    sync(device)
-    t = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t
 
 
 def bench_attention(S, heads, D=64):

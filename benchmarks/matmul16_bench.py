@@ -18,16 +18,8 @@ import torch
 
 import torch_npu  # noqa: F401
 from torch_npu.testing.cases import matmul_16bit
+from torch_npu.testing.timing import timed
 
-
-def timed(fn, device):
-    if device == "npu":
-        torch.npu.synchronize()
-    t = time.perf_counter()
-    fn()
-    if device == "npu":
-        torch.npu.synchronize()
-    return time.perf_counter() - t
 
 
 def main():

@@ -21,19 +21,9 @@ import torch
 
 import torch_npu  # noqa: F401
 from torch_npu.testing.cases import CASES
+from torch_npu.testing.timing import timed
 
 
-def sync(device):
-    if device == "npu":
-        torch.npu.synchronize()
-
-
-def timed(fn, device):
-    sync(device)
-    t = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t
 
 
 def main():

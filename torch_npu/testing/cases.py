@@ -85,6 +85,21 @@ def add_16m(device: str):
     return (lambda: torch.add(a, b)), 1
 
 
+def _training_run(opt, compute_loss, steps: int):
+    """(run, steps): `run()` takes `steps` optimizer steps on compute_loss() and returns the losses
+    as one tensor (reading them would synchronize)."""
+    def step():
+        opt.zero_grad()
+        loss = compute_loss()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def run():
+        return torch.stack([step() for _ in range(steps)])
+    return run, steps
+
+
 def train_steps(kind: str, steps: int = 20) -> Make:
     """`steps` AdamW steps of a test model on one batch, synchronized only at the end, so the
     host's launches overlap the device's work as in a real training loop. Returns the losses
@@ -95,17 +110,7 @@ def train_steps(kind: str, steps: int = 20) -> Make:
         opt = models.make_optimizer("adamw", model.parameters())
         x, y = next(models.batches(kind, 1, batch=32 if kind == "cnn" else 16))
         x, y = x.to(device), y.to(device)
-
-        def step():
-            opt.zero_grad()
-            loss = models.loss_fn(kind, model(x), y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-
-        def run():
-            return torch.stack([step() for _ in range(steps)])
-        return run, steps
+        return _training_run(opt, lambda: models.loss_fn(kind, model(x), y), steps)
     return make
 
 
@@ -122,17 +127,7 @@ def hf_llama_steps(steps: int = 10) -> Make:
         model = LlamaForCausalLM(config).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         ids = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(1)).to(device)
-
-        def step():
-            opt.zero_grad()
-            loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            opt.step()
-            return loss.detach()
-
-        def run():
-            return torch.stack([step() for _ in range(steps)])
-        return run, steps
+        return _training_run(opt, lambda: model(input_ids=ids, labels=ids).loss, steps)
     return make
 
 
