@@ -4,8 +4,7 @@ PY := .venv/bin/python
 CPP_BUILD := build/cpp
 CMAKE := .venv/bin/cmake
 
-.PHONY: setup demo test test-cpp test-python bench sanitize-address sanitize-thread \
-  sanitize-address-core clean
+.PHONY: setup demo test test-cpp test-python bench sanitize-address sanitize-thread clean
 
 setup:
 	@JOBS=$(JOBS) bash scripts/setup.sh
@@ -47,16 +46,6 @@ sanitize-address sanitize-thread: sanitize-%: setup
 	  -DNPU_SANITIZER=$* -DNPU_BUILD_BENCHMARKS=OFF
 	.venv/bin/ninja -C build/$* -j $(JOBS)
 	cd build/$* && env $(SANITIZER_ENV) ../../.venv/bin/ctest -j $(JOBS) --output-on-failure
-
-# CI's sanitizer run (.ci/run, after make test): the runtime and allocator suites (threads,
-# streams, memory, the registry, the caching allocator) under ASan+UBSan, about 3 minutes on two
-# cores. The kernels suite under ASan takes far longer: `make sanitize-address` runs everything.
-sanitize-address-core: setup
-	$(CMAKE) -S . -B build/address -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja \
-	  -DNPU_SANITIZER=address -DNPU_BUILD_BENCHMARKS=OFF
-	.venv/bin/ninja -C build/address -j $(JOBS) runtime_tests allocator_tests npu_env_probe
-	cd build/address && env $(SANITIZER_ENV) ../../.venv/bin/ctest -j $(JOBS) --output-on-failure \
-	  -E '_NOT_BUILT$$'
 
 clean:
 	rm -rf build
