@@ -22,6 +22,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -414,6 +415,26 @@ void load_query_block(const FlashAttentionArgs& a, const Dims& dm, const TensorD
   qb->Di = const_cast<float*>(Di_all);
 }
 
+// The scratch of one key block's backward, per worker: the block's K and V and their gradients,
+// one query block (Q, dO), the score tiles S, dP and Pd, and the query rows' max and sum.
+struct KeyBlockScratch {
+  std::vector<float> buf;
+  std::array<float*, 11> blocks;  // K, V, dK, dV, Qb, dOb, S, dP, Pd, m, l
+
+  KeyBlockScratch(int64_t D, int64_t Dv) {
+    const int64_t sizes[11] = {kBc * D,   kBc * Dv,  kBc * D,   kBc * Dv, kBr * D, kBr * Dv,
+                               kBr * kBc, kBr * kBc, kBr * kBc, kBr,      kBr};
+    int64_t total = 0;
+    for (int64_t size : sizes) total += size;
+    buf.resize(static_cast<size_t>(total));
+    float* next = buf.data();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      blocks[i] = next;
+      next += sizes[i];
+    }
+  }
+};
+
 }  // namespace
 }  // namespace detail
 
@@ -455,19 +476,8 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
   const int64_t heads_items = static_cast<int64_t>(seqs.size()) * dm.nkv;
   if (heads_items >= 4 * num_threads() || heads_items % num_threads() == 0) {
     parallel_for(0, heads_items, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> buf(static_cast<size_t>(kBc * D + kBc * Dv + kBc * D + kBc * Dv +
-                                                 kBr * D + kBr * Dv + 3 * kBr * kBc + 2 * kBr));
-      float* K = buf.data();
-      float* V = K + kBc * D;
-      float* dK = V + kBc * Dv;
-      float* dV = dK + kBc * D;
-      float* Qb = dV + kBc * Dv;
-      float* dOb = Qb + kBr * D;
-      float* S = dOb + kBr * Dv;
-      float* dP = S + kBr * kBc;
-      float* Pd = dP + kBr * kBc;
-      float* m = Pd + kBr * kBc;
-      float* l = m + kBr;
+      KeyBlockScratch w(D, Dv);
+      auto [K, V, dK, dV, Qb, dOb, S, dP, Pd, m, l] = w.blocks;
       for (int64_t it = b; it < e; ++it) {
         const Seq& s = seqs[it / dm.nkv];
         const int64_t h = it % dm.nkv, seq_pos = it / dm.nkv;
@@ -513,19 +523,8 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
   // dK, dV: items over (sequence, kv head, key block).
   const Items kitems(sequences(a), dm.nkv, kBc, true);
   parallel_for(0, kitems.total(), 1, [&](int64_t b, int64_t e) {
-    std::vector<float> buf(static_cast<size_t>(kBc * D + kBc * Dv + 2 * kBc * D + 2 * kBc * Dv +
-                                               kBr * D + kBr * Dv + 3 * kBr * kBc + 2 * kBr));
-    float* K = buf.data();
-    float* V = K + kBc * D;
-    float* dK = V + kBc * Dv;
-    float* dV = dK + kBc * D;
-    float* Qb = dV + kBc * Dv;
-    float* dOb = Qb + kBr * D;
-    float* S = dOb + kBr * Dv;
-    float* dP = S + kBr * kBc;
-    float* Pd = dP + kBr * kBc;
-    float* m = Pd + kBr * kBc;
-    float* l = m + kBr;
+    KeyBlockScratch w(D, Dv);
+    auto [K, V, dK, dV, Qb, dOb, S, dP, Pd, m, l] = w.blocks;
     for (int64_t it = b; it < e; ++it) {
       const Seq* s;
       int64_t h, j0;
