@@ -77,6 +77,8 @@ struct npuStream_st {
   uint64_t skipped = 0;
   std::vector<uint32_t> untold;  // threads whose failed or skipped task is not reported to them
 
+  std::atomic<npu::rt::Capture*> capture{nullptr};  // the graph capture it records into
+
   std::thread worker;
 };
 
@@ -126,6 +128,8 @@ std::string errorForEvent(npuStream_st* s) {
   return s->failed ? s->error_message : std::string();
 }
 
+}  // namespace
+
 void runTask(npuStream_st* s, Task& task) {
   switch (task.kind) {
     case Task::kRecord:
@@ -142,6 +146,9 @@ void runTask(npuStream_st* s, Task& task) {
       }
       return;
     }
+    case Task::kGraph:
+      runGraphLaunch(s, task);
+      return;
     default:
       break;
   }
@@ -180,6 +187,8 @@ void runTask(npuStream_st* s, Task& task) {
   if (!failure.empty()) recordFailure(s, task, failure);
 }
 
+namespace {
+
 // Queue depth at which blocked launchers are woken: 7/8 of the bound.
 size_t resumeDepth() {
   const size_t bound = config().max_pending;
@@ -208,6 +217,7 @@ void workerLoop(npuStream_st* s) {
       if (s->launch_waiters > 0 && s->queue.size() <= resume) s->space_cv.notify_all();
     }
     runTask(s, task);
+    if (task.release) task.release(task.arg);
     s->completed.fetch_add(1, std::memory_order_seq_cst);
     if (s->host_waiters.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(s->mutex);
@@ -349,17 +359,48 @@ npuError_t resolveStream(npuStream_t in, npuStream_st** out) {
 }
 
 npuError_t enqueue(npuStream_st* s, const Task& task) {
+  if (Capture* c = s->capture.load(std::memory_order_acquire)) return captureAppend(c, s, task);
   uint64_t seq = push(s, task);
   if (!config().launch_blocking) return npuSuccess;
   waitFor(s, seq);
   return takeError(s, Reader::kStream);
 }
 
-npuError_t enqueueAndWait(npuStream_st* s, const Task& task) {
+npuError_t enqueueAndWait(const char* api, npuStream_st* s, const Task& task) {
+  if (npuError_t e = captureCheckDeviceCall(api, s->dev)) return e;
+  if (npuError_t e = captureCheckStreamSync(api, s)) return e;
   uint64_t seq = push(s, task);
   waitFor(s, seq);
   return takeError(s, Reader::kStream);
 }
+
+namespace {
+
+npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRelease release,
+                  bool replayable, void* arg) {
+  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task;
+  task.kind = Task::kWork;
+  task.fn = fn;
+  task.release = release;
+  task.replayable = replayable;
+  task.arg = arg;
+  // A bounded copy (launches are the hot path: no printf machinery here).
+  const char* from = name ? name : "task";
+  const size_t n = strnlen(from, sizeof(task.name) - 1);
+  std::memcpy(task.name, from, n);
+  task.name[n] = '\0';
+  return enqueue(s, task);
+}
+
+
+}  // namespace
+
+std::atomic<Capture*>& streamCapture(npuStream_st* s) { return s->capture; }
+Device* streamDevice(npuStream_st* s) { return s->dev; }
+bool streamIsDefault(npuStream_st* s) { return s->is_default; }
 
 void waitDeviceIdle(Device* dev) {
   std::vector<npuStream_st*> streams;
@@ -400,6 +441,11 @@ npuError_t npuStreamDestroy(npuStream_t stream) {
     return fail(npuErrorInvalidResourceHandle, "npuStreamDestroy: the default stream cannot be "
                                                "destroyed");
   }
+  if (stream->capture.load()) {
+    return fail(npuErrorStreamCaptureUnsupported,
+                "npuStreamDestroy: stream " + hex(stream) + " is capturing a graph; end the "
+                "capture (npuStreamEndCapture) before destroying the stream");
+  }
   {
     std::lock_guard<std::mutex> lock(stream->dev->streams_mutex);
     auto& all = stream->dev->streams;
@@ -424,6 +470,7 @@ npuError_t npuStreamDestroy(npuStream_t stream) {
 npuError_t npuStreamSynchronize(npuStream_t stream) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (npuError_t e = captureCheckStreamSync("npuStreamSynchronize", s)) return e;
   waitFor(s, s->submitted.load(std::memory_order_acquire));
   return takeError(s, Reader::kStream);
 }
@@ -431,6 +478,7 @@ npuError_t npuStreamSynchronize(npuStream_t stream) {
 npuError_t npuStreamQuery(npuStream_t stream) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (npuError_t e = captureCheckStreamSync("npuStreamQuery", s)) return e;
   if (npuError_t e = takeError(s, Reader::kStream)) return e;
   if (s->completed.load(std::memory_order_acquire) < s->submitted.load(std::memory_order_acquire)) {
     return npuErrorNotReady;
@@ -486,6 +534,7 @@ npuError_t npuGetDefaultStream(int index, npuStream_t* stream) {
 npuError_t npuDeviceSynchronize(void) {
   Device* dev = nullptr;
   if (npuError_t e = currentDevice(&dev)) return e;
+  if (npuError_t e = captureCheckDeviceCall("npuDeviceSynchronize", dev)) return e;
   std::vector<npuStream_st*> streams;
   {
     std::lock_guard<std::mutex> lock(dev->streams_mutex);
@@ -504,20 +553,14 @@ npuError_t npuDeviceSynchronize(void) {
   return first == npuSuccess ? npuSuccess : fail(first, first_message);
 }
 
+
 npuError_t npuLaunchTask(npuStream_t stream, const char* name, npuTaskFn fn, void* arg) {
-  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
-  npuStream_st* s = nullptr;
-  if (npuError_t e = resolveStream(stream, &s)) return e;
-  Task task;
-  task.kind = Task::kWork;
-  task.fn = fn;
-  task.arg = arg;
-  // A bounded copy (launches are the hot path: no printf machinery here).
-  const char* from = name ? name : "task";
-  const size_t n = strnlen(from, sizeof(task.name) - 1);
-  std::memcpy(task.name, from, n);
-  task.name[n] = '\0';
-  return enqueue(s, task);
+  return launch(stream, name, fn, nullptr, false, arg);
+}
+
+npuError_t npuLaunchTaskWithRelease(npuStream_t stream, const char* name, npuTaskFn fn,
+                                    npuTaskRelease release, void* arg) {
+  return launch(stream, name, fn, release, true, arg);
 }
 
 void npuTaskFail(const char* message) {
