@@ -356,6 +356,10 @@ npuError_t npuStreamIsCapturing(npuStream_t stream, npuStreamCaptureStatus* stat
   if (!status) return fail(npuErrorInvalidValue, "npuStreamIsCapturing: status is NULL");
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (!streamCapture(s).load(std::memory_order_acquire)) {  // the common case: no lock
+    *status = npuStreamCaptureStatusNone;
+    return npuSuccess;
+  }
   std::lock_guard<std::mutex> lock(g_mutex);
   Capture* c = streamCapture(s).load();
   *status = !c                ? npuStreamCaptureStatusNone

@@ -195,6 +195,14 @@ size_t resumeDepth() {
   return bound - std::max<size_t>(1, bound / 8);
 }
 
+void markCompleted(npuStream_st* s) {
+  s->completed.fetch_add(1, std::memory_order_seq_cst);
+  if (s->host_waiters.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    s->done_cv.notify_all();
+  }
+}
+
 void workerLoop(npuStream_st* s) {
   t_running_stream = s;
   const size_t resume = resumeDepth();
@@ -216,13 +224,18 @@ void workerLoop(npuStream_st* s) {
       s->queued.fetch_sub(1, std::memory_order_relaxed);
       if (s->launch_waiters > 0 && s->queue.size() <= resume) s->space_cv.notify_all();
     }
+    if (task.kind == Task::kRecord) {
+      // The stream counts as done up to the record before the event's waiters wake, so a host
+      // that synchronized the event finds the stream idle when nothing came after it.
+      const std::string error = errorForEvent(s);
+      markCompleted(s);
+      eventComplete(task.event, task.event_seq, error);
+      eventRelease(task.event);
+      continue;
+    }
     runTask(s, task);
     if (task.release) task.release(task.arg);
-    s->completed.fetch_add(1, std::memory_order_seq_cst);
-    if (s->host_waiters.load(std::memory_order_seq_cst) > 0) {
-      std::lock_guard<std::mutex> lock(s->mutex);
-      s->done_cv.notify_all();
-    }
+    markCompleted(s);
   }
 }
 
