@@ -15,6 +15,7 @@
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUGraph.h"
+#include "CompiledKernels.h"
 #include "NPUStream.h"
 #include "Profiler.h"
 #include "ops/HostKernel.h"
@@ -335,6 +336,7 @@ PYBIND11_MODULE(_C, m) {
     const auto t = OpStats::instance().totals();
     return py::make_tuple(t[0], t[1], t[2]);
   });
+  m.def("_npu_launchCompiledKernel", &launchCompiledKernel);
   m.def("_npu_graphPoolHandle", &graphPoolHandle);
   m.def("_npu_isCurrentStreamCapturing", [] {
     npuStreamCaptureStatus status = npuStreamCaptureStatusNone;

@@ -104,3 +104,17 @@ __all__ = [
     "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
     "stream", "synchronize", "utilization",
 ]
+
+
+_INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+def __getattr__(name: str):
+    # Inductor asks the device module for its backend classes when it first compiles for npu
+    # (torch.utils.backend_registration._get_custom_mod_func); importing them here, on demand,
+    # keeps `import torch_npu` from importing Inductor.
+    if name in _INDUCTOR_HOOKS:
+        import torch_npu._inductor as inductor
+
+        return getattr(inductor, name, None)
+    raise AttributeError(f"module 'torch.npu' has no attribute '{name}'")
