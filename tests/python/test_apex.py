@@ -321,6 +321,60 @@ def test_fused_optimizers_equal_foreach(make, ref):
     assert apex_optimizers.NpuFusedAdamW is torch_npu.optim.NpuFusedAdamW
 
 
+def _lamb_reference(params, grads_per_step, lr, betas, eps, wd, adam_w_mode, grad_averaging,
+                    bias_correction, max_grad_norm):
+    """NVIDIA's LAMB written out per tensor in float64."""
+    params = [p.double().clone() for p in params]
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    b1, b2 = betas
+    for step, grads in enumerate(grads_per_step, 1):
+        grads = [g.double() for g in grads]
+        gnorm = torch.sqrt(sum((g * g).sum() for g in grads))
+        clip = max(1.0, float(gnorm) / max_grad_norm) if max_grad_norm > 0 else 1.0
+        bc1 = 1 - b1**step if bias_correction else 1.0
+        bc2 = 1 - b2**step if bias_correction else 1.0
+        for i, (p, g) in enumerate(zip(params, grads)):
+            g = g / clip
+            if not adam_w_mode:
+                g = g + wd * p
+            m[i] = b1 * m[i] + ((1 - b1) if grad_averaging else 1.0) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            u = (m[i] / bc1) / ((v[i] / bc2).sqrt() + eps)
+            if adam_w_mode:
+                u = u + wd * p
+            pn, un = p.norm(), u.norm()
+            ratio = lr * float(pn / un) if wd != 0 and pn > 0 and un > 0 else lr
+            params[i] = p - ratio * u
+    return params
+
+
+@pytest.mark.parametrize("kw", [
+    dict(weight_decay=0.01),
+    dict(weight_decay=0.1, adam_w_mode=False, max_grad_norm=0.5),
+    dict(weight_decay=0.0, grad_averaging=False, bias_correction=False, max_grad_norm=0.0),
+], ids=["adamw", "l2-clipped", "no-decay"])
+def test_fused_lamb_matches_reference(kw):
+    g = torch.Generator().manual_seed(0)
+    shapes = [(16, 8), (8,), (4, 4, 3)]
+    init = [torch.randn(s, generator=g) for s in shapes]
+    steps = [[torch.randn(s, generator=g) for s in shapes] for _ in range(5)]
+    params = [p.clone().npu().requires_grad_() for p in init]
+    opt = apex_optimizers.FusedLAMB(params, lr=0.01, **kw)
+    for grads in steps:
+        for p, gr in zip(params, grads):
+            p.grad = gr.npu()
+        opt.step()
+    full = dict(weight_decay=0.01, adam_w_mode=True, grad_averaging=True, bias_correction=True,
+                max_grad_norm=1.0)
+    full.update(kw)
+    ref = _lamb_reference(init, steps, 0.01, (0.9, 0.999), 1e-6, full["weight_decay"],
+                          full["adam_w_mode"], full["grad_averaging"], full["bias_correction"],
+                          full["max_grad_norm"])
+    for p, r in zip(params, ref):
+        torch.testing.assert_close(p.detach().cpu().double(), r, rtol=1e-5, atol=1e-6)
+
+
 def test_bad_options_say_what_to_do():
     model = _fresh().npu()
 
