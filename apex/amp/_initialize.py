@@ -27,7 +27,13 @@ def _cast(value, dtype):
     if isinstance(value, torch.Tensor):
         return value.to(dtype) if value.is_floating_point() and value.dtype != dtype else value
     if isinstance(value, dict):
-        return type(value)((k, _cast(v, dtype)) for k, v in value.items())
+        items = {k: _cast(v, dtype) for k, v in value.items()}
+        if type(value) is dict:
+            return items
+        try:  # OrderedDict, Hugging Face's ModelOutput: keep the type, built from keywords
+            return type(value)(**items)
+        except TypeError:
+            return items
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
         return type(value)(*(_cast(v, dtype) for v in value))
     if isinstance(value, (list, tuple)):

@@ -436,3 +436,29 @@ def test_lists_of_models_and_optimizers_come_back_as_lists():
     ms, os_ = amp.initialize([a, b], [oa, ob], opt_level="O2", verbosity=0)
     assert ms == [a, b] and os_ == [oa, ob]
     assert amp.initialize(copy.deepcopy(_fresh()).npu(), opt_level="O1", verbosity=0) is not None
+
+
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_hugging_face_model_output_keeps_its_type(level):
+    # A Hugging Face model returns a ModelOutput (a dict subclass): amp's output cast must keep
+    # it one, so `out.loss` / `out.logits` still work, with float32 logits.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).npu()
+    ids = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(0)).npu()
+    with torch.no_grad():
+        ref_loss = model(input_ids=ids, labels=ids).loss.item()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0)
+    out = model(input_ids=ids, labels=ids)
+    assert type(out).__name__ == "CausalLMOutputWithPast"
+    assert out.logits.dtype == torch.float32
+    # float16 against float32: the loss of random logits over 128 classes agrees to ~1e-3.
+    assert abs(out.loss.item() - ref_loss) <= 1e-2 * ref_loss
+    with amp.scale_loss(out.loss, opt) as scaled:
+        scaled.backward()
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
