@@ -54,6 +54,14 @@ OPS = {
                    lambda: (_x(8, 16, 12, 12), _x(16, seed=1), _x(16, seed=2))),
     "group_norm": (lambda x: F.group_norm(x, 4), lambda: (_x(8, 16, 12, 12),)),
     "rms_norm": (lambda x, w: F.rms_norm(x, (1024,), w), lambda: (_x(16, 1024), _x(1024, seed=1))),
+    # GEMM, convolution, pooling, loss
+    "mm": (torch.mm, lambda: (_x(64, 256), _x(256, 48, seed=1))),
+    "conv2d": (lambda x, k: F.conv2d(x, k, padding=1),
+               lambda: (_x(4, 8, 10, 10), _x(6, 8, 3, 3, seed=1))),
+    "avg_pool2d": (lambda x: F.avg_pool2d(x, 3), lambda: (_x(4, 8, 10, 10),)),
+    "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, 1), lambda: (_x(4, 8, 10, 10),)),
+    "cross_entropy": (lambda x: F.cross_entropy(x, torch.arange(64, device=x.device) % 10),
+                      lambda: (_x(64, 10),)),
     # backward kernels, called directly so both paths get the same half-valued saved tensors
     "softmax_backward": (lambda g, y: torch.ops.aten._softmax_backward_data(g, y, -1, y.dtype),
                          lambda: (_x(16, 1024), torch.softmax(_x(16, 1024, seed=1), -1))),
