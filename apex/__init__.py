@@ -6,12 +6,12 @@ scale_window, keep_batchnorm_fp32, master_weights, combine_grad), ``amp.scale_lo
 ``amp.master_params``, ``amp.state_dict`` / ``load_state_dict`` and
 ``amp.register_half_function`` / ``register_float_function`` / ``register_promote_function``;
 ``apex.optimizers`` gives NpuFusedAdam, NpuFusedAdamW, NpuFusedSGD (Ascend's names) and
-FusedAdam, FusedSGD, FusedLAMB (NVIDIA's). Everything is built on PyTorch's own machinery run by our
-kernels: O1 is ``torch.autocast`` on the model's device, loss scaling uses GradScaler's kernels
-(``_amp_foreach_non_finite_check_and_unscale_``, ``_amp_update_scale_``) and the optimizers are
-torch.optim's fused steps (FusedLAMB: _foreach ops). Ascend's other fused optimizers (Adadelta, AdamP, BertAdam, Lamb,
-RMSprop, RMSpropTF), combine_ddp and apex.parallel are not provided: they raise
-NotImplementedError naming the replacement.
+FusedAdam, FusedSGD, FusedLAMB (NVIDIA's). Everything is built on PyTorch's own machinery run
+by our kernels: O1 is ``torch.autocast`` on the model's device, loss scaling uses GradScaler's
+kernels (``_amp_foreach_non_finite_check_and_unscale_``, ``_amp_update_scale_``) and the
+optimizers are torch.optim's fused steps (FusedLAMB: _foreach ops). Ascend's other fused
+optimizers (Adadelta, AdamP, BertAdam, Lamb, RMSprop, RMSpropTF), combine_ddp and apex.parallel
+are not provided: they raise NotImplementedError naming the replacement.
 """
 
 from . import amp, optimizers  # noqa: F401
