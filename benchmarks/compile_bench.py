@@ -1,6 +1,6 @@
 """torch.compile on npu against PyTorch's CPU, eager and compiled, in one run.
 
-For each test model (MLP, CNN) a train step (forward, loss, backward) is timed:
+For each test model (MLP, CNN, GPT-style) a train step (forward, loss, backward) is timed:
 
   cpu eager      the model on PyTorch's CPU device
   cpu compiled   torch.compile(model) on the CPU (Inductor's C++ kernels inline on the host)
@@ -22,7 +22,7 @@ import time
 import torch
 
 import torch_npu  # noqa: F401
-from torch_npu.testing.models import CNN, MLP
+from torch_npu.testing.models import CNN, GPT, MLP
 from torch_npu.testing.timing import timed
 
 
@@ -30,12 +30,14 @@ def make(name, device):
     torch.manual_seed(0)
     if name == "MLP":
         return MLP().to(device), torch.randn(64, 32, device=device)
+    if name == "GPT":
+        return GPT().to(device), torch.randint(0, 64, (8, 16), device=device)
     return CNN().to(device), torch.randn(8, 3, 32, 32, device=device)
 
 
 def step_of(model, x):
     def step():
-        model(x).square().mean().backward()
+        model(x).float().square().mean().backward()
     return step
 
 
@@ -70,7 +72,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    for name in ("MLP", "CNN"):
+    for name in ("MLP", "CNN", "GPT"):
         times, compile_s = bench(name, args.repeats)
         print(f"{name} train step, median of {args.repeats} rounds "
               f"(npu compile: {compile_s:.1f} s)")

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch._dynamo import device_interface as _device_interface
 from torch._inductor import scheduler as _scheduler
+from torch._inductor import utils as _inductor_utils
 from torch._inductor.codegen import common as _common
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen as _PythonWrapperCodegen
@@ -192,13 +193,27 @@ class NpuInterface(_device_interface.DeviceInterface):
         return False
 
 
+# Inductor takes its C++-kernel decisions by asking two questions about the device: "is this
+# node's device the CPU?" (scheduler fusion groups, loop reindexing) and "which kernel backend
+# does this device use?" (how generated values get their dtypes, masked loads, ...). npu
+# kernels ARE its C++ kernels, so for npu both must answer as for the CPU; otherwise npu nodes
+# take the GPU (Triton) branches and fail. These two functions are the Inductor internals we
+# replace (torch is pinned to 2.13.0).
+
 def _is_cpu(self) -> bool:
-    # Inductor picks its C++-kernel decisions (fusion groups, loop reindexing) by asking whether
-    # a node's device is the CPU. npu kernels ARE its C++ kernels, so npu nodes must take those
-    # branches; otherwise the scheduler treats them as GPU (Triton) nodes and fails. This is the
-    # one Inductor internal we replace (torch is pinned to 2.13.0).
     device = self.get_device()
     return device is not None and device.type in ("cpu", "npu")
+
+
+_original_get_current_backend = _inductor_utils.get_current_backend
+
+
+def _get_current_backend(device_type: str | None = None) -> str:
+    if not device_type:
+        device_type = V.graph.get_current_device_or_throw().type
+    if device_type == "npu":
+        return "cpp"
+    return _original_get_current_backend(device_type)
 
 
 def npu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
@@ -219,6 +234,11 @@ def register() -> None:
         _common.register_backend_for_device("npu", Scheduling, PythonWrapperCodegen,
                                             CppWrapperCodegen)
     _scheduler.BaseSchedulerNode.is_cpu = _is_cpu
+    # get_current_backend is imported by name: replace it where Inductor looks it up.
+    for module in list(sys.modules.values()):
+        if (getattr(module, "__name__", "").startswith("torch._inductor")
+                and getattr(module, "get_current_backend", None) is _original_get_current_backend):
+            module.get_current_backend = _get_current_backend
 
 
 register()
