@@ -60,25 +60,8 @@ def _kernel_address(kernel) -> tuple[int, str]:
 
 def launch(kernel, name: str, *args) -> None:
     """Queues ``kernel(*args)`` on the current npu stream: tensors pass their device pointers,
-    Python ints their value."""
-    address, _ = _kernel_address(kernel)
-    values = []
-    device = None
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            if arg.device.type != "npu":
-                raise RuntimeError(f"compiled npu kernel {name} got a tensor on {arg.device}; "
-                                   "every buffer of an npu kernel must be on npu")
-            device = arg.device.index if device is None else device
-            values.append(arg.data_ptr())
-        elif isinstance(arg, bool) or not isinstance(arg, int):
-            raise NotImplementedError(
-                f"compiled npu kernel {name} takes a {type(arg).__name__} argument; only tensors "
-                "and integers can be passed to a kernel launched on the npu stream")
-        else:
-            values.append(arg)
-    _C._npu_launchCompiledKernel(address, name, values,
-                                 torch.npu.current_device() if device is None else device)
+    Python ints their value (converted in C++: this runs once per kernel per call)."""
+    _C._npu_launchCompiledKernel(_kernel_address(kernel)[0], name, *args)
 
 
 # ---- Inductor's backend for npu ----------------------------------------------------------------
