@@ -10,13 +10,11 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 
-#include "Fallback.h"
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUStream.h"
 #include "Profiler.h"
-#include "ops/HostKernel.h"
 #include "ops/OpStats.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"

@@ -12,9 +12,10 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "NPUAllocator.h"
-#include "NPUNativeFunctions.h"
 
 namespace torch_npu::native {
 namespace {
@@ -54,7 +55,6 @@ void resizeImpl(const at::Tensor& self, at::IntArrayRef size, at::OptionalIntArr
   if (needed > storage.nbytes()) resizeStorageBytes(storage.unsafeGetStorageImpl(), needed);
 }
 
-}  // namespace
 
 at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
@@ -184,6 +184,27 @@ bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) {
 // free time has finished.
 void record_stream(at::Tensor& self, c10::Stream stream) {
   recordDataPtrOnStream(self.storage().data_ptr(), stream);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "empty.memory_format", empty_memory_format);
+  NPU_IMPL(m, "empty_strided", empty_strided);
+  NPU_IMPL(m, "as_strided", as_strided);
+  NPU_IMPL(m, "view", view);
+  NPU_IMPL(m, "_reshape_alias", _reshape_alias);
+  NPU_IMPL(m, "unfold", unfold);
+  NPU_IMPL(m, "view_as_real", view_as_real);
+  NPU_IMPL(m, "view_as_complex", view_as_complex);
+  NPU_IMPL(m, "resize_", resize_);
+  NPU_IMPL(m, "set_.source_Storage", set_source_Storage_);
+  NPU_IMPL(m, "set_.source_Storage_storage_offset", set_source_Storage_storage_offset_);
+  NPU_IMPL(m, "set_.source_Tensor", set_source_Tensor_);
+  NPU_IMPL(m, "set_", set_);
+  NPU_IMPL(m, "is_set_to", is_set_to);
+  NPU_IMPL(m, "_has_compatible_shallow_copy_type", _has_compatible_shallow_copy_type);
+  NPU_IMPL(m, "record_stream", record_stream);
 }
 
 }  // namespace torch_npu::native
