@@ -26,6 +26,10 @@ std::optional<nk::DType> toKernelDType(c10::ScalarType type);
 // True when the library can take `t` as is: a supported dtype, at most kMaxDims dims, no
 // pending conj / neg bit.
 bool describable(const at::Tensor& t);
+// describable() and of a floating dtype.
+inline bool describableFloating(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type()) && describable(t);
+}
 // The descriptor of `t` (asserts describable()).
 nk::TensorDesc describe(const at::Tensor& t);
 // A descriptor of `t` viewed with the reduced dims of `in` kept as size-1 stride-0 dims: the
