@@ -409,8 +409,4 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   cpuFallback(op, stack);
 }
 
-void countHostKernelCall(const char* name) {
-  OpStats::instance().count(OpPath::kHostKernel, std::string("aten::") + name);
-}
-
 }  // namespace torch_npu

@@ -29,9 +29,6 @@ namespace torch_npu {
 // Runs `op` by path 2a, 2b or 3 above.
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// Counts a call of aten::<name> that a kernel of ours handed to ATen's CPU kernel itself.
-void countHostKernelCall(const char* name);
-
 // Runs aten::<name>.<overload> through path 2 (or 3) with the given arguments: how a kernel of
 // ours hands a call it does not cover to ATen's CPU kernel.
 template <class Result, class... Args>
