@@ -31,7 +31,8 @@ at::Tensor& softmaxInto(const at::Tensor& self, int64_t dim, at::Tensor& out) {
 
 template <bool kLog>
 at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
-  if (!describableFloating(self) || self.dim() == 0 || (half_to_float && self.scalar_type() != at::kHalf)) {
+  if (!describableFloating(self) || self.dim() == 0 ||
+      (half_to_float && self.scalar_type() != at::kHalf)) {
     return callHostKernel<at::Tensor>(
         kLog ? NPU_ATEN_OP("_log_softmax", "") : NPU_ATEN_OP("_softmax", ""), self, dim,
         half_to_float);
@@ -133,8 +134,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
     const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
   const int64_t nd = static_cast<int64_t>(normalized_shape.size());
   const bool has_weight = weight && weight->defined();
-  const bool ok = describableFloating(input) && describableFloating(grad_out) && grad_out.sizes() == input.sizes() &&
-                  input.numel() > 0 && mean.scalar_type() == input.scalar_type() &&
+  const bool ok = describableFloating(input) && describableFloating(grad_out) &&
+                  grad_out.sizes() == input.sizes() && input.numel() > 0 &&
+                  mean.scalar_type() == input.scalar_type() &&
                   (!has_weight || weight->scalar_type() == input.scalar_type());
   if (!ok) {
     torch::jit::Stack stack;
