@@ -11,7 +11,6 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include "Fallback.h"
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
@@ -19,7 +18,6 @@
 #include "CompiledKernels.h"
 #include "NPUStream.h"
 #include "Profiler.h"
-#include "ops/HostKernel.h"
 #include "ops/OpStats.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
