@@ -16,6 +16,7 @@
 #include "NPUGenerator.h"
 #include "NPUStream.h"
 #include "Profiler.h"
+#include "distributed/Init.h"
 #include "ops/HostKernel.h"
 #include "ops/OpStats.h"
 #include "npu/caching_allocator.h"
@@ -336,4 +337,5 @@ PYBIND11_MODULE(_C, m) {
   });
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
   profiler::initProfilerBindings(m);
+  initDistributedBindings(m);
 }
