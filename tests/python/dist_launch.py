@@ -1,0 +1,73 @@
+"""Starting real multi-process jobs for the distributed tests: torchrun (python -m
+torch.distributed.run) on a free localhost port, or the ranks as plain processes when torchrun's
+own policy would get in the way (it kills every rank as soon as one dies)."""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+WORKERS = os.path.join(HERE, "dist_workers")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    # The workers import torch_npu from this checkout (its compiled parts from the install).
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+def worker(name: str) -> str:
+    return os.path.join(WORKERS, name)
+
+
+def torchrun(script: str, nproc: int, *args: str, env: dict | None = None, timeout: float = 240,
+             nnodes: int = 1, node_rank: int = 0, port: int | None = None,
+             popen: bool = False):
+    """Runs `script` under torchrun; returns the CompletedProcess (stdout and stderr joined),
+    or the Popen when popen=True."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+           f"--nnodes={nnodes}", f"--node_rank={node_rank}", "--master_addr=127.0.0.1",
+           f"--master_port={port or free_port()}", script, *args]
+    if popen:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=job_env(env), cwd=REPO)
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=job_env(env), timeout=timeout, cwd=REPO)
+
+
+def ranks(script: str, world: int, *args: str, env: dict | None = None, timeout: float = 120):
+    """Starts the ranks of `script` as plain processes (the environment torchrun would give
+    them); returns [(returncode, output)] per rank and the wall time until all ended."""
+    port = free_port()
+    procs = []
+    start = time.monotonic()
+    for rank in range(world):
+        rank_env = job_env(env)
+        rank_env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, env=rank_env,
+                                      cwd=REPO))
+    results = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
+            results.append((p.returncode, out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results, time.monotonic() - start
