@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common.h"
+#include "inter_node_transport.h"
 #include "shm_transport.h"
 
 namespace npu::ccl {
@@ -77,8 +78,24 @@ class Communicator {
   static void runOp(void* arg);
   void fail(const Status& s);
 
+  bool multiNode() const { return leaders_.size() > 1; }
+  bool isLeader() const { return local_.front() == rank_; }
+  // Communicator rank -> index in this node's shared-memory group (-1: another node).
+  int localIndex(uint32_t r) const { return localIndexOf_[r]; }
+  Status allToAllVAcrossNodes(const char* in, const uint64_t* sendBytes,
+                              const uint64_t* sendOffsets, char* out, const uint64_t* recvBytes,
+                              const uint64_t* recvOffsets, OpContext& ctx);
+
   uint32_t nRanks_ = 0;
   uint32_t rank_ = 0;
+  std::vector<uint32_t> nodeOf_;        // node of each rank
+  std::vector<uint32_t> local_;         // ranks of this node, ascending (local_[0]: leader)
+  std::vector<int> localIndexOf_;
+  std::vector<uint32_t> leaders_;       // the leader of every non-empty node, in node order
+  std::vector<std::vector<uint32_t>> nodeRanks_;  // ranks of each leaders_ entry's node
+  std::mutex interLock_;                // one call into the inter-node ops at a time
+  std::unique_ptr<InterNodeTransport> leaderRing_;  // leaders only
+  std::unique_ptr<InterNodeTransport> world_;       // any rank to any rank on another node
   std::string idHex_;
   HcclCommConfig config_{};
   std::unique_ptr<ShmTransport> shm_;

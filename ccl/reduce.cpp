@@ -144,7 +144,35 @@ void reduceOp(void* out, const void* const* in, int n, uint64_t count, HcclReduc
   }
 }
 
+template <class T>
+void convertBlocks(const void* in, float* out, uint64_t count) {
+  for (uint64_t b = 0; b < count; b += kBlock) {
+    Acc<T>::load(static_cast<const T*>(in) + b, out + b, std::min(kBlock, count - b));
+  }
+}
+
+template <class T>
+void storeBlocks(const float* in, void* out, uint64_t count, uint32_t divisor) {
+  alignas(64) float tmp[kBlock];
+  for (uint64_t b = 0; b < count; b += kBlock) {
+    const uint64_t m = std::min(kBlock, count - b);
+    for (uint64_t i = 0; i < m; ++i) tmp[i] = divisor ? in[b + i] / float(divisor) : in[b + i];
+    Acc<T>::store(tmp, static_cast<T*>(out) + b, m);
+  }
+}
+
 }  // namespace
+
+void toFloat32(const void* in, HcclDataType dtype, float* out, uint64_t count) {
+  if (dtype == HCCL_DATA_TYPE_FP16) return convertBlocks<Half>(in, out, count);
+  return convertBlocks<BFloat16>(in, out, count);
+}
+
+void fromFloat32(const float* in, void* out, HcclDataType dtype, uint64_t count,
+                 uint32_t avgDivisor) {
+  if (dtype == HCCL_DATA_TYPE_FP16) return storeBlocks<Half>(in, out, count, avgDivisor);
+  return storeBlocks<BFloat16>(in, out, count, avgDivisor);
+}
 
 bool reduceSupported(HcclDataType dtype, HcclReduceOp op) {
   if (op < HCCL_REDUCE_SUM || op >= HCCL_REDUCE_RESERVED) return false;

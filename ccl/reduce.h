@@ -17,6 +17,13 @@ namespace npu::ccl {
 void reduceInto(void* out, const void* const* in, int n, uint64_t count, HcclDataType dtype,
                 HcclReduceOp op, uint32_t avgDivisor);
 
+// float16/bfloat16 <-> float32 (round to nearest even), for reductions that span several
+// steps (the inter-node path): they run in float32 and round once at the end. fromFloat32
+// first divides by avgDivisor when it is non-zero.
+void toFloat32(const void* in, HcclDataType dtype, float* out, uint64_t count);
+void fromFloat32(const float* in, void* out, HcclDataType dtype, uint64_t count,
+                 uint32_t avgDivisor);
+
 // False for the combinations we refuse: AVG of bool.
 bool reduceSupported(HcclDataType dtype, HcclReduceOp op);
 

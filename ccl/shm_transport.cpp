@@ -48,7 +48,11 @@ constexpr uint64_t kPage = 4096;
 // reduce-scattered and gathered (two syncs, 1/N of the reduction work each).
 constexpr uint64_t kDirectReduceBytes = 32 * 1024;
 // Copies and reductions above this size are split over the kernels' thread pool.
-constexpr uint64_t kParallelBytes = 1 << 20;
+constexpr uint64_t kParallelBytes = 512 * 1024;
+// Largest chunk staged at once: small enough that a chunk written by one rank is still in the
+// shared cache when the others read it, and that the phases of consecutive chunks overlap
+// across ranks; large enough that the two syncs per chunk are a small cost.
+constexpr uint64_t kMaxChunkBytes = 2 << 20;
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 
@@ -94,13 +98,17 @@ RankControl* controls(char* base) {
   return reinterpret_cast<RankControl*>(base + kPage);
 }
 
-// Copies with the thread pool when large (a single thread does not saturate memory bandwidth).
+// The kernels' thread pool splits copies and reductions of at least kParallelBytes into
+// `pieces` parts (the pool's threads shared among the node's ranks, so that N ranks do not
+// start N times the machine's threads): one thread does not saturate memory bandwidth.
+int g_pieces = 1;
+
 void copyBytes(void* dst, const void* src, uint64_t bytes) {
-  if (bytes < kParallelBytes || npu::kernels::num_threads() <= 1) {
+  if (bytes < kParallelBytes || g_pieces <= 1) {
     std::memcpy(dst, src, bytes);
     return;
   }
-  const int64_t grain = 256 * 1024;
+  const int64_t grain = static_cast<int64_t>(std::max<uint64_t>(64 * 1024, bytes / g_pieces + 1));
   npu::kernels::parallel_for(0, static_cast<int64_t>(bytes), grain, [&](int64_t b, int64_t e) {
     std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
   });
@@ -109,11 +117,11 @@ void copyBytes(void* dst, const void* src, uint64_t bytes) {
 void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t count,
                     HcclDataType dtype, HcclReduceOp op, uint32_t divisor) {
   const size_t es = dtypeSize(dtype);
-  if (count * es < kParallelBytes || npu::kernels::num_threads() <= 1) {
+  if (count * es < kParallelBytes || g_pieces <= 1) {
     reduceInto(out, in.data(), static_cast<int>(in.size()), count, dtype, op, divisor);
     return;
   }
-  const int64_t grain = static_cast<int64_t>((256 * 1024) / es);
+  const int64_t grain = static_cast<int64_t>(std::max<uint64_t>(16 * 1024, count / g_pieces + 1));
   npu::kernels::parallel_for(0, static_cast<int64_t>(count), grain, [&](int64_t b, int64_t e) {
     std::vector<const void*> part(in.size());
     for (size_t j = 0; j < in.size(); ++j) part[j] = static_cast<const char*>(in[j]) + b * es;
@@ -178,9 +186,12 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
 
   int fd = -1;
   if (t->creator_) {
-    const uint64_t slot = (setup.slotBytes + 127) / 128 * 128;
+    // Collectives stage at most two chunks per rank; HCCL_BUFFSIZE bounds that and sizes the
+    // point-to-point rings (a rank's HCCL_BUFFSIZE shared among its peers), which buffer
+    // sends whose receiver has not arrived yet.
+    const uint64_t slot = std::min<uint64_t>(2 * kMaxChunkBytes, setup.slotBytes) / 128 * 128;
     const uint64_t ring =
-        std::max<uint64_t>(64 * 1024, slot / std::max<uint32_t>(1, n - 1)) / 64 * 64;
+        std::max<uint64_t>(64 * 1024, setup.slotBytes / std::max<uint32_t>(1, n - 1)) / 64 * 64;
     ShmSegmentLayout layout(n, slot, ring);
     fd = shm_open(t->name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
@@ -269,7 +280,8 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
   auto* h = reinterpret_cast<SegmentHeader*>(t->base_);
   t->slotBytes_ = h->slotBytes;
   t->ringBytes_ = h->ringBytes;
-  t->halfBytes_ = t->slotBytes_ / 2 / 64 * 64;
+  t->halfBytes_ = std::min<uint64_t>(kMaxChunkBytes, t->slotBytes_ / 2 / 64 * 64);
+  g_pieces = std::max(1, npu::kernels::num_threads() / static_cast<int>(n));
   t->sendLocks_.reset(new std::mutex[n]);
   t->recvLocks_.reset(new std::mutex[n]);
 

@@ -193,7 +193,12 @@ inline uint16_t floatToBf16(float f) {
 }
 
 // A float input: multiples of 1/64 in [-4, 4] (products stay finite: [0.5, 2] for prod).
+// Exact mode: every fold order gives the same bits (sums of multiples of 1/64 and products of
+// powers of two are exact), for paths that do not fold in rank order (several nodes).
+inline bool g_exactFloats = false;
+
 inline double floatValue(uint64_t h, HcclReduceOp op) {
+  if (op == HCCL_REDUCE_PROD && g_exactFloats) return (h % 3 == 0) ? 0.5 : (h % 3 == 1) ? 1.0 : 2.0;
   if (op == HCCL_REDUCE_PROD) return 0.5 + (h % 97) / 64.0;
   return (static_cast<int64_t>(h % 513) - 256) / 64.0;
 }
@@ -204,7 +209,7 @@ inline void storeInput(HcclDataType t, HcclReduceOp op, uint64_t seed, uint32_t 
   const uint64_t h = mix(seed * 1000003 + r * 7919 + mix(i));
   switch (t) {
     case HCCL_DATA_TYPE_FP32: { float v = static_cast<float>(floatValue(h, op)); std::memcpy(dst, &v, 4); break; }
-    case HCCL_DATA_TYPE_FP64: { double v = floatValue(h, op) + (h >> 40) * 1e-12; std::memcpy(dst, &v, 8); break; }
+    case HCCL_DATA_TYPE_FP64: { double v = floatValue(h, op) + (g_exactFloats ? 0 : (h >> 40) * 1e-12); std::memcpy(dst, &v, 8); break; }
     case HCCL_DATA_TYPE_FP16: { uint16_t v = floatToHalf(static_cast<float>(floatValue(h, op))); std::memcpy(dst, &v, 2); break; }
     case HCCL_DATA_TYPE_BFP16: { uint16_t v = floatToBf16(static_cast<float>(floatValue(h, op) * 1.37)); std::memcpy(dst, &v, 2); break; }
     case HCCL_DATA_TYPE_BOOL: { uint8_t v = (h >> 7) & 1; std::memcpy(dst, &v, 1); break; }
