@@ -36,7 +36,7 @@ fi
 # 3. The project itself, built against the installed torch without build isolation. The build
 #    directory persists (build/py), so an unchanged tree rebuilds in seconds.
 if [ -f pyproject.toml ]; then
-  src_hash=$(git ls-files -co --exclude-standard -- pyproject.toml CMakeLists.txt include runtime \
+  src_hash=$(git ls-files -co --exclude-standard -- pyproject.toml CMakeLists.txt include runtime ccl \
                allocator kernels adapter torch_npu tools 2>/dev/null | sort | xargs cat 2>/dev/null \
                | sha256sum | cut -c1-16)
   pkg_stamp=$VENV/.simnpu-package

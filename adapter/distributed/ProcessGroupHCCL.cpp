@@ -580,11 +580,13 @@ HcclComm ProcessGroupHCCL::createComm(c10::DeviceIndex device) {
   const bool multi_node =
       !nodes.empty() && *std::max_element(nodes.begin(), nodes.end()) > 0;
   if (multi_node) {
-    // Per device a tag of its own: the communicators of one group share its Gloo group.
+    // One communicator per group (one device per rank), so one tag: both ends of a hop must
+    // use the same one. Gloo's wait gets the collective deadline, as the library cannot
+    // interrupt a callback that blocks.
     auto link = std::make_unique<InterNodeLink>();
     link->gloo = options_->interNodeBackend;
-    link->tag = static_cast<int>(device);
-    link->timeout = options_->timeout;
+    link->tag = 0;
+    link->timeout = milliseconds(static_cast<int64_t>(config.execTimeoutSeconds) * 1000);
     HcclInterNodeOps ops{link.get(), &glooSend, &glooRecv};
     HCCL_CALL(rank_, HcclCommInitMultiNode(static_cast<uint32_t>(size_), &info,
                                            static_cast<uint32_t>(rank_), nodes.data(), &ops,
