@@ -75,7 +75,7 @@ def ranks(script: str, world: int, *args: str, env: dict | None = None, timeout:
     them); returns [(returncode, output)] per rank and the wall time until all ended."""
     port = free_port()
     procs = []
-    start = time.monotonic()
+    began = time.monotonic()
     for rank in range(world):
         rank_env = job_env(env)
         rank_env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
@@ -85,11 +85,11 @@ def ranks(script: str, world: int, *args: str, env: dict | None = None, timeout:
     results = []
     try:
         for p in procs:
-            out, _ = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
+            out, _ = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - began)))
             results.append((p.returncode, out))
     finally:
         for p in procs:
             if p.poll() is None:
                 kill(p)
                 p.wait()
-    return results, time.monotonic() - start
+    return results, time.monotonic() - began
