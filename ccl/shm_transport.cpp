@@ -44,9 +44,10 @@ namespace npu::ccl {
 
 constexpr uint64_t kMagic = 0x53494d4e50554343ull;  // "SIMNPUCC"
 constexpr uint64_t kPage = 4096;
-// Chunks at most this large are reduced by every rank in full (one sync); larger ones are
-// reduce-scattered and gathered (two syncs, 1/N of the reduction work each).
-constexpr uint64_t kDirectReduceBytes = 32 * 1024;
+// Chunks whose slots together are at most this large (they fit in L2) are reduced by every
+// rank in full (one sync); larger ones are reduce-scattered and gathered (two syncs, 1/N of
+// the reduction work each).
+constexpr uint64_t kDirectReduceBytes = 256 * 1024;
 // Copies and reductions above this size are split over the kernels' thread pool.
 constexpr uint64_t kParallelBytes = 512 * 1024;
 // Largest chunk staged at once: small enough that a chunk written by one rank is still in the
@@ -210,9 +211,9 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
     }
     void* p = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
                    fd, 0);
-    close(fd);
     if (p == MAP_FAILED) {
       const std::string why = errnoText();
+      close(fd);
       shm_unlink(t->name_.c_str());
       return Status::error(HCCL_E_SYSCALL, what + ": mmap of " + t->name_ + " failed: " + why);
     }
@@ -250,10 +251,11 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
               }
               void* all = mmap(nullptr, total, PROT_READ | PROT_WRITE,
                                MAP_SHARED | MAP_NORESERVE, fd, 0);
-              close(fd);
               if (all == MAP_FAILED) {
+                const std::string why = errnoText();
+                close(fd);
                 return Status::error(HCCL_E_SYSCALL,
-                                     what + ": mmap of " + t->name_ + " failed: " + errnoText());
+                                     what + ": mmap of " + t->name_ + " failed: " + why);
               }
               t->base_ = static_cast<char*>(all);
               t->mappedBytes_ = total;
@@ -276,6 +278,20 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
       }
       backoff.pause();
     }
+  }
+  // Liveness: each rank holds a record lock on byte `rank` of the segment for as long as it
+  // lives (the kernel drops it when the process dies, however it dies), so a waiting peer can
+  // tell "slow" from "gone" without pids, which may belong to another pid namespace.
+  t->fd_ = fd;
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = t->me_;
+  lock.l_len = 1;
+  if (fcntl(fd, F_SETLK, &lock) != 0) {
+    return Status::error(HCCL_E_SYSCALL, what + ": cannot lock byte " + std::to_string(t->me_) +
+                                             " of " + t->name_ + ": " + errnoText() +
+                                             " (is another process using this rank?)");
   }
   auto* h = reinterpret_cast<SegmentHeader*>(t->base_);
   t->slotBytes_ = h->slotBytes;
@@ -332,6 +348,17 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
 ShmTransport::~ShmTransport() {
   if (creator_ && !unlinked_) shm_unlink(name_.c_str());
   if (base_) munmap(base_, mappedBytes_);
+  if (fd_ >= 0) close(fd_);  // drops the liveness lock
+}
+
+bool ShmTransport::peerAlive(uint32_t r) const {
+  struct flock probe = {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = r;
+  probe.l_len = 1;
+  if (fcntl(fd_, F_GETLK, &probe) != 0) return true;  // cannot tell: assume alive
+  return probe.l_type != F_UNLCK;
 }
 
 void ShmTransport::markBroken(HcclResult code) {
@@ -341,11 +368,12 @@ void ShmTransport::markBroken(HcclResult code) {
 namespace {
 
 // Waits until ready(); on the way out through an error, names the ranks missing() lists.
-template <class Ready, class Missing>
-Status waitFor(Ready&& ready, Missing&& missing, RankControl* rc, uint32_t n, uint32_t me,
-               const std::vector<uint32_t>& globalRanks, const OpContext& ctx,
+template <class Ready, class Missing, class Alive>
+Status waitFor(Ready&& ready, Missing&& missing, Alive&& alive, RankControl* rc, uint32_t n,
+               uint32_t me, const std::vector<uint32_t>& globalRanks, const OpContext& ctx,
                const char* verb) {
   Backoff backoff;
+  Clock::time_point start{}, nextLiveness{};
   for (;;) {
     if (ready()) return Status::success();
     backoff.pause();
@@ -389,6 +417,28 @@ Status waitFor(Ready&& ready, Missing&& missing, RankControl* rc, uint32_t n, ui
               HcclGetErrorString(peerCode) +
               "), so this rank stops too; raise HCCL_EXEC_TIMEOUT if the peers are only slow");
     }
+    // A wait that lasts checks every 50 ms whether the ranks it waits for still live.
+    const Clock::time_point now = Clock::now();
+    if (start == Clock::time_point{}) {
+      start = now;
+      nextLiveness = now + std::chrono::milliseconds(50);
+    } else if (now >= nextLiveness) {
+      nextLiveness = now + std::chrono::milliseconds(50);
+      std::string dead;  // (after the broken flags: a rank that gave up, then exited, is named as such)
+      for (uint32_t r : missing()) {
+        if (!alive(r)) dead += (dead.empty() ? "" : ", ") + std::to_string(globalRanks[r]);
+      }
+      if (!dead.empty()) {
+        const bool several = dead.find(',') != std::string::npos;
+        return Status::error(
+            HCCL_E_TIMEOUT,
+            ctx.description + ": rank" + (several ? "s " : " ") + dead + " did not " + verb +
+                ": " + (several ? "their processes have" : "its process has") +
+                " exited (seen before the deadline, after " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+                " ms of waiting)");
+      }
+    }
     if (ctx.expired(Clock::now())) {
       const std::vector<uint32_t> m = missing();
       std::string list;
@@ -421,7 +471,7 @@ Status ShmTransport::arriveAndWait(OpContext& ctx) {
         }
         return m;
       },
-      rc, nLocal_, me_, globalRanks_, ctx, "arrive");
+      [&](uint32_t r) { return peerAlive(r); }, rc, nLocal_, me_, globalRanks_, ctx, "arrive");
 }
 
 // One chunk of a reduction. root < 0: every rank gets the result (allreduce).
@@ -434,7 +484,7 @@ Status ShmTransport::reduceChunk(const void* in, void* out, uint64_t count, Hccl
   if (Status s = arriveAndWait(ctx); !s.ok()) return s;
   std::vector<const void*> slots(nLocal_);
   for (uint32_t r = 0; r < nLocal_; ++r) slots[r] = slot(r, h);
-  if (count * es <= kDirectReduceBytes) {
+  if (count * es * nLocal_ <= kDirectReduceBytes) {
     if (root < 0 || static_cast<uint32_t>(root) == me_) {
       reduceInto(out, slots.data(), static_cast<int>(nLocal_), count, dtype, op, avgDivisor);
     }
@@ -632,7 +682,8 @@ Status ShmTransport::ringWrite(uint32_t peer, const void* data, uint64_t bytes, 
             tail = rc->tail.load(std::memory_order_acquire);
             return head - tail < ringBytes_;
           },
-          [&] { return std::vector<uint32_t>{peer}; }, controls(base_), nLocal_, me_,
+          [&] { return std::vector<uint32_t>{peer}; }, [&](uint32_t r) { return peerAlive(r); },
+          controls(base_), nLocal_, me_,
           globalRanks_, ctx, "receive");
       if (!s.ok()) return s;
     }
@@ -661,7 +712,8 @@ Status ShmTransport::ringRead(uint32_t peer, void* data, uint64_t bytes, OpConte
             head = rc->head.load(std::memory_order_acquire);
             return head != tail;
           },
-          [&] { return std::vector<uint32_t>{peer}; }, controls(base_), nLocal_, me_,
+          [&] { return std::vector<uint32_t>{peer}; }, [&](uint32_t r) { return peerAlive(r); },
+          controls(base_), nLocal_, me_,
           globalRanks_, ctx, "send");
       if (!s.ok()) return s;
     }
