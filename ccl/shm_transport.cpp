@@ -27,7 +27,9 @@
 #include <fcntl.h>
 #include <immintrin.h>
 #include <sched.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,6 +67,13 @@ struct SegmentHeader {
   uint64_t ringBytes;
   uint64_t totalBytes;
   std::atomic<uint32_t> unlinked;  // the creator has removed the name
+  // The doorbell: waiters that have run out of spinning sleep on `bell` (a futex, shared
+  // between processes) and count themselves in `sleepers`; whoever changes something a waiter
+  // may wait for (an arrival, a ring's head or tail, a broken flag) increments `bell` and wakes
+  // the sleepers, if any. So a sleeping waiter wakes when its peer arrives, not at the end of
+  // a sleep, and spinning costs nothing once the ranks outnumber the cores.
+  alignas(64) std::atomic<uint32_t> bell;
+  std::atomic<uint32_t> sleepers;
 };
 
 struct alignas(128) RankControl {
@@ -154,6 +163,25 @@ class Backoff {
 };
 
 std::string secondsText(uint32_t s) { return std::to_string(s) + " s"; }
+
+// Spins and yields this many times before a waiter sleeps on the doorbell.
+constexpr int kSpins = 200;
+constexpr int kYields = 50;
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t ns) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  struct timespec ts = {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void ringBell(SegmentHeader* h) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the change before the bell
+  h->bell.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAKE, INT32_MAX, nullptr,
+            nullptr, 0);
+  }
+}
 
 }  // namespace
 
@@ -351,6 +379,8 @@ ShmTransport::~ShmTransport() {
   if (fd_ >= 0) close(fd_);  // drops the liveness lock
 }
 
+SegmentHeader* ShmTransport::header() const { return reinterpret_cast<SegmentHeader*>(base_); }
+
 bool ShmTransport::peerAlive(uint32_t r) const {
   struct flock probe = {};
   probe.l_type = F_WRLCK;
@@ -362,22 +392,37 @@ bool ShmTransport::peerAlive(uint32_t r) const {
 }
 
 void ShmTransport::markBroken(HcclResult code) {
-  if (base_) controls(base_)[me_].broken.store(code, std::memory_order_release);
+  if (!base_) return;
+  controls(base_)[me_].broken.store(code, std::memory_order_release);
+  ringBell(header());
 }
 
 namespace {
 
 // Waits until ready(); on the way out through an error, names the ranks missing() lists.
 template <class Ready, class Missing, class Alive>
-Status waitFor(Ready&& ready, Missing&& missing, Alive&& alive, RankControl* rc, uint32_t n,
-               uint32_t me, const std::vector<uint32_t>& globalRanks, const OpContext& ctx,
+Status waitFor(Ready&& ready, Missing&& missing, Alive&& alive, SegmentHeader* header,
+               RankControl* rc, uint32_t n, uint32_t me,
+               const std::vector<uint32_t>& globalRanks, const OpContext& ctx,
                const char* verb) {
-  Backoff backoff;
   Clock::time_point start{}, nextLiveness{};
-  for (;;) {
+  for (int round = 0;; ++round) {
     if (ready()) return Status::success();
-    backoff.pause();
-    if (!backoff.timeToCheck()) continue;
+    if (round < kSpins) {
+      _mm_pause();
+      continue;
+    }
+    if (round < kSpins + kYields) {
+      sched_yield();
+      continue;
+    }
+    // Sleep on the doorbell (at most 20 ms, to check the deadline, abort and liveness).
+    header->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t bell = header->bell.load(std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!ready()) futexWait(&header->bell, bell, 20 * 1000 * 1000);
+    header->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (ready()) return Status::success();
     if (ctx.aborted && ctx.aborted->load(std::memory_order_acquire)) {
       return Status::error(HCCL_E_UNAVAIL,
                            ctx.description + ": the communicator was aborted (HcclCommAbort)");
@@ -457,6 +502,7 @@ Status ShmTransport::arriveAndWait(OpContext& ctx) {
   RankControl* rc = controls(base_);
   const uint64_t target = ++arrivals_;
   rc[me_].arrivals.store(target, std::memory_order_release);
+  ringBell(header());
   return waitFor(
       [&] {
         for (uint32_t r = 0; r < nLocal_; ++r) {
@@ -471,7 +517,8 @@ Status ShmTransport::arriveAndWait(OpContext& ctx) {
         }
         return m;
       },
-      [&](uint32_t r) { return peerAlive(r); }, rc, nLocal_, me_, globalRanks_, ctx, "arrive");
+      [&](uint32_t r) { return peerAlive(r); }, header(), rc, nLocal_, me_, globalRanks_, ctx,
+      "arrive");
 }
 
 // One chunk of a reduction. root < 0: every rank gets the result (allreduce).
@@ -683,7 +730,7 @@ Status ShmTransport::ringWrite(uint32_t peer, const void* data, uint64_t bytes, 
             return head - tail < ringBytes_;
           },
           [&] { return std::vector<uint32_t>{peer}; }, [&](uint32_t r) { return peerAlive(r); },
-          controls(base_), nLocal_, me_,
+          header(), controls(base_), nLocal_, me_,
           globalRanks_, ctx, "receive");
       if (!s.ok()) return s;
     }
@@ -694,6 +741,7 @@ Status ShmTransport::ringWrite(uint32_t peer, const void* data, uint64_t bytes, 
     bytes -= k;
     head += k;
     rc->head.store(head, std::memory_order_release);
+    ringBell(header());
   }
   return Status::success();
 }
@@ -713,7 +761,7 @@ Status ShmTransport::ringRead(uint32_t peer, void* data, uint64_t bytes, OpConte
             return head != tail;
           },
           [&] { return std::vector<uint32_t>{peer}; }, [&](uint32_t r) { return peerAlive(r); },
-          controls(base_), nLocal_, me_,
+          header(), controls(base_), nLocal_, me_,
           globalRanks_, ctx, "send");
       if (!s.ok()) return s;
     }
@@ -726,6 +774,7 @@ Status ShmTransport::ringRead(uint32_t peer, void* data, uint64_t bytes, OpConte
     bytes -= k;
     tail += k;
     rc->tail.store(tail, std::memory_order_release);
+    ringBell(header());
   }
   return Status::success();
 }
