@@ -479,7 +479,7 @@ Status waitFor(Ready&& ready, Missing&& missing, Alive&& alive, SegmentHeader* h
             HCCL_E_TIMEOUT,
             ctx.description + ": rank" + (several ? "s " : " ") + dead + " did not " + verb +
                 ": " + (several ? "their processes have" : "its process has") +
-                " exited (seen before the deadline, after " +
+                " exited or destroyed the communicator (seen before the deadline, after " +
                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
                 " ms of waiting)");
       }
