@@ -125,10 +125,11 @@ void copyBytes(void* dst, const void* src, uint64_t bytes) {
 }
 
 void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t count,
-                    HcclDataType dtype, HcclReduceOp op, uint32_t divisor) {
+                    HcclDataType dtype, HcclReduceOp op, uint32_t divisor,
+                    void* copy = nullptr) {
   const size_t es = dtypeSize(dtype);
   if (count * es < kParallelBytes || g_pieces <= 1) {
-    reduceInto(out, in.data(), static_cast<int>(in.size()), count, dtype, op, divisor);
+    reduceInto(out, in.data(), static_cast<int>(in.size()), count, dtype, op, divisor, copy);
     return;
   }
   const int64_t grain = static_cast<int64_t>(std::max<uint64_t>(16 * 1024, count / g_pieces + 1));
@@ -136,7 +137,8 @@ void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t coun
     std::vector<const void*> part(in.size());
     for (size_t j = 0; j < in.size(); ++j) part[j] = static_cast<const char*>(in[j]) + b * es;
     reduceInto(static_cast<char*>(out) + b * es, part.data(), static_cast<int>(part.size()),
-               static_cast<uint64_t>(e - b), dtype, op, divisor);
+               static_cast<uint64_t>(e - b), dtype, op, divisor,
+               copy ? static_cast<char*>(copy) + b * es : nullptr);
   });
 }
 
@@ -550,12 +552,15 @@ Status ShmTransport::reduceChunk(const void* in, void* out, uint64_t count, Hccl
     if (e > b) {
       std::vector<const void*> parts(nLocal_);
       for (uint32_t r = 0; r < nLocal_; ++r) parts[r] = static_cast<const char*>(slots[r]) + b * es;
-      reduceParallel(slot(me_, h) + b * es, parts, e - b, dtype, op, avgDivisor);
+      // This rank's slice goes to the others through its slot and straight to its output.
+      reduceParallel(slot(me_, h) + b * es, parts, e - b, dtype, op, avgDivisor,
+                     out ? static_cast<char*>(out) + b * es : nullptr);
     }
   }
   if (Status s = arriveAndWait(ctx); !s.ok()) return s;
   if (root < 0 || static_cast<uint32_t>(root) == me_) {
     for (uint32_t r = 0; r < nLocal_; ++r) {
+      if (r == me_) continue;
       auto [b, e] = bounds(r);
       if (e > b) copyBytes(static_cast<char*>(out) + b * es, slot(r, h) + b * es, (e - b) * es);
     }
