@@ -155,6 +155,9 @@ void Communicator::runOp(void* arg) {
     s = Status::error(HCCL_E_UNAVAIL, ctx.description +
                                           ": the communicator is broken by an earlier error: " +
                                           c->asyncErrorMessage());
+  } else if (op->collective) {
+    std::lock_guard<std::mutex> lock(c->collectiveMutex_);
+    s = op->body(ctx);
   } else {
     s = op->body(ctx);
   }

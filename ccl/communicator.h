@@ -32,6 +32,7 @@ struct PendingOp {
   Communicator* comm = nullptr;
   std::string description;
   std::function<Status(OpContext&)> body;
+  bool collective = true;  // false for send/recv, which may run beside a collective
 };
 
 class Communicator {
@@ -106,6 +107,9 @@ class Communicator {
   HcclResult asyncError_ = HCCL_SUCCESS;
   std::string asyncMessage_;  // set once, so HcclGetCommErrorMessage's pointer stays valid
 
+  // Collectives run one at a time per communicator, whole (a multi-node collective is
+  // several transport calls that must not interleave with another stream's collective).
+  std::mutex collectiveMutex_;
   std::mutex pendingMutex_;
   std::set<PendingOp*> pending_;  // queued ops; a stream that skips them never frees them
 };

@@ -136,9 +136,11 @@ std::string elements(uint64_t count, HcclDataType t) {
   } while (0)
 
 HcclResult launch(HcclComm comm, npuStream_t stream, const char* api, const std::string& what,
-                  std::function<Status(Communicator&, OpContext&)> body) {
+                  std::function<Status(Communicator&, OpContext&)> body,
+                  bool collective = true) {
   Communicator* c = asComm(comm);
   auto op = std::make_unique<PendingOp>();
+  op->collective = collective;
   op->description = c->describe(api, what);
   op->body = [c, body = std::move(body)](OpContext& ctx) { return body(*c, ctx); };
   return c->enqueue(stream, api, std::move(op));
@@ -445,7 +447,7 @@ HcclResult HcclSend(void* sendBuf, uint64_t count, HcclDataType dataType, uint32
                 elements(count, dataType) + " to rank " + std::to_string(destRank),
                 [=](Communicator& c, OpContext& ctx) {
                   return c.send(sendBuf, bytes, destRank, ctx);
-                });
+                }, /*collective=*/false);
 }
 
 HcclResult HcclRecv(void* recvBuf, uint64_t count, HcclDataType dataType, uint32_t srcRank,
@@ -461,7 +463,7 @@ HcclResult HcclRecv(void* recvBuf, uint64_t count, HcclDataType dataType, uint32
                 elements(count, dataType) + " from rank " + std::to_string(srcRank),
                 [=](Communicator& c, OpContext& ctx) {
                   return c.recv(recvBuf, bytes, srcRank, ctx);
-                });
+                }, /*collective=*/false);
 }
 
 HcclResult HcclBarrier(HcclComm comm, npuStream_t stream) {

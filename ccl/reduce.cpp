@@ -111,7 +111,8 @@ inline A combine(A a, A b) {
 }
 
 template <class T, HcclReduceOp Op>
-void reduceTyped(void* out, const void* const* in, int n, uint64_t count, uint32_t divisor) {
+void reduceTyped(void* out, const void* const* in, int n, uint64_t count, uint32_t divisor,
+                 void* copy) {
   using A = typename Acc<T>::type;
   constexpr bool kBool = std::is_same_v<T, Bool>;
   alignas(64) A acc[kBlock];
@@ -128,18 +129,19 @@ void reduceTyped(void* out, const void* const* in, int n, uint64_t count, uint32
       for (uint64_t i = 0; i < m; ++i) acc[i] = static_cast<A>(acc[i] / d);
     }
     Acc<T>::store(acc, static_cast<T*>(out) + base, m);
+    if (copy) Acc<T>::store(acc, static_cast<T*>(copy) + base, m);
   }
 }
 
 template <class T>
 void reduceOp(void* out, const void* const* in, int n, uint64_t count, HcclReduceOp op,
-              uint32_t divisor) {
+              uint32_t divisor, void* copy) {
   switch (op) {
-    case HCCL_REDUCE_SUM: return reduceTyped<T, HCCL_REDUCE_SUM>(out, in, n, count, divisor);
-    case HCCL_REDUCE_PROD: return reduceTyped<T, HCCL_REDUCE_PROD>(out, in, n, count, divisor);
-    case HCCL_REDUCE_MAX: return reduceTyped<T, HCCL_REDUCE_MAX>(out, in, n, count, divisor);
-    case HCCL_REDUCE_MIN: return reduceTyped<T, HCCL_REDUCE_MIN>(out, in, n, count, divisor);
-    case HCCL_REDUCE_AVG: return reduceTyped<T, HCCL_REDUCE_AVG>(out, in, n, count, divisor);
+    case HCCL_REDUCE_SUM: return reduceTyped<T, HCCL_REDUCE_SUM>(out, in, n, count, divisor, copy);
+    case HCCL_REDUCE_PROD: return reduceTyped<T, HCCL_REDUCE_PROD>(out, in, n, count, divisor, copy);
+    case HCCL_REDUCE_MAX: return reduceTyped<T, HCCL_REDUCE_MAX>(out, in, n, count, divisor, copy);
+    case HCCL_REDUCE_MIN: return reduceTyped<T, HCCL_REDUCE_MIN>(out, in, n, count, divisor, copy);
+    case HCCL_REDUCE_AVG: return reduceTyped<T, HCCL_REDUCE_AVG>(out, in, n, count, divisor, copy);
     default: return;
   }
 }
@@ -180,21 +182,21 @@ bool reduceSupported(HcclDataType dtype, HcclReduceOp op) {
 }
 
 void reduceInto(void* out, const void* const* in, int n, uint64_t count, HcclDataType dtype,
-                HcclReduceOp op, uint32_t avgDivisor) {
+                HcclReduceOp op, uint32_t avgDivisor, void* copy) {
   switch (dtype) {
-    case HCCL_DATA_TYPE_INT8: return reduceOp<int8_t>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_INT16: return reduceOp<int16_t>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_INT32: return reduceOp<int32_t>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_INT64: return reduceOp<int64_t>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_UINT8: return reduceOp<uint8_t>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_UINT16: return reduceOp<uint16_t>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_UINT32: return reduceOp<uint32_t>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_UINT64: return reduceOp<uint64_t>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_FP16: return reduceOp<Half>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_BFP16: return reduceOp<BFloat16>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_FP32: return reduceOp<float>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_FP64: return reduceOp<double>(out, in, n, count, op, avgDivisor);
-    case HCCL_DATA_TYPE_BOOL: return reduceOp<Bool>(out, in, n, count, op, avgDivisor);
+    case HCCL_DATA_TYPE_INT8: return reduceOp<int8_t>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_INT16: return reduceOp<int16_t>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_INT32: return reduceOp<int32_t>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_INT64: return reduceOp<int64_t>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_UINT8: return reduceOp<uint8_t>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_UINT16: return reduceOp<uint16_t>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_UINT32: return reduceOp<uint32_t>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_UINT64: return reduceOp<uint64_t>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_FP16: return reduceOp<Half>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_BFP16: return reduceOp<BFloat16>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_FP32: return reduceOp<float>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_FP64: return reduceOp<double>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_BOOL: return reduceOp<Bool>(out, in, n, count, op, avgDivisor, copy);
     default: return;
   }
 }

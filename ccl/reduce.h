@@ -14,8 +14,10 @@ namespace npu::ccl {
 // division for integer types); integer sum and product wrap. bool: sum and max are "or", prod
 // and min are "and". `out` may be one of the inputs (element i is read before it is written).
 // The caller has checked that (dtype, op) is supported (reduceSupported).
+// With `copy`, the result is also stored there (a second store of a block still in L1 costs
+// less than copying it later).
 void reduceInto(void* out, const void* const* in, int n, uint64_t count, HcclDataType dtype,
-                HcclReduceOp op, uint32_t avgDivisor);
+                HcclReduceOp op, uint32_t avgDivisor, void* copy = nullptr);
 
 // float16/bfloat16 <-> float32 (round to nearest even), for reductions that span several
 // steps (the inter-node path): they run in float32 and round once at the end. fromFloat32

@@ -27,7 +27,9 @@
 #include <fcntl.h>
 #include <immintrin.h>
 #include <sched.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,9 +46,10 @@ namespace npu::ccl {
 
 constexpr uint64_t kMagic = 0x53494d4e50554343ull;  // "SIMNPUCC"
 constexpr uint64_t kPage = 4096;
-// Chunks at most this large are reduced by every rank in full (one sync); larger ones are
-// reduce-scattered and gathered (two syncs, 1/N of the reduction work each).
-constexpr uint64_t kDirectReduceBytes = 32 * 1024;
+// Chunks whose slots together are at most this large (they fit in L2) are reduced by every
+// rank in full (one sync); larger ones are reduce-scattered and gathered (two syncs, 1/N of
+// the reduction work each).
+constexpr uint64_t kDirectReduceBytes = 256 * 1024;
 // Copies and reductions above this size are split over the kernels' thread pool.
 constexpr uint64_t kParallelBytes = 512 * 1024;
 // Largest chunk staged at once: small enough that a chunk written by one rank is still in the
@@ -64,6 +67,13 @@ struct SegmentHeader {
   uint64_t ringBytes;
   uint64_t totalBytes;
   std::atomic<uint32_t> unlinked;  // the creator has removed the name
+  // The doorbell: waiters that have run out of spinning sleep on `bell` (a futex, shared
+  // between processes) and count themselves in `sleepers`; whoever changes something a waiter
+  // may wait for (an arrival, a ring's head or tail, a broken flag) increments `bell` and wakes
+  // the sleepers, if any. So a sleeping waiter wakes when its peer arrives, not at the end of
+  // a sleep, and spinning costs nothing once the ranks outnumber the cores.
+  alignas(64) std::atomic<uint32_t> bell;
+  std::atomic<uint32_t> sleepers;
 };
 
 struct alignas(128) RankControl {
@@ -115,10 +125,11 @@ void copyBytes(void* dst, const void* src, uint64_t bytes) {
 }
 
 void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t count,
-                    HcclDataType dtype, HcclReduceOp op, uint32_t divisor) {
+                    HcclDataType dtype, HcclReduceOp op, uint32_t divisor,
+                    void* copy = nullptr) {
   const size_t es = dtypeSize(dtype);
   if (count * es < kParallelBytes || g_pieces <= 1) {
-    reduceInto(out, in.data(), static_cast<int>(in.size()), count, dtype, op, divisor);
+    reduceInto(out, in.data(), static_cast<int>(in.size()), count, dtype, op, divisor, copy);
     return;
   }
   const int64_t grain = static_cast<int64_t>(std::max<uint64_t>(16 * 1024, count / g_pieces + 1));
@@ -126,7 +137,8 @@ void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t coun
     std::vector<const void*> part(in.size());
     for (size_t j = 0; j < in.size(); ++j) part[j] = static_cast<const char*>(in[j]) + b * es;
     reduceInto(static_cast<char*>(out) + b * es, part.data(), static_cast<int>(part.size()),
-               static_cast<uint64_t>(e - b), dtype, op, divisor);
+               static_cast<uint64_t>(e - b), dtype, op, divisor,
+               copy ? static_cast<char*>(copy) + b * es : nullptr);
   });
 }
 
@@ -153,6 +165,25 @@ class Backoff {
 };
 
 std::string secondsText(uint32_t s) { return std::to_string(s) + " s"; }
+
+// Spins and yields this many times before a waiter sleeps on the doorbell.
+constexpr int kSpins = 200;
+constexpr int kYields = 50;
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t ns) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  struct timespec ts = {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void ringBell(SegmentHeader* h) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the change before the bell
+  h->bell.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAKE, INT32_MAX, nullptr,
+            nullptr, 0);
+  }
+}
 
 }  // namespace
 
@@ -210,9 +241,9 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
     }
     void* p = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
                    fd, 0);
-    close(fd);
     if (p == MAP_FAILED) {
       const std::string why = errnoText();
+      close(fd);
       shm_unlink(t->name_.c_str());
       return Status::error(HCCL_E_SYSCALL, what + ": mmap of " + t->name_ + " failed: " + why);
     }
@@ -250,10 +281,11 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
               }
               void* all = mmap(nullptr, total, PROT_READ | PROT_WRITE,
                                MAP_SHARED | MAP_NORESERVE, fd, 0);
-              close(fd);
               if (all == MAP_FAILED) {
+                const std::string why = errnoText();
+                close(fd);
                 return Status::error(HCCL_E_SYSCALL,
-                                     what + ": mmap of " + t->name_ + " failed: " + errnoText());
+                                     what + ": mmap of " + t->name_ + " failed: " + why);
               }
               t->base_ = static_cast<char*>(all);
               t->mappedBytes_ = total;
@@ -276,6 +308,20 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
       }
       backoff.pause();
     }
+  }
+  // Liveness: each rank holds a record lock on byte `rank` of the segment for as long as it
+  // lives (the kernel drops it when the process dies, however it dies), so a waiting peer can
+  // tell "slow" from "gone" without pids, which may belong to another pid namespace.
+  t->fd_ = fd;
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = t->me_;
+  lock.l_len = 1;
+  if (fcntl(fd, F_SETLK, &lock) != 0) {
+    return Status::error(HCCL_E_SYSCALL, what + ": cannot lock byte " + std::to_string(t->me_) +
+                                             " of " + t->name_ + ": " + errnoText() +
+                                             " (is another process using this rank?)");
   }
   auto* h = reinterpret_cast<SegmentHeader*>(t->base_);
   t->slotBytes_ = h->slotBytes;
@@ -332,24 +378,53 @@ Status ShmTransport::connect(const ShmSetup& setup, std::unique_ptr<ShmTransport
 ShmTransport::~ShmTransport() {
   if (creator_ && !unlinked_) shm_unlink(name_.c_str());
   if (base_) munmap(base_, mappedBytes_);
+  if (fd_ >= 0) close(fd_);  // drops the liveness lock
+}
+
+SegmentHeader* ShmTransport::header() const { return reinterpret_cast<SegmentHeader*>(base_); }
+
+bool ShmTransport::peerAlive(uint32_t r) const {
+  struct flock probe = {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = r;
+  probe.l_len = 1;
+  if (fcntl(fd_, F_GETLK, &probe) != 0) return true;  // cannot tell: assume alive
+  return probe.l_type != F_UNLCK;
 }
 
 void ShmTransport::markBroken(HcclResult code) {
-  if (base_) controls(base_)[me_].broken.store(code, std::memory_order_release);
+  if (!base_) return;
+  controls(base_)[me_].broken.store(code, std::memory_order_release);
+  ringBell(header());
 }
 
 namespace {
 
 // Waits until ready(); on the way out through an error, names the ranks missing() lists.
-template <class Ready, class Missing>
-Status waitFor(Ready&& ready, Missing&& missing, RankControl* rc, uint32_t n, uint32_t me,
+template <class Ready, class Missing, class Alive>
+Status waitFor(Ready&& ready, Missing&& missing, Alive&& alive, SegmentHeader* header,
+               RankControl* rc, uint32_t n, uint32_t me,
                const std::vector<uint32_t>& globalRanks, const OpContext& ctx,
                const char* verb) {
-  Backoff backoff;
-  for (;;) {
+  Clock::time_point start{}, nextLiveness{};
+  for (int round = 0;; ++round) {
     if (ready()) return Status::success();
-    backoff.pause();
-    if (!backoff.timeToCheck()) continue;
+    if (round < kSpins) {
+      _mm_pause();
+      continue;
+    }
+    if (round < kSpins + kYields) {
+      sched_yield();
+      continue;
+    }
+    // Sleep on the doorbell (at most 20 ms, to check the deadline, abort and liveness).
+    header->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t bell = header->bell.load(std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!ready()) futexWait(&header->bell, bell, 20 * 1000 * 1000);
+    header->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (ready()) return Status::success();
     if (ctx.aborted && ctx.aborted->load(std::memory_order_acquire)) {
       return Status::error(HCCL_E_UNAVAIL,
                            ctx.description + ": the communicator was aborted (HcclCommAbort)");
@@ -389,6 +464,28 @@ Status waitFor(Ready&& ready, Missing&& missing, RankControl* rc, uint32_t n, ui
               HcclGetErrorString(peerCode) +
               "), so this rank stops too; raise HCCL_EXEC_TIMEOUT if the peers are only slow");
     }
+    // A wait that lasts checks every 50 ms whether the ranks it waits for still live.
+    const Clock::time_point now = Clock::now();
+    if (start == Clock::time_point{}) {
+      start = now;
+      nextLiveness = now + std::chrono::milliseconds(50);
+    } else if (now >= nextLiveness) {
+      nextLiveness = now + std::chrono::milliseconds(50);
+      std::string dead;  // (after the broken flags: a rank that gave up, then exited, is named as such)
+      for (uint32_t r : missing()) {
+        if (!alive(r)) dead += (dead.empty() ? "" : ", ") + std::to_string(globalRanks[r]);
+      }
+      if (!dead.empty()) {
+        const bool several = dead.find(',') != std::string::npos;
+        return Status::error(
+            HCCL_E_TIMEOUT,
+            ctx.description + ": rank" + (several ? "s " : " ") + dead + " did not " + verb +
+                ": " + (several ? "their processes have" : "its process has") +
+                " exited or destroyed the communicator (seen before the deadline, after " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+                " ms of waiting)");
+      }
+    }
     if (ctx.expired(Clock::now())) {
       const std::vector<uint32_t> m = missing();
       std::string list;
@@ -407,6 +504,7 @@ Status ShmTransport::arriveAndWait(OpContext& ctx) {
   RankControl* rc = controls(base_);
   const uint64_t target = ++arrivals_;
   rc[me_].arrivals.store(target, std::memory_order_release);
+  ringBell(header());
   return waitFor(
       [&] {
         for (uint32_t r = 0; r < nLocal_; ++r) {
@@ -421,7 +519,8 @@ Status ShmTransport::arriveAndWait(OpContext& ctx) {
         }
         return m;
       },
-      rc, nLocal_, me_, globalRanks_, ctx, "arrive");
+      [&](uint32_t r) { return peerAlive(r); }, header(), rc, nLocal_, me_, globalRanks_, ctx,
+      "arrive");
 }
 
 // One chunk of a reduction. root < 0: every rank gets the result (allreduce).
@@ -434,7 +533,7 @@ Status ShmTransport::reduceChunk(const void* in, void* out, uint64_t count, Hccl
   if (Status s = arriveAndWait(ctx); !s.ok()) return s;
   std::vector<const void*> slots(nLocal_);
   for (uint32_t r = 0; r < nLocal_; ++r) slots[r] = slot(r, h);
-  if (count * es <= kDirectReduceBytes) {
+  if (count * es * nLocal_ <= kDirectReduceBytes) {
     if (root < 0 || static_cast<uint32_t>(root) == me_) {
       reduceInto(out, slots.data(), static_cast<int>(nLocal_), count, dtype, op, avgDivisor);
     }
@@ -453,12 +552,15 @@ Status ShmTransport::reduceChunk(const void* in, void* out, uint64_t count, Hccl
     if (e > b) {
       std::vector<const void*> parts(nLocal_);
       for (uint32_t r = 0; r < nLocal_; ++r) parts[r] = static_cast<const char*>(slots[r]) + b * es;
-      reduceParallel(slot(me_, h) + b * es, parts, e - b, dtype, op, avgDivisor);
+      // This rank's slice goes to the others through its slot and straight to its output.
+      reduceParallel(slot(me_, h) + b * es, parts, e - b, dtype, op, avgDivisor,
+                     out ? static_cast<char*>(out) + b * es : nullptr);
     }
   }
   if (Status s = arriveAndWait(ctx); !s.ok()) return s;
   if (root < 0 || static_cast<uint32_t>(root) == me_) {
     for (uint32_t r = 0; r < nLocal_; ++r) {
+      if (r == me_) continue;
       auto [b, e] = bounds(r);
       if (e > b) copyBytes(static_cast<char*>(out) + b * es, slot(r, h) + b * es, (e - b) * es);
     }
@@ -632,7 +734,8 @@ Status ShmTransport::ringWrite(uint32_t peer, const void* data, uint64_t bytes, 
             tail = rc->tail.load(std::memory_order_acquire);
             return head - tail < ringBytes_;
           },
-          [&] { return std::vector<uint32_t>{peer}; }, controls(base_), nLocal_, me_,
+          [&] { return std::vector<uint32_t>{peer}; }, [&](uint32_t r) { return peerAlive(r); },
+          header(), controls(base_), nLocal_, me_,
           globalRanks_, ctx, "receive");
       if (!s.ok()) return s;
     }
@@ -643,6 +746,7 @@ Status ShmTransport::ringWrite(uint32_t peer, const void* data, uint64_t bytes, 
     bytes -= k;
     head += k;
     rc->head.store(head, std::memory_order_release);
+    ringBell(header());
   }
   return Status::success();
 }
@@ -661,7 +765,8 @@ Status ShmTransport::ringRead(uint32_t peer, void* data, uint64_t bytes, OpConte
             head = rc->head.load(std::memory_order_acquire);
             return head != tail;
           },
-          [&] { return std::vector<uint32_t>{peer}; }, controls(base_), nLocal_, me_,
+          [&] { return std::vector<uint32_t>{peer}; }, [&](uint32_t r) { return peerAlive(r); },
+          header(), controls(base_), nLocal_, me_,
           globalRanks_, ctx, "send");
       if (!s.ok()) return s;
     }
@@ -674,6 +779,7 @@ Status ShmTransport::ringRead(uint32_t peer, void* data, uint64_t bytes, OpConte
     bytes -= k;
     tail += k;
     rc->tail.store(tail, std::memory_order_release);
+    ringBell(header());
   }
   return Status::success();
 }

@@ -12,6 +12,7 @@
 namespace npu::ccl {
 
 struct ShmSegmentLayout;
+struct SegmentHeader;
 
 struct ShmSetup {
   std::string name;                  // "/simnpu-hccl-<id>-node<k>"
@@ -63,10 +64,13 @@ class ShmTransport final : public Transport {
   Status ringWrite(uint32_t peer, const void* data, uint64_t bytes, OpContext& ctx);
   Status ringRead(uint32_t peer, void* data, uint64_t bytes, OpContext& ctx);
   std::string rankList(const std::vector<uint32_t>& local) const;
+  bool peerAlive(uint32_t r) const;
+  SegmentHeader* header() const;  // false once local rank r's process has exited
 
   std::string name_;
   bool creator_ = false;
   bool unlinked_ = false;
+  int fd_ = -1;  // kept open: it holds this rank's liveness lock
   char* base_ = nullptr;
   uint64_t mappedBytes_ = 0;
   uint32_t nLocal_ = 0;
