@@ -356,9 +356,8 @@ void ProcessGroupHCCL::WorkHCCL::throwIfFailed() const {
 }
 
 bool ProcessGroupHCCL::WorkHCCL::failedByTimeout() const {
-  HcclResult async = HCCL_SUCCESS;
-  if (comm_ != nullptr) (void)HcclGetCommAsyncError(comm_, &async);
-  return async == HCCL_E_TIMEOUT;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timedOutFailure_;
 }
 
 bool ProcessGroupHCCL::WorkHCCL::checkFailed() {
@@ -369,25 +368,32 @@ bool ProcessGroupHCCL::WorkHCCL::checkFailed() {
   const npuError_t state = queryEnd();
   if (state == npuSuccess || state == npuErrorNotReady) return false;
   // The collective failed on its stream: the library's message says which deadline expired and
-  // which ranks it waited for.
+  // which ranks it waited for (or that a peer's process is gone, which it sees early).
   const char* comm_detail = comm_ != nullptr ? HcclGetCommErrorMessage(comm_) : "";
   std::string detail =
       (comm_detail && *comm_detail) ? comm_detail : std::string(npuGetLastErrorMessage());
   if (!detail.empty() && detail.back() != '.') detail += '.';
-  const bool timed_out = failedByTimeout();
+  HcclResult async = HCCL_SUCCESS;
+  if (comm_ != nullptr) (void)HcclGetCommAsyncError(comm_, &async);
+  const milliseconds ran = ranFor();
+  // The library's deadline counts from when the collective started on its stream; ours from
+  // when it was seen waiting: a failure well before the deadline was not the deadline.
+  const bool timed_out = async == HCCL_E_TIMEOUT && ran + milliseconds(500) >= timeout_;
   if (timed_out) {
     setError(c10::str(
         "[Rank ", rank_, "] Watchdog caught collective operation timeout: ", describe(),
-        " ran for ", ranFor().count(), " milliseconds before timing out. ", detail,
+        " ran for ", ran.count(), " milliseconds before timing out. ", detail,
         " A rank that died, is stuck, or issues collectives in another order leaves its peers "
         "waiting; if the collective is only slow, raise the deadline: init_process_group("
         "timeout=timedelta(seconds=...)) or HCCL_EXEC_TIMEOUT (seconds).",
         distErrorCode(kErrTimeout, rank_)));
   } else {
     setError(c10::str("[Rank ", rank_, "] Watchdog caught collective operation failure: ",
-                      describe(), " failed after ", ranFor().count(), " milliseconds: ", detail,
+                      describe(), " failed after ", ran.count(), " milliseconds: ", detail,
                       distErrorCode(kErrHccl, rank_)));
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  timedOutFailure_ = timed_out;
   return true;
 }
 

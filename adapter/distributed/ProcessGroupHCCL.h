@@ -112,7 +112,7 @@ class ProcessGroupHCCL : public c10d::Backend {
     // True when the work has failed; the first thread to see the failure of its end event
     // records the error (the library's account of it, in torch_npu's watchdog wording).
     bool checkFailed();
-    // Whether the communicator's error is a deadline that expired.
+    // Whether the failure was the deadline expiring (rather than, say, a peer seen gone early).
     bool failedByTimeout() const;
     std::chrono::milliseconds ranFor() const;
     void blockCurrentStreamOnEnd();
@@ -125,6 +125,7 @@ class ProcessGroupHCCL : public c10d::Backend {
     std::atomic<int64_t> watchStartNs_;
     std::atomic<bool> reported_{false};  // the watchdog has acted on its failure
     std::string errorText_;              // guarded by mutex_
+    bool timedOutFailure_ = false;       // guarded by mutex_
     npuEvent_t ready_ = nullptr;  // owned; recorded on the caller's stream before the collective
     npuEvent_t end_ = nullptr;    // owned; recorded on the comm stream after the collective
     c10::Stream commStream_;

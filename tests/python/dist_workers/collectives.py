@@ -267,6 +267,16 @@ if WORLD > 1:
         w.wait()
     check(case, got, data(case, prv, 257, torch.float32))
 
+# ---- a subgroup (its own communicator, made from the group's own store prefix) ---------------
+sub = dist.new_group(ranks=[0, WORLD - 1])
+if RANK in (0, WORLD - 1):
+    y = torch.full((5,), float(RANK + 1), device=DEV)
+    dist.all_reduce(y, group=sub)
+    check("subgroup all_reduce", y, torch.full((5,), float(1 + WORLD)))
+    out = torch.empty(2 * 3, device=DEV)
+    dist.all_gather_into_tensor(out, torch.full((3,), float(RANK), device=DEV), group=sub)
+    check("subgroup all_gather", out, torch.tensor([0.0] * 3 + [float(WORLD - 1)] * 3))
+
 # ---- objects, barrier ----------------------------------------------------------------------------
 objs = [None] * WORLD
 dist.all_gather_object(objs, {"rank": RANK, "s": "x" * RANK})
