@@ -143,7 +143,8 @@ void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t coun
 }
 
 // Backs off in three stages: spinning (a peer that is a few microseconds behind), yielding
-// (ranks share cores), then sleeping up to 1 ms (a peer that is seconds behind).
+// (ranks share cores), then sleeping up to 1 ms (a peer that is seconds behind). Used while
+// a communicator is created; collectives sleep on the doorbell instead (waitFor).
 class Backoff {
  public:
   void pause() {
@@ -157,8 +158,6 @@ class Backoff {
       std::this_thread::sleep_for(std::chrono::microseconds(us));
     }
   }
-  // Clock reads cost more than a pause: check the deadline every 64 pauses.
-  bool timeToCheck() const { return (n_ & 63) == 0; }
 
  private:
   uint64_t n_ = 0;
