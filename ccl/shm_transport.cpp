@@ -143,7 +143,8 @@ void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t coun
 }
 
 // Backs off in three stages: spinning (a peer that is a few microseconds behind), yielding
-// (ranks share cores), then sleeping up to 1 ms (a peer that is seconds behind).
+// (ranks share cores), then sleeping up to 1 ms (a peer that is seconds behind). Used while
+// a communicator is created; collectives sleep on the doorbell instead (waitFor).
 class Backoff {
  public:
   void pause() {
@@ -157,8 +158,6 @@ class Backoff {
       std::this_thread::sleep_for(std::chrono::microseconds(us));
     }
   }
-  // Clock reads cost more than a pause: check the deadline every 64 pauses.
-  bool timeToCheck() const { return (n_ & 63) == 0; }
 
  private:
   uint64_t n_ = 0;
@@ -529,17 +528,20 @@ Status ShmTransport::reduceChunk(const void* in, void* out, uint64_t count, Hccl
                                  OpContext& ctx) {
   const size_t es = dtypeSize(dtype);
   const uint32_t h = nextHalf();
-  copyBytes(slot(me_, h), in, count * es);
-  if (Status s = arriveAndWait(ctx); !s.ok()) return s;
-  std::vector<const void*> slots(nLocal_);
-  for (uint32_t r = 0; r < nLocal_; ++r) slots[r] = slot(r, h);
+  const char* src = static_cast<const char*>(in);
   if (count * es * nLocal_ <= kDirectReduceBytes) {
+    copyBytes(slot(me_, h), in, count * es);
+    if (Status s = arriveAndWait(ctx); !s.ok()) return s;
     if (root < 0 || static_cast<uint32_t>(root) == me_) {
+      std::vector<const void*> slots(nLocal_);
+      for (uint32_t r = 0; r < nLocal_; ++r) slots[r] = slot(r, h);
       reduceInto(out, slots.data(), static_cast<int>(nLocal_), count, dtype, op, avgDivisor);
     }
     return Status::success();
   }
-  // Reduce-scatter: slice r (a multiple of 64 bytes, except the last) is rank r's.
+  // Reduce-scatter: slice r (a multiple of 64 bytes, except the last) is rank r's. Only the
+  // other ranks read a rank's input outside its own slice, so only that part is staged; the
+  // rank reads its own slice from its input.
   const uint64_t align = std::max<uint64_t>(1, 64 / es);
   const uint64_t per = (count + nLocal_ - 1) / nLocal_;
   const uint64_t slice = (per + align - 1) / align * align;
@@ -547,15 +549,18 @@ Status ShmTransport::reduceChunk(const void* in, void* out, uint64_t count, Hccl
     const uint64_t b = std::min(count, r * slice);
     return std::pair<uint64_t, uint64_t>(b, std::min(count, b + slice));
   };
-  {
-    auto [b, e] = bounds(me_);
-    if (e > b) {
-      std::vector<const void*> parts(nLocal_);
-      for (uint32_t r = 0; r < nLocal_; ++r) parts[r] = static_cast<const char*>(slots[r]) + b * es;
-      // This rank's slice goes to the others through its slot and straight to its output.
-      reduceParallel(slot(me_, h) + b * es, parts, e - b, dtype, op, avgDivisor,
-                     out ? static_cast<char*>(out) + b * es : nullptr);
+  const auto [myB, myE] = bounds(me_);
+  copyBytes(slot(me_, h), src, myB * es);
+  copyBytes(slot(me_, h) + myE * es, src + myE * es, (count - myE) * es);
+  if (Status s = arriveAndWait(ctx); !s.ok()) return s;
+  if (myE > myB) {
+    std::vector<const void*> parts(nLocal_);
+    for (uint32_t r = 0; r < nLocal_; ++r) {
+      parts[r] = r == me_ ? src + myB * es : slot(r, h) + myB * es;
     }
+    // This rank's slice goes to the others through its slot and straight to its output.
+    reduceParallel(slot(me_, h) + myB * es, parts, myE - myB, dtype, op, avgDivisor,
+                   out ? static_cast<char*>(out) + myB * es : nullptr);
   }
   if (Status s = arriveAndWait(ctx); !s.ok()) return s;
   if (root < 0 || static_cast<uint32_t>(root) == me_) {

@@ -20,7 +20,11 @@ void allReduceCases(Rank& me, const std::vector<uint64_t>& counts,
         auto input = makeInput(t, op, seed, me.rank, count);
         DeviceBuffer send(bytes), recv(bytes);
         send.upload(input.data(), bytes);
-        if (!me.ok(HcclAllReduce(send.ptr, recv.ptr, count, t, op, me.comm, me.stream),
+        // Every other case runs in place.
+        const bool inPlace = seed % 2 == 0;
+        if (inPlace) recv.upload(input.data(), bytes);
+        if (!me.ok(HcclAllReduce(inPlace ? recv.ptr : send.ptr, recv.ptr, count, t, op, me.comm,
+                                 me.stream),
                    "HcclAllReduce")) {
           return;
         }
