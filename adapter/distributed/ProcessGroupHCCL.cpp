@@ -517,7 +517,10 @@ void ProcessGroupHCCL::shutdown() {
   // As HCCL asks: the streams that used a communicator are drained before it is destroyed.
   std::lock_guard<std::mutex> lock(commMutex_);
   for (auto& [device, entry] : comms_) {
-    if (!failed_) (void)npuStreamSynchronize(entry.stream.handle());
+    if (!failed_) {
+      (void)npuStreamSynchronize(entry.stream.handle());
+      (void)npuStreamSynchronize(entry.recvStream.handle());
+    }
     (void)HcclCommDestroy(entry.comm);
   }
   comms_.clear();
@@ -623,7 +626,8 @@ ProcessGroupHCCL::DeviceComm& ProcessGroupHCCL::commFor(c10::Device device) {
   HcclComm comm = createComm(device.index());
   // A stream of its own from the high-priority pool: user streams come from the normal pool,
   // so collectives rarely share a queue with compute.
-  DeviceComm entry{comm, getStreamFromPool(-1, device.index())};
+  const NPUStream stream = getStreamFromPool(-1, device.index());
+  DeviceComm entry{comm, stream, getStreamFromPool(-1, device.index())};
   lastDevice_ = device.index();
   return comms_.emplace(device.index(), entry).first->second;
 }
@@ -649,30 +653,32 @@ void ProcessGroupHCCL::eagerConnectSingleDevice(at::Device device) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d::OpType opType,
                                                         const std::vector<at::Tensor>& inputs,
                                                         const std::vector<at::Tensor>& outputs,
-                                                        const Body& body, milliseconds timeout) {
+                                                        const Body& body, milliseconds timeout,
+                                                        bool onRecvStream) {
   DeviceComm& entry = commFor(device);
+  const NPUStream stream = onRecvStream ? entry.recvStream : entry.stream;
   DeviceSwitch on_device(device.index());
   const NPUStream current = getCurrentNPUStream(device.index());
   // Sequence numbers start at 1, as NCCL's and the library's do.
   auto work = c10::make_intrusive<WorkHCCL>(rank_, opType, ++seq_, device, timeout);
   work->comm_ = entry.comm;
-  work->commStream_ = entry.stream.unwrap();
+  work->commStream_ = stream.unwrap();
   work->blockingWait_ = blockingWait_;
   work->numelIn_ = totalNumel(inputs);
   work->numelOut_ = totalNumel(outputs);
 
   // The collective starts after everything already queued on the caller's stream.
-  if (current != entry.stream) {
+  if (current != stream) {
     NPU_CHECK(npuEventCreateWithFlags(&work->ready_, npuEventDisableTiming));
     NPU_CHECK(npuEventRecord(work->ready_, current.handle()));
-    NPU_CHECK(npuStreamWaitEvent(entry.stream.handle(), work->ready_, 0));
+    NPU_CHECK(npuStreamWaitEvent(stream.handle(), work->ready_, 0));
   }
   // The caller may free its tensors as soon as we return: the allocator keeps their blocks
   // until the comm stream has passed this point.
   for (const auto* list : {&inputs, &outputs}) {
     for (const auto& t : *list) {
       if (t.defined() && t.numel() > 0) {
-        recordDataPtrOnStream(t.storage().data_ptr(), entry.stream.unwrap());
+        recordDataPtrOnStream(t.storage().data_ptr(), stream.unwrap());
         if (t.storage().data_ptr().get_deleter() != getNPUDeviceAllocator()->raw_deleter()) {
           work->stashed_.push_back(t);  // not the caching allocator's: keep it ourselves
         }
@@ -680,11 +686,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
     }
   }
   {
-    c10::StreamGuard on_comm_stream(entry.stream.unwrap());
-    body(Launch{entry.comm, entry.stream.handle(), device}, *work);
+    c10::StreamGuard on_comm_stream(stream.unwrap());
+    body(Launch{entry.comm, stream.handle(), device}, *work);
   }
   NPU_CHECK(npuEventCreateWithFlags(&work->end_, npuEventDisableTiming));
-  NPU_CHECK(npuEventRecord(work->end_, entry.stream.handle()));
+  NPU_CHECK(npuEventRecord(work->end_, stream.handle()));
   work->outputs_ = std::make_shared<std::vector<at::Tensor>>(outputs);
 
   if (coalescing_) coalesced_.push_back(work);
@@ -1248,13 +1254,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recv(std::vector<at::Tensor>& t
   TORCH_CHECK_VALUE(srcRank >= 0 && srcRank < size_ && srcRank != rank_, "ProcessGroupHCCL recv: "
                     "source rank ", srcRank, " must be another rank of the group [0, ", size_,
                     ")");
+  if (coalescing_) coalescedRecv_ = true;
   return launch(device, c10d::OpType::RECV, {}, tensors,
                 [&](const Launch& l, WorkHCCL&) {
                   if (tensor.numel() == 0) return;
                   HCCL_CALL(rank_, HcclRecv(ptr(tensor), tensor.nbytes(), HCCL_DATA_TYPE_UINT8,
                                             static_cast<uint32_t>(srcRank), l.comm, l.stream));
                 },
-                options_->timeout);
+                options_->timeout, /*onRecvStream=*/coalescing_);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recvAnysource(std::vector<at::Tensor>&, int) {
@@ -1296,6 +1303,7 @@ void ProcessGroupHCCL::startCoalescing() {
   TORCH_CHECK(!coalescing_, "ProcessGroupHCCL: startCoalescing called twice without "
               "endCoalescing");
   coalescing_ = true;
+  coalescedRecv_ = false;
   coalesced_.clear();
 }
 
@@ -1321,8 +1329,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::endCoalescing() {
   }
   work->outputs_ = outputs;
   DeviceSwitch on_device(last->device_.index());
+  DeviceComm& entry = commFor(last->device_);
+  work->commStream_ = entry.stream.unwrap();
+  if (coalescedRecv_) {
+    // The batch's receives ran on the receive stream: the end follows them too.
+    NPU_CHECK(npuEventCreateWithFlags(&work->ready_, npuEventDisableTiming));
+    NPU_CHECK(npuEventRecord(work->ready_, entry.recvStream.handle()));
+    NPU_CHECK(npuStreamWaitEvent(entry.stream.handle(), work->ready_, 0));
+  }
   NPU_CHECK(npuEventCreateWithFlags(&work->end_, npuEventDisableTiming));
-  NPU_CHECK(npuEventRecord(work->end_, NPUStream(last->commStream_).handle()));
+  NPU_CHECK(npuEventRecord(work->end_, entry.stream.handle()));
   {
     std::lock_guard<std::mutex> lock(workMutex_);
     inFlight_.push_back(work);

@@ -220,6 +220,10 @@ class ProcessGroupHCCL : public c10d::Backend {
   struct DeviceComm {
     HcclComm comm = nullptr;
     NPUStream stream;
+    // Receives of a batch (batch_isend_irecv) run here, beside the sends on `stream`: a send
+    // larger than the pair's ring waits for its receiver, so a ring of batched sends and
+    // receives on one stream would wait for itself.
+    NPUStream recvStream;
   };
   // What a collective's body gets: the communicator and the comm stream, which is current
   // while the body runs (so copies and temporaries belong to it).
@@ -236,7 +240,8 @@ class ProcessGroupHCCL : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launch(c10::Device device, c10d::OpType opType,
                                         const std::vector<at::Tensor>& inputs,
                                         const std::vector<at::Tensor>& outputs, const Body& body,
-                                        std::chrono::milliseconds timeout);
+                                        std::chrono::milliseconds timeout,
+                                        bool onRecvStream = false);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
 
   void watchdogLoop();
@@ -264,6 +269,7 @@ class ProcessGroupHCCL : public c10d::Backend {
   // Coalescing: collectives issued between startCoalescing and endCoalescing.
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<WorkHCCL>> coalesced_;
+  bool coalescedRecv_ = false;  // a coalesced receive ran on the receive stream
 
   // The watchdog and the works it watches (in issue order).
   std::mutex workMutex_;

@@ -266,6 +266,16 @@ if WORLD > 1:
     for w in dist.batch_isend_irecv(ops):
         w.wait()
     check(case, got, data(case, prv, 257, torch.float32))
+    # Larger than the pair's ring (HCCL_BUFFSIZE=1 MB in the test): every rank sends first, so
+    # the receives must run beside the sends (the backend's receive stream).
+    case = "isend/irecv batch beyond the ring"
+    n = 1 << 20
+    got = torch.empty(n, device=DEV)
+    ops = [dist.P2POp(dist.isend, data(case, RANK, n, torch.float32).to(DEV), nxt),
+           dist.P2POp(dist.irecv, got, prv)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    check(case, got * 1, data(case, prv, n, torch.float32))
 
 # ---- a subgroup (its own communicator, made from the group's own store prefix) ---------------
 sub = dist.new_group(ranks=[0, WORLD - 1])
