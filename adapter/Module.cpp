@@ -18,6 +18,7 @@
 #include "CompiledKernels.h"
 #include "NPUStream.h"
 #include "Profiler.h"
+#include "distributed/Init.h"
 #include "ops/OpStats.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
@@ -376,4 +377,5 @@ PYBIND11_MODULE(_C, m) {
       .def("_num_tasks", &NPUGraph::numTasks);
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
   profiler::initProfilerBindings(m);
+  initDistributedBindings(m);
 }

@@ -44,8 +44,8 @@ sys.exit(0 if set(m.packages_distributions().get("apex", [])) - {"simnpu"} else 
     packages="torch_npu"
   fi
   src_hash=$( (echo "$packages"; git ls-files -co --exclude-standard -- pyproject.toml \
-               CMakeLists.txt include runtime allocator kernels adapter torch_npu apex tools \
-               2>/dev/null | sort | xargs cat 2>/dev/null) | sha256sum | cut -c1-16)
+               CMakeLists.txt include runtime ccl acl allocator kernels adapter torch_npu apex \
+               tools 2>/dev/null | sort | xargs cat 2>/dev/null) | sha256sum | cut -c1-16)
   pkg_stamp=$VENV/.simnpu-package
   if [ "$(cat "$pkg_stamp" 2>/dev/null)" != "$src_hash" ]; then
     echo "setup: building and installing simnpu"

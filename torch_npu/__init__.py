@@ -143,6 +143,7 @@ def _init() -> None:
     import torch_npu.profiler
     import torch_npu.utils  # noqa: F401
     import torch_npu.optim  # noqa: F401        # NpuFusedAdamW, ... on the fused kernels
+    import torch_npu.distributed  # noqa: F401  # the "hccl" backend of torch.distributed
     from torch_npu.profiler import _profiling_mode
 
     _profiling_mode.enable_from_environment()  # TORCH_NPU_PROFILING_MODE / PROFILING_MODE=true

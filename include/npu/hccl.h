@@ -34,7 +34,22 @@
  *                         HCCL; here 1..7200 so tests can be short)
  *   HCCL_EXEC_TIMEOUT     seconds a collective may wait for its peers (default 1836, 1..17340;
  *                         0 means no deadline as on HCCL)
- *   HCCL_BUFFSIZE         MB of shared staging buffer per rank (default 200, at least 1)
+ *   HCCL_BUFFSIZE         MB of shared staging buffer per rank (default 200, 1..65536): bounds
+ *                         the chunks collectives stage (at most 2 x 2 MB per rank) and sizes
+ *                         the point-to-point rings (a rank's HCCL_BUFFSIZE shared among its
+ *                         peers). Shared memory commits only the pages that are touched.
+ *
+ * Ordering rules (as NCCL's): every rank calls the collectives of a communicator in the same
+ * order with matching counts; they run one at a time per communicator. Send and recv of a pair
+ * match in order and count. A send within a node completes once its bytes are in the pair's
+ * ring, so two ranks may both send before they receive while each message fits the ring; a
+ * larger send waits for its receiver (receive on another stream, or order the calls). Between
+ * nodes the inter-node ops' own blocking rules apply.
+ *
+ * A rank of the same node whose process exits is noticed within about 50 ms (HCCL_E_TIMEOUT,
+ * "its process has exited"), without waiting for the deadline. A rank that gives up (an error
+ * or HcclCommAbort) ends its node's peers' waits at once (HCCL_E_TIMEOUT naming the ranks that
+ * did not arrive when it timed out, HCCL_E_REMOTE otherwise).
  */
 #ifndef NPU_HCCL_H_
 #define NPU_HCCL_H_

@@ -18,8 +18,8 @@ From then on, in this process:
       torch.cuda.amp.autocast
     torch.amp.GradScaler("cuda"),        a GradScaler on npu
       torch.cuda.amp.GradScaler
-    init_process_group("nccl")           "hccl", once torch.distributed has an hccl backend;
-                                           until then a clear error instead of NCCL's
+    init_process_group("nccl"),          "hccl" (torch_npu.distributed's backend); also in
+      new_group, "cuda:nccl,cpu:gloo"      per-device strings and DDP's device_ids
     torch.cuda.CUDAGraph                 torch.npu.NPUGraph
 
 How: thin wrappers around those entry points rewrite only the arguments that *are* CUDA

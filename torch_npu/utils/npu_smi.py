@@ -9,7 +9,16 @@ import sys
 
 
 def binary_path() -> str:
+    # torch_npu.__path__ also lists the installed package when this file comes from a source
+    # checkout (PYTHONPATH=<repo>), whose torch_npu/ holds no compiled parts.
+    import torch_npu
+
+    folders = list(getattr(torch_npu, "__path__", []))
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder in [here, *folders]:
+        candidate = os.path.join(folder, "bin", "npu-smi")
+        if os.path.exists(candidate):
+            return candidate
     return os.path.join(here, "bin", "npu-smi")
 
 
