@@ -86,11 +86,20 @@ _visible_devices_warned = False
 
 
 def device_count() -> int:
-    """Number of NPUs visible (after ASCEND_RT_VISIBLE_DEVICES); 0 if none. Never initialises."""
+    """Number of NPUs visible (after ASCEND_RT_VISIBLE_DEVICES); 0 if none. Never initialises.
+
+    torch.cuda's and torch_npu's rule: until the device is initialised the answer follows the
+    environment as it is at the call (a program may still set ASCEND_RT_VISIBLE_DEVICES after
+    `import torch_npu`); from initialisation on it is fixed.
+    """
     global _visible_devices_warned
-    count = _C._npu_getDeviceCount()
+    if is_initialized():
+        count, why = _C._npu_getDeviceCount(), None
+    else:
+        count, why = _C._npu_peekDeviceCount()
     if count == 0 and not _visible_devices_warned:
-        why = _C._npu_visibleDevicesWarning()
+        if why is None:
+            why = _C._npu_visibleDevicesWarning()
         if why:
             # Once per process: Python's filter would repeat it for each calling line.
             _visible_devices_warned = True
@@ -104,7 +113,7 @@ def _get_device_index(device: _DeviceLike, optional: bool = False) -> int:
         device = torch.device(device)
     if isinstance(device, torch.device):
         if device.type != "npu":
-            raise ValueError(f"Expected an npu device, but got: {device}")
+            raise ValueError(f"Expected a npu device, but got: {device}")  # torch_npu's words
         if device.index is None:
             return current_device()
         return device.index
