@@ -152,6 +152,11 @@ def test_legacy_tensor_classes(name, dtype):
         cls(-1)
     with pytest.raises(TypeError, match="convert it with"):
         cls(torch.zeros(2, dtype=torch.float64))
+    # Tensor.type() names the class, and takes it (or its name) to convert, as with CUDA's
+    assert t.type() == f"torch.npu.{name}" and repr(cls) == f"<class 'torch.npu.{name}'>"
+    for target in (cls, f"torch.npu.{name}"):
+        moved = torch.arange(3).type(target)
+        assert moved.device.type == "npu" and moved.dtype == dtype
 
 
 def test_legacy_storage_classes():
@@ -205,3 +210,25 @@ def test_device_count_before_init_warns_on_a_bad_visible_list(python):
 def test_wrong_device_type_message_is_torch_npus():
     with pytest.raises(ValueError, match=r"^Expected a npu device, but got: cpu$"):
         torch.npu.synchronize("cpu")
+
+
+# ---- torch_npu.npu.utils ---------------------------------------------------------------------
+
+def test_npu_utils_answers_and_refusals():
+    from torch_npu.npu import utils
+
+    assert utils.synchronize is torch.npu.synchronize and utils.stream is torch.npu.stream
+    count = torch.npu.device_count()
+    assert torch.npu.can_device_access_peer(0, count - 1) is True
+    with pytest.raises(AssertionError, match="Invalid peer device id"):
+        torch.npu.can_device_access_peer(0, count)
+    assert torch.npu.get_allocator_backend() == "native"
+    assert torch.npu.get_sync_debug_mode() == 0
+    torch.npu.set_sync_debug_mode("default")
+    with pytest.raises(NotImplementedError, match="only 0 \\('default'\\)"):
+        torch.npu.set_sync_debug_mode("warn")
+    with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
+        torch.npu.set_sync_debug_mode(7)
+    torch.npu.ipc_collect()
+    with pytest.raises(NotImplementedError, match="overflow status register"):
+        torch.npu.get_npu_overflow_flag()

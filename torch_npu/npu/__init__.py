@@ -50,6 +50,7 @@ from .memory import (  # noqa: F401
     memory_summary,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
+    reset_max_memory_cached,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
 )
@@ -141,4 +142,7 @@ __all__ = [
     "can_device_access_peer", "clear_npu_overflow_flag", "current_blas_handle", "finalize_dump",
     "get_allocator_backend", "get_npu_overflow_flag", "get_sync_debug_mode", "init_dump",
     "ipc_collect", "set_dump", "set_sync_debug_mode",
+    "caching_allocator_alloc", "caching_allocator_delete", "get_per_process_memory_fraction",
+    "max_memory_cached", "memory_cached", "memory_stats_as_nested_dict",
+    "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
 ] + _legacy_types_all

@@ -39,7 +39,7 @@ class _NPUTensorType(type):
 
         index = current_device() if device is None else _get_device_index(device)
         where = torch.device("npu", index)
-        name = f"torch.npu.{cls.__name__}"
+        name = cls.__name__  # "torch.npu.FloatTensor"
         if not args:
             return torch.empty(0, dtype=cls.dtype, device=where)
         if len(args) == 1 and isinstance(args[0], torch.Tensor):
@@ -62,11 +62,14 @@ class _NPUTensorType(type):
 
 
 def _tensor_class(stem: str, dtype: torch.dtype):
-    return _NPUTensorType(f"{stem}Tensor", (), {
+    # The full dotted name is the type's name (tp_name), as for torch.cuda's C-made classes:
+    # Tensor.type(torch.npu.HalfTensor) parses it to find the device and dtype.
+    cls = _NPUTensorType(f"torch.npu.{stem}Tensor", (), {
         "dtype": dtype, "is_npu": True, "is_cuda": False, "is_sparse": False,
-        "__module__": "torch.npu",
+        "__module__": "torch.npu", "__qualname__": f"{stem}Tensor",
         "__doc__": f"{dtype} tensors on npu: torch.cuda.{stem}Tensor's twin.",
     })
+    return cls
 
 
 def _storage_class(stem: str, dtype: torch.dtype):
@@ -85,8 +88,8 @@ def _storage_class(stem: str, dtype: torch.dtype):
 
 for _stem, _dtype in _DTYPES.items():
     _cls = _tensor_class(_stem, _dtype)
-    globals()[_cls.__name__] = _cls
-    __all__.append(_cls.__name__)
+    globals()[_cls.__qualname__] = _cls
+    __all__.append(_cls.__qualname__)
     _storage = _storage_class(_stem, _dtype)
     globals()[_storage.__name__] = _storage
     torch._storage_classes.add(_storage)  # torch.is_storage and serialization know them

@@ -76,6 +76,10 @@ def reset_max_memory_allocated(device=None) -> None:
     reset_peak_memory_stats(device)
 
 
+def reset_max_memory_cached(device=None) -> None:  # deprecated torch.cuda name
+    reset_peak_memory_stats(device)
+
+
 def reset_accumulated_memory_stats(device=None) -> None:
     """Resets the "allocated" and "freed" running sums and the retry/OOM counters."""
     _C._npu_resetAccumulatedMemoryStats(_index(device))
