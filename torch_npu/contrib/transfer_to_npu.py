@@ -27,11 +27,15 @@ devices: the string "cuda" or "cuda:N", or a torch.device of type cuda. Anything
 through untouched, so a path such as "cuda_ckpt.pt" or a tensor named "cuda" stays as it is.
 The patches are applied once per process, and a one-line notice says so on stderr (on rank 0).
 
+Every other name of torch.cuda.__all__ has a row in CUDA_SURFACE below (torch.npu's twin, a
+constant true of npu, a NotImplementedError saying why, or torch.cuda's own object with the
+reason); the legacy typed classes (torch.cuda.FloatTensor) are torch.npu's; torch.cuda.nvtx
+ranges become profiler ranges; torch.Event / torch.Stream accept cuda devices.
+
 Not covered: a torch.device("cuda") object itself stays a CUDA device (comparing
-`t.device == torch.device("cuda")` is False for npu tensors: use `t.is_cuda`); the legacy
-tensor types (torch.cuda.FloatTensor); CUDA-only modules (torch.cuda.nvtx, torch.backends.cudnn
-options are accepted and have no effect); torch.cuda.get_device_capability() returns None, as
-torch_npu's does.
+`t.device == torch.device("cuda")` is False for npu tensors: use `t.is_cuda`);
+torch.backends.cudnn options are accepted and have no effect; torch.cuda.get_device_capability()
+returns None, as torch_npu's does.
 
 Mixed precision: torch.autocast("cuda") and torch.cuda.amp.autocast run as torch.autocast("npu")
 with CUDA's casting policies; torch.amp.GradScaler("cuda") is a GradScaler on npu.
