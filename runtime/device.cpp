@@ -10,6 +10,7 @@
 #include <string>
 
 #include "npu/env.h"
+#include "npu/log.h"
 #include "npu/registry.h"
 #include "runtime_internal.h"
 
@@ -113,6 +114,8 @@ void initDevices() {
     g_devices->push_back(dev);
   }
   pthread_atfork(nullptr, nullptr, markForkedChild);
+  NPU_LOG(NPU_LOG_INFO, "RUNTIME", "%zu of %d simulated device(s) visible, %zu MiB of HBM each",
+          cfg.visible.size(), cfg.physical_count, cfg.hbm_bytes >> 20);
 }
 
 std::vector<Device*>& devices() {
@@ -198,6 +201,7 @@ npuError_t npuGetDeviceCount(int* count) {
 npuError_t npuSetDevice(int index) {
   if (npuError_t e = checkUsable()) return e;
   if (!device(index)) return invalidDevice(index);
+  if (t_current_device != index) NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "current device %d", index);
   t_current_device = index;
   return npuSuccess;
 }

@@ -232,3 +232,64 @@ def test_npu_utils_answers_and_refusals():
     torch.npu.ipc_collect()
     with pytest.raises(NotImplementedError, match="overflow status register"):
         torch.npu.get_npu_overflow_flag()
+
+
+# ---- CANN's logging: ASCEND_GLOBAL_LOG_LEVEL, ASCEND_SLOG_PRINT_TO_STDOUT, ... ----------------
+
+_LOG_LINE = (r"^\[(DEBUG|INFO|WARNING|ERROR)\] ([A-Z]+)\((\d+),[^)]+\):\d{4}-\d{2}-\d{2}-"
+             r"\d{2}:\d{2}:\d{2}\.\d{3}\.\d{3} \[[\w.]+:\d+\]\d+ \w+: ")
+
+
+def _log_lines(text: str):
+    import re
+
+    return [(m.group(1), m.group(2), line) for line in text.splitlines()
+            if (m := re.match(_LOG_LINE, line))]
+
+
+def test_cann_log_to_stdout_covers_runtime_allocator_and_launches(python):
+    r = python("""
+        import torch, torch_npu
+        x = torch.ones(1000, device="npu")
+        y = (x * 2).sum()
+        print("result", y.item())
+    """, env={"ASCEND_GLOBAL_LOG_LEVEL": "0", "ASCEND_SLOG_PRINT_TO_STDOUT": "1"})
+    assert r.returncode == 0, r.stderr
+    lines = _log_lines(r.stdout)
+    modules = {(level, module) for level, module, _ in lines}
+    assert ("INFO", "RUNTIME") in modules and ("INFO", "ALLOCATOR") in modules
+    launches = [line for level, _, line in lines if level == "DEBUG" and "launch " in line]
+    assert launches, r.stdout[-2000:]
+    assert "result 2000.0" in r.stdout
+
+
+def test_cann_log_default_is_errors_only_into_the_process_log_path(python, tmp_path):
+    r = python("""
+        import torch, torch_npu
+        x = torch.ones(4, device="npu")
+        try:
+            torch.empty(1 << 40, dtype=torch.uint8, device="npu")  # 1 TiB: out of memory
+        except torch.OutOfMemoryError:
+            pass
+        import os; print(os.getpid())
+    """, env={"ASCEND_PROCESS_LOG_PATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    pid = r.stdout.split()[-1]
+    files = list((tmp_path / "debug" / "plog").glob(f"plog-{pid}_*.log"))
+    assert len(files) == 1, list(tmp_path.rglob("*"))
+    lines = _log_lines(files[0].read_text())
+    assert lines and all(level == "ERROR" for level, _, _ in lines), files[0].read_text()
+    assert any(module == "ALLOCATOR" and "NPU out of memory" in line for _, module, line in lines)
+    assert not _log_lines(r.stdout)
+
+
+def test_cann_log_level_4_writes_nothing(python, tmp_path):
+    r = python("""
+        import torch, torch_npu
+        try:
+            torch.empty(1 << 40, dtype=torch.uint8, device="npu")
+        except torch.OutOfMemoryError:
+            pass
+    """, env={"ASCEND_PROCESS_LOG_PATH": str(tmp_path), "ASCEND_GLOBAL_LOG_LEVEL": "4"})
+    assert r.returncode == 0, r.stderr
+    assert not list(tmp_path.rglob("*.log"))
