@@ -44,6 +44,8 @@ if [ -f pyproject.toml ]; then
     echo "setup: building and installing simnpu"
     CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2} "$PY" -m pip install -q --disable-pip-version-check \
       --no-build-isolation --no-deps .
+    # CANN's toolkit layout (ascend-toolkit/latest, set_env.sh) for this install, under the venv.
+    "$PY" -m torch_npu.utils.toolkit --prefix "$VENV/Ascend" >/dev/null
     echo "$src_hash" > "$pkg_stamp"
   fi
 fi
