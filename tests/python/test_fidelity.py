@@ -293,3 +293,15 @@ def test_cann_log_level_4_writes_nothing(python, tmp_path):
     """, env={"ASCEND_PROCESS_LOG_PATH": str(tmp_path), "ASCEND_GLOBAL_LOG_LEVEL": "4"})
     assert r.returncode == 0, r.stderr
     assert not list(tmp_path.rglob("*.log"))
+
+
+def test_device_capability_follows_torch_npu_device_capability(monkeypatch):
+    monkeypatch.delenv("TORCH_NPU_DEVICE_CAPABILITY", raising=False)
+    with pytest.warns(UserWarning, match="TORCH_NPU_DEVICE_CAPABILITY"):
+        assert torch.npu.get_device_capability() is None
+    monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "8.0")
+    with pytest.warns(UserWarning, match="only for compatibility"):
+        assert torch.npu.get_device_capability(0) == (8, 0)
+    monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "eight")
+    with pytest.warns(UserWarning, match="can't parse TORCH_NPU_DEVICE_CAPABILITY"):
+        assert torch.npu.get_device_capability() is None

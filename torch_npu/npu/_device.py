@@ -215,10 +215,31 @@ def get_device_name(device: _DeviceLike = None) -> str:
     return get_device_properties(device).name
 
 
-def get_device_capability(device: _DeviceLike = None) -> None:
-    """CANN has no CUDA-style compute capability; torch_npu returns None, and so do we."""
+_CAPABILITY_NOTE = ("The return value of get_device_capability is only for compatibility with "
+                    "PyTorch and does not represent the actual capability of the NPU device.")
+
+
+def get_device_capability(device: _DeviceLike = None):
+    """CANN has no CUDA-style compute capability. As torch_npu: None, unless
+    TORCH_NPU_DEVICE_CAPABILITY="major.minor" names the pair to answer (for libraries that
+    branch on it); each answer comes with torch_npu's warning that it is not a real one."""
+    import os
+    import re
+
     _check_index(_get_device_index(device))
-    return None
+    value = os.environ.get("TORCH_NPU_DEVICE_CAPABILITY")
+    if not value:
+        warnings.warn("You can set the device capability via the environment variable "
+                      f"TORCH_NPU_DEVICE_CAPABILITY. {_CAPABILITY_NOTE}", stacklevel=2)
+        return None
+    match = re.fullmatch(r"(\d+)\.(\d+)", value)
+    if not match:
+        warnings.warn("torch.npu.get_device_capability can't parse TORCH_NPU_DEVICE_CAPABILITY "
+                      f"environment variable: {value}. Expected format is 'major.minor' where "
+                      "major and minor are non-negative integers (e.g., '8.0').", stacklevel=2)
+        return None
+    warnings.warn(_CAPABILITY_NOTE, stacklevel=2)
+    return int(match.group(1)), int(match.group(2))
 
 
 def utilization(device: _DeviceLike = None) -> int:
