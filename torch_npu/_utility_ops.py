@@ -105,7 +105,8 @@ def npu_one_hot(input: torch.Tensor, num_classes: int = -1, depth: int = 1,  # n
     if depth < 1:
         raise ValueError(f"torch_npu.npu_one_hot: depth must be at least 1, got {depth}")
     if input.is_floating_point() or input.is_complex():
-        raise TypeError(f"torch_npu.npu_one_hot: input must hold integer classes, got {input.dtype}")
+        raise TypeError(f"torch_npu.npu_one_hot: input must hold integer classes, got "
+                        f"{input.dtype}")
     axis = num_classes if num_classes >= 0 else input.dim() + 1 + num_classes
     if not 0 <= axis <= input.dim():
         raise ValueError(f"torch_npu.npu_one_hot: axis num_classes={num_classes} is out of range "
@@ -158,7 +159,8 @@ def npu_layer_norm_eval(input: torch.Tensor, normalized_shape, weight=None,  # n
                         weight, bias, eps)
 
 
-def npu_reshape(self: torch.Tensor, shape: Sequence[int], can_refresh: bool = False) -> torch.Tensor:
+def npu_reshape(self: torch.Tensor, shape: Sequence[int],
+                can_refresh: bool = False) -> torch.Tensor:
     """self with a new shape; can_refresh=True reshapes self in place (its metadata)."""
     _tensor(self, "npu_reshape")
     if can_refresh:

@@ -46,11 +46,12 @@ def _resolve(dotted: str):
         if hasattr(obj, part):
             obj = getattr(obj, part)
             continue
-        spec = importlib.util.find_spec(".".join(parts[:i + 1])) if hasattr(obj, "__path__") else None
+        name = ".".join(parts[:i + 1])
+        spec = importlib.util.find_spec(name) if hasattr(obj, "__path__") else None
         if spec is None:
             return None
         if i + 1 < len(parts):
-            obj = importlib.import_module(".".join(parts[:i + 1]))
+            obj = importlib.import_module(name)
         else:
             return spec
     return obj
@@ -59,13 +60,15 @@ def _resolve(dotted: str):
 def _check(dotted: str, status: str) -> None:
     found = _resolve(dotted) is not None
     if status == "missing":
-        assert not found, f"{dotted} exists now: mark its row in docs/api.md ours / composite / refuses"
+        assert not found, (f"{dotted} exists now: mark its row in docs/api.md ours / composite "
+                           "/ refuses")
     else:
         assert found, f"{dotted} is marked {status} in docs/api.md but does not exist"
 
 
 def test_the_page_has_every_section():
-    assert {"torch.npu", "torch_npu operators", "Other modules", "Environment variables"} <= set(ROWS)
+    sections = {"torch.npu", "torch_npu operators", "Other modules", "Environment variables"}
+    assert sections <= set(ROWS)
     assert len(ROWS["torch.npu"]) > 140 and len(ROWS["torch_npu operators"]) > 80
 
 
@@ -82,7 +85,8 @@ def test_operator_row(name, status):
         assert name in torch_npu._utility_ops.__all__
 
 
-@pytest.mark.parametrize("name,status", ROWS["Other modules"], ids=[n for n, _ in ROWS["Other modules"]])
+@pytest.mark.parametrize("name,status", ROWS["Other modules"],
+                         ids=[n for n, _ in ROWS["Other modules"]])
 def test_other_module_row(name, status):
     _check(name, status)
 

@@ -135,9 +135,10 @@ def test_flash_sdp_toggle_chooses_the_kernel_and_restores():
 
 # ---- legacy typed classes (torch_npu/npu/_legacy_types.py) -----------------------------------
 
-@pytest.mark.parametrize("name,dtype", [("FloatTensor", torch.float32), ("HalfTensor", torch.float16),
-                                        ("BFloat16Tensor", torch.bfloat16), ("LongTensor", torch.int64),
-                                        ("BoolTensor", torch.bool), ("ByteTensor", torch.uint8)])
+@pytest.mark.parametrize("name,dtype", [
+    ("FloatTensor", torch.float32), ("HalfTensor", torch.float16),
+    ("BFloat16Tensor", torch.bfloat16), ("LongTensor", torch.int64), ("BoolTensor", torch.bool),
+    ("ByteTensor", torch.uint8)])
 def test_legacy_tensor_classes(name, dtype):
     cls = getattr(torch.npu, name)
     t = cls(2, 3)

@@ -78,7 +78,8 @@ with torch.cuda.device(torch.device("cuda", 2)):
 with torch.cuda.device_of(b):
     c = torch.cuda.current_device()
 mod = torch.get_device_module("cuda")
-print(a.device, inner, b.device, c, torch.cuda.current_device(), mod.device_count() == torch.npu.device_count(),
+same_count = mod.device_count() == torch.npu.device_count()
+print(a.device, inner, b.device, c, torch.cuda.current_device(), same_count,
       mod.current_device is torch.cuda.current_device)
 """, env={"NPU_SIM_DEVICE_COUNT": "4"})
     assert r.returncode == 0, r.stderr

@@ -78,8 +78,8 @@ def sdp_kernel(enable_flash: bool = True, enable_math: bool = True,
 def preferred_linalg_library(backend=None):
     """npu has one linear-algebra library (the CPU's, run by the host kernels): the answer is
     always the default backend, as on torch_npu; asking for another one is refused."""
-    if backend is not None and str(backend).lower() not in ("default",
-                                                           str(torch._C._LinalgBackend.Default).lower()):
+    default_names = ("default", str(torch._C._LinalgBackend.Default).lower())
+    if backend is not None and str(backend).lower() not in default_names:
         raise NotImplementedError(
             f"torch.npu.preferred_linalg_library({backend!r}): npu has no choice of linear-algebra "
             "library; call it with no argument or 'default'")

@@ -61,7 +61,9 @@ def get_sync_debug_mode() -> int:
 def set_sync_debug_mode(debug_mode) -> None:
     """torch.cuda.set_sync_debug_mode's twin: 0 / "default" is accepted; 1 / "warn" and 2 / "error"
     (report or refuse each operation that synchronizes with the device) are not implemented."""
-    mode = _SYNC_DEBUG_MODES.get(debug_mode, debug_mode) if isinstance(debug_mode, str) else debug_mode
+    mode = debug_mode
+    if isinstance(debug_mode, str):
+        mode = _SYNC_DEBUG_MODES.get(debug_mode, debug_mode)
     if mode not in (0, 1, 2) or isinstance(mode, bool):
         raise RuntimeError(f"invalid value of debug_mode {debug_mode!r}, expected one of "
                            "0 / 'default', 1 / 'warn', 2 / 'error'")
