@@ -16,6 +16,8 @@
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
+#include "NPUGraph.h"
+#include "CompiledKernels.h"
 #include "NPUStream.h"
 #include "Profiler.h"
 #include "ops/HostKernel.h"
@@ -364,6 +366,22 @@ PYBIND11_MODULE(_C, m) {
     const auto t = OpStats::instance().totals();
     return py::make_tuple(t[0], t[1], t[2]);
   });
+  m.def("_npu_launchCompiledKernel", &launchCompiledKernel);
+  m.def("_npu_graphPoolHandle", &graphPoolHandle);
+  m.def("_npu_isCurrentStreamCapturing", [] {
+    npuStreamCaptureStatus status = npuStreamCaptureStatusNone;
+    NPU_CHECK(npuStreamIsCapturing(getCurrentNPUStream().handle(), &status));
+    return status != npuStreamCaptureStatusNone;
+  });
+  py::class_<NPUGraph>(m, "_NPUGraph")
+      .def(py::init<>())
+      .def("capture_begin", &NPUGraph::captureBegin, py::arg("pool") = MempoolId{0, 0},
+           py::arg("capture_error_mode") = "global")
+      .def("capture_end", &NPUGraph::captureEnd)
+      .def("replay", &NPUGraph::replay, py::call_guard<py::gil_scoped_release>())
+      .def("reset", &NPUGraph::reset)
+      .def("pool", &NPUGraph::pool)
+      .def("_num_tasks", &NPUGraph::numTasks);
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
   profiler::initProfilerBindings(m);
 }

@@ -60,6 +60,18 @@ at::Generator createNPUGenerator(c10::DeviceIndex device) {
 }
 
 uint64_t nextLaunchSeed(const std::optional<at::Generator>& generator, c10::DeviceIndex device) {
+  // A seed drawn now would be baked into a captured graph, so every replay would repeat the
+  // same numbers. CUDA graphs register a Philox offset that each replay advances; until the
+  // npu generator has that, capturing a random op is refused rather than silently wrong.
+  npuStreamCaptureStatus capturing = npuStreamCaptureStatusNone;
+  if (npuStreamIsCapturing(getCurrentNPUStream(device).handle(), &capturing) == npuSuccess &&
+      capturing != npuStreamCaptureStatusNone) {
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false,
+        "random ops (dropout, rand, randn, ...) cannot be captured in an NPU graph yet: each "
+        "replay would repeat the numbers drawn at capture time. Draw the random tensors outside "
+        "the captured region and pass them in as static inputs.");
+  }
   auto* impl = at::get_generator_or_default<NPUGeneratorImpl>(generator,
                                                                getDefaultNPUGenerator(device));
   std::lock_guard<std::mutex> lock(impl->mutex_);

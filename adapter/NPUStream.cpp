@@ -51,8 +51,10 @@ c10::DeviceIndex resolveDevice(c10::DeviceIndex device) {
   return checkedDeviceIndex(device);
 }
 
+// The runtime owns the body (npuLaunchTaskWithRelease): it may run it again when the launch
+// was captured into a graph, and releases it once no run is left.
 void runTask(void* arg) {
-  std::unique_ptr<detail::TaskBody> body(static_cast<detail::TaskBody*>(arg));
+  auto* body = static_cast<detail::TaskBody*>(arg);
   // Tasks run ATen CPU kernels on tensors that wrap device memory; autograd is the business of
   // the host thread that launched them.
   c10::impl::ExcludeDispatchKeyGuard no_autograd(
@@ -65,6 +67,8 @@ void runTask(void* arg) {
     npuTaskFail(e.what());
   }
 }
+
+void releaseTask(void* arg) { delete static_cast<detail::TaskBody*>(arg); }
 
 }  // namespace
 
@@ -188,9 +192,10 @@ void TaskBody::operator delete(void* p, std::size_t size) {
 }
 
 void launchBody(const NPUStream& stream, const char* name, TaskBody* body) {
-  const npuError_t error = npuLaunchTask(stream.handle(), name, &runTask, body);
+  const npuError_t error =
+      npuLaunchTaskWithRelease(stream.handle(), name, &runTask, &releaseTask, body);
   if (error != npuSuccess) {
-    // With ASCEND_LAUNCH_BLOCKING=1 the task has already run (and freed itself) when it is the
+    // With ASCEND_LAUNCH_BLOCKING=1 the task has already run (and was released) when it is the
     // task that failed; otherwise it was never queued.
     if (error != npuErrorLaunchFailure) delete body;
     NPU_CHECK(error);

@@ -47,6 +47,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -144,6 +145,7 @@ void forEachStat(DeviceStats& s, void (*fn)(Stat&)) {
 struct Segment;
 struct BlockPool;
 struct DeviceState;
+struct PrivatePool;
 
 struct Block;
 
@@ -182,9 +184,11 @@ inline bool BlockOrder::operator()(const Block* a, const Block* b) const {
 }
 
 struct BlockPool {
-  BlockPool(DeviceState* o, bool small) : owner(o), is_small(small) {}
+  BlockPool(DeviceState* o, bool small, PrivatePool* priv = nullptr)
+      : owner(o), is_small(small), private_pool(priv) {}
   DeviceState* const owner;
   const bool is_small;
+  PrivatePool* const private_pool;  // set for a graph's pool
   FreeSet blocks;
   uint64_t searches = 0;  // free-set searches: the clock by which cached blocks age for GC
   StatType statType() const { return is_small ? kSmallPool : kLargePool; }
@@ -203,6 +207,22 @@ struct Segment {
   std::vector<bool> page_mapped;
   size_t mapped = 0;
 };
+
+// A graph's memory pool (CUDA graphs' mempool): what a capture allocates comes from here, and
+// what it frees stays here, because a replay writes those addresses again. While a graph holds
+// the pool (use_count > 0) its memory is never reused by other allocations nor returned to the
+// runtime; afterwards its free segments go back with the next empty_cache.
+struct PrivatePool {
+  PrivatePool(DeviceState* owner) : small(owner, true, this), large(owner, false, this) {}
+  BlockPool small;
+  BlockPool large;
+  int use_count = 0;  // captures that allocated into it and whose graphs still live
+};
+
+// A pool's free blocks belong to a live graph: they must stay where they are.
+inline bool heldByGraph(const BlockPool& pool) {
+  return pool.private_pool != nullptr && pool.private_pool->use_count > 0;
+}
 
 struct PendingUse {
   npuEvent_t event;
@@ -230,7 +250,11 @@ struct DeviceState {
   double fraction = 1.0;
   bool fraction_set = false;
   std::map<uintptr_t, Segment*> segments;  // by base address
-  std::map<std::pair<npuStream_t, bool>, Segment*> expandable;  // (stream, is_small)
+  std::map<std::pair<npuStream_t, const BlockPool*>, Segment*> expandable;  // (stream, pool)
+  // Graph pools by id, and the streams whose allocations go to one now (captures in progress).
+  std::map<uint64_t, std::unique_ptr<PrivatePool>> private_pools;
+  std::vector<std::pair<npuStream_t, PrivatePool*>> routes;
+  std::vector<Block*> deferred_frees;  // freed during a capture with stream uses (see free)
   std::map<npuStream_t, std::deque<PendingUse>> pending;  // per stream, in record order
   size_t pending_count = 0;
   std::vector<npuEvent_t> spare_events;  // reused; destroyed only with the allocator
@@ -247,8 +271,12 @@ struct DeviceState {
   bool find(const void* ptr, void** base, size_t* size) const;
   void emptyCache();
   void snapshot(std::vector<SegmentInfo>& out) const;
+  void beginAllocateToPool(uint64_t id, npuStream_t stream);
+  void endAllocateToPool(uint64_t id);
+  void releasePool(uint64_t id);
 
  private:
+  BlockPool& poolFor(npuStream_t stream, size_t size);
   size_t allowedBytes() const {
     return fraction_set ? static_cast<size_t>(fraction * static_cast<double>(total_memory))
                         : std::numeric_limits<size_t>::max();
@@ -362,7 +390,7 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
   if (request > kMaxRequest) throwOutOfMemory(lock, request);
   if (pending_count != 0) processEvents();
   const size_t size = roundSize(request, config);
-  BlockPool& pool = size <= kSmallSize ? small : large;
+  BlockPool& pool = poolFor(stream, size);
   Block* block = config.caching_disabled ? nullptr : takeFreeBlock(pool, stream, size);
   if (block != nullptr && block->segment->expandable &&
       !mapPages(block->segment, block->ptr, size)) {
@@ -400,6 +428,71 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
 }
 
 void DeviceState::registerPointer(Block* b) { allocated.insert(b->ptr, b); }
+
+// The default pools, or the pool of the capture that `stream` records into.
+BlockPool& DeviceState::poolFor(npuStream_t stream, size_t size) {
+  const bool is_small = size <= kSmallSize;
+  if (!routes.empty()) {
+    for (const auto& [routed, priv] : routes) {
+      if (routed == stream) return is_small ? priv->small : priv->large;
+    }
+    // A stream that joined a capture (it waited for an event recorded in it) allocates for the
+    // graph too; with one capture on the device there is only one pool it can mean.
+    npuStreamCaptureStatus status = npuStreamCaptureStatusNone;
+    if (npuStreamIsCapturing(stream, &status) == npuSuccess &&
+        status != npuStreamCaptureStatusNone) {
+      PrivatePool* priv = routes.front().second;
+      for (const auto& route : routes) {
+        if (route.second != priv) {
+          throw AllocatorError(
+              "allocation on stream " + hexPointer(stream) + " of NPU " +
+              std::to_string(device) + ", which joined a graph capture, while several captures "
+              "allocate into different pools; allocate on the capturing stream itself");
+        }
+      }
+      return is_small ? priv->small : priv->large;
+    }
+  }
+  return is_small ? small : large;
+}
+
+void DeviceState::beginAllocateToPool(uint64_t id, npuStream_t stream) {
+  std::lock_guard<DeviceLock> lock(mutex);
+  for (const auto& route : routes) {
+    if (route.first == stream) {
+      throw AllocatorError("stream " + hexPointer(stream) + " of NPU " + std::to_string(device) +
+                           " already allocates into a graph pool (one capture per stream)");
+    }
+  }
+  std::unique_ptr<PrivatePool>& priv = private_pools[id];
+  if (!priv) priv = std::make_unique<PrivatePool>(this);
+  ++priv->use_count;
+  routes.emplace_back(stream, priv.get());
+}
+
+void DeviceState::endAllocateToPool(uint64_t id) {
+  std::lock_guard<DeviceLock> lock(mutex);
+  auto found = private_pools.find(id);
+  if (found == private_pools.end()) return;
+  routes.erase(std::remove_if(routes.begin(), routes.end(),
+                              [&](const auto& r) { return r.second == found->second.get(); }),
+               routes.end());
+  if (!routes.empty()) return;
+  // No capture left: the stream uses of blocks freed meanwhile can be recorded now.
+  std::vector<Block*> blocks;
+  blocks.swap(deferred_frees);
+  for (Block* b : blocks) insertEvents(b);
+}
+
+void DeviceState::releasePool(uint64_t id) {
+  std::lock_guard<DeviceLock> lock(mutex);
+  auto found = private_pools.find(id);
+  if (found == private_pools.end()) {
+    throw AllocatorError("release of graph pool " + std::to_string(id) + " on NPU " +
+                         std::to_string(device) + ", which does not exist");
+  }
+  if (found->second->use_count > 0) --found->second->use_count;
+}
 
 Block* DeviceState::takeFreeBlock(BlockPool& pool, npuStream_t stream, size_t size) {
   ++pool.searches;
@@ -455,7 +548,7 @@ Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t 
 // bytes, extending the extent by pages, and maps its first `size` bytes; returns it (in the free
 // set), or nullptr when memory is short.
 Block* DeviceState::growExpandable(BlockPool& pool, npuStream_t stream, size_t size) {
-  const auto key = std::make_pair(stream, pool.is_small);
+  const auto key = std::make_pair(stream, static_cast<const BlockPool*>(&pool));
   auto found = expandable.find(key);
   Segment* seg = found == expandable.end() ? nullptr : found->second;
   if (seg == nullptr) {
@@ -630,6 +723,10 @@ void DeviceState::free(Block* b) {
   if (b->size >= maxSplit()) decrease(stats.oversize_allocations, 1);
   if (b->stream_uses.empty()) {
     freeBlock(b);
+  } else if (!routes.empty()) {
+    // Recording an event on a capturing stream would put it in the graph, not mark the stream
+    // now: wait with the stream uses until the captures end (PyTorch defers them too).
+    deferred_frees.push_back(b);
   } else {
     insertEvents(b);
   }
@@ -858,27 +955,42 @@ void DeviceState::releaseIfUnmapped(Segment* seg) {
   }
   npuMemAddressFree(seg->base);
   segments.erase(reinterpret_cast<uintptr_t>(seg->base));
-  expandable.erase(std::make_pair(seg->stream, seg->pool->is_small));
+  expandable.erase(std::make_pair(seg->stream, static_cast<const BlockPool*>(seg->pool)));
   delete seg;
 }
 
 void DeviceState::releaseCachedBlocks() {
+  std::vector<BlockPool*> pools{&large, &small};
+  for (auto& [id, priv] : private_pools) {
+    if (priv->use_count == 0) pools.insert(pools.end(), {&priv->large, &priv->small});
+  }
   std::vector<Block*> victims;
-  for (BlockPool* pool : {&large, &small}) {
+  for (BlockPool* pool : pools) {
     for (Block* b : pool->blocks) {
       if (!b->isSplit() && !b->segment->expandable) victims.push_back(b);
     }
   }
   for (Block* b : victims) releaseSegment(b);
   std::vector<Segment*> growable;
-  for (const auto& [key, seg] : expandable) growable.push_back(seg);
+  for (const auto& [key, seg] : expandable) {
+    if (!heldByGraph(*seg->pool)) growable.push_back(seg);
+  }
   for (Segment* seg : growable) unmapFreePages(seg);
+  // A pool no graph holds and that owns no memory any more is forgotten.
+  for (auto it = private_pools.begin(); it != private_pools.end();) {
+    const bool empty = it->second->use_count == 0 && std::none_of(
+        segments.begin(), segments.end(), [&](const auto& entry) {
+          return entry.second->pool->private_pool == it->second.get();
+        });
+    it = empty ? private_pools.erase(it) : std::next(it);
+  }
 }
 
 // With max_split_size set, cached oversize blocks are what usually stands in the way: free one
 // big enough for the request, else the largest ones of this stream until enough is released.
 bool DeviceState::releaseOversizeBlocks(BlockPool& pool, npuStream_t stream, size_t size) {
   if (maxSplit() == std::numeric_limits<size_t>::max() || pool.blocks.empty()) return false;
+  if (heldByGraph(pool)) return false;
   const auto releasable = [](const Block* b) { return !b->isSplit() && !b->segment->expandable; };
   search_key.stream = stream;
   search_key.size = std::max(size, maxSplit());
@@ -1176,6 +1288,19 @@ void CachingAllocator::recordStream(void* ptr, npuStream_t stream) {
         "recordStream of a pointer this allocator did not allocate (or already freed): " +
         detail::hexPointer(ptr));
   }
+}
+
+void CachingAllocator::beginAllocateToPool(int device, uint64_t pool_id, npuStream_t stream) {
+  DeviceState& state = impl_->state(device);
+  state.beginAllocateToPool(pool_id, stream == nullptr ? state.default_stream : stream);
+}
+
+void CachingAllocator::endAllocateToPool(int device, uint64_t pool_id) {
+  impl_->state(device).endAllocateToPool(pool_id);
+}
+
+void CachingAllocator::releasePool(int device, uint64_t pool_id) {
+  impl_->state(device).releasePool(pool_id);
 }
 
 void CachingAllocator::emptyCache() {

@@ -2,6 +2,7 @@
 //
 // Most of them reduce to copying runs along the innermost dimension with the library's
 // converters; the index arithmetic happens once per run, not per element.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -152,17 +153,39 @@ void embedding_backward(const TensorDesc& grad_weight, const TensorDesc& grad_ou
     rows[k] = static_cast<char*>(grad_output.data) + off * esize_of(grad_output);
   }
   const int64_t gstride = grad_output.strides[grad_output.ndim - 1];
-  ConvertFn to_w = convert_fn(grad_output.dtype, grad_weight.dtype);
+  // Rows grouped by index (stable: each group keeps row order, so sums are deterministic).
+  // Each group is summed in the compute type (float for float16/bfloat16, as CUDA's kernel
+  // accumulates) and rounded once into grad_weight; adding row by row into a 16-bit
+  // grad_weight would round after every row and lose the small rows of a long sum.
+  std::vector<size_t> order(keep_idx.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return keep_idx[a] < keep_idx[b]; });
+  std::vector<size_t> group_start{0};
+  for (size_t k = 1; k < order.size(); ++k) {
+    if (keep_idx[order[k]] != keep_idx[order[k - 1]]) group_start.push_back(k);
+  }
+  group_start.push_back(order.size());
   // Parallel over columns of the embedding: no two tasks touch the same element.
   dispatch_storage(grad_weight.dtype, [&]<class S>() {
+    using C = compute_t<S>;
+    ConvertFn to_c = convert_fn(grad_output.dtype, dtype_of<C>());
     parallel_for(0, D, 64, [&](int64_t c0, int64_t c1) {
-      std::unique_ptr<S[]> buf(new S[static_cast<size_t>(c1 - c0)]);
-      for (size_t k = 0; k < rows.size(); ++k) {
-        to_w(rows[k] + c0 * gstride * esize_of(grad_output), gstride, buf.get(), 1, c1 - c0);
-        S* w = static_cast<S*>(grad_weight.data) + keep_idx[k] * grad_weight.strides[0];
-        for (int64_t c = c0; c < c1; ++c) {
-          update(w + c * grad_weight.strides[1], &buf[c - c0], ScatterReduce::Add, 1.0);
+      const int64_t m = c1 - c0;
+      std::unique_ptr<C[]> row(new C[static_cast<size_t>(m)]);
+      std::unique_ptr<C[]> acc(new C[static_cast<size_t>(m)]);
+      for (size_t g = 0; g + 1 < group_start.size(); ++g) {
+        for (int64_t c = 0; c < m; ++c) acc[c] = C(0);
+        for (size_t k = group_start[g]; k < group_start[g + 1]; ++k) {
+          to_c(rows[order[k]] + c0 * gstride * esize_of(grad_output), gstride, row.get(), 1, m);
+          for (int64_t c = 0; c < m; ++c) {
+            if constexpr (std::is_same_v<C, bool>) acc[c] = acc[c] || row[c];
+            else acc[c] += row[c];
+          }
         }
+        S* w = static_cast<S*>(grad_weight.data) + keep_idx[order[group_start[g]]] *
+                                                       grad_weight.strides[0];
+        for (int64_t c = 0; c < m; ++c) w[(c0 + c) * grad_weight.strides[1]] = cast_value<S>(acc[c]);
       }
     });
   });

@@ -84,6 +84,9 @@ const char* npuGetErrorName(npuError_t error) {
     case npuErrorLaunchFailure: return "npuErrorLaunchFailure";
     case npuErrorNotSupported: return "npuErrorNotSupported";
     case npuErrorInitialization: return "npuErrorInitialization";
+    case npuErrorStreamCaptureUnsupported: return "npuErrorStreamCaptureUnsupported";
+    case npuErrorStreamCaptureInvalidated: return "npuErrorStreamCaptureInvalidated";
+    case npuErrorStreamCaptureUnjoined: return "npuErrorStreamCaptureUnjoined";
     case npuErrorUnknown: return "npuErrorUnknown";
   }
   return "npuErrorUnrecognized";
@@ -103,6 +106,9 @@ const char* npuGetErrorString(npuError_t error) {
     case npuErrorLaunchFailure: return "a task failed on the device";
     case npuErrorNotSupported: return "operation not supported";
     case npuErrorInitialization: return "the runtime could not be initialised";
+    case npuErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case npuErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case npuErrorStreamCaptureUnjoined: return "capture ended with a forked stream not joined back";
     case npuErrorUnknown: return "unknown error";
   }
   return "unrecognized error code";

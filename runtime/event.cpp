@@ -104,6 +104,11 @@ std::string eventWait(npuEvent_st* event, uint64_t seq) {
   return event->error;
 }
 
+uint64_t eventNextRecord(npuEvent_st* event) {
+  std::lock_guard<std::mutex> lock(event->mutex);
+  return ++event->recorded;
+}
+
 namespace {
 
 // The error a completed record carries, as the calling thread's error.
@@ -148,6 +153,9 @@ npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream) {
   if (npuError_t e = validateEvent("npuEventRecord", event)) return e;
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (Capture* c = streamCapture(s).load(std::memory_order_acquire)) {
+    return captureRecord(c, s, event);  // numbered when the graph is launched
+  }
   Task task;
   task.kind = Task::kRecord;
   task.event = event;
@@ -164,6 +172,7 @@ npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int
   if (npuError_t e = validateEvent("npuStreamWaitEvent", event)) return e;
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (npuError_t result; captureWait(s, event, &result)) return result;
   Task task;
   task.kind = Task::kWait;
   task.event = event;
@@ -179,6 +188,7 @@ npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int
 
 npuError_t npuEventQuery(npuEvent_t event) {
   if (npuError_t e = validateEvent("npuEventQuery", event)) return e;
+  if (npuError_t e = captureCheckEventSync("npuEventQuery", event)) return e;
   std::lock_guard<std::mutex> lock(event->mutex);
   if (event->completed.load() < event->recorded) return npuErrorNotReady;
   if (!event->error.empty()) return recordError("npuEventQuery", event->error);
@@ -187,6 +197,7 @@ npuError_t npuEventQuery(npuEvent_t event) {
 
 npuError_t npuEventSynchronize(npuEvent_t event) {
   if (npuError_t e = validateEvent("npuEventSynchronize", event)) return e;
+  if (npuError_t e = captureCheckEventSync("npuEventSynchronize", event)) return e;
   uint64_t target;
   {
     std::lock_guard<std::mutex> lock(event->mutex);

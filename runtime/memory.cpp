@@ -439,7 +439,7 @@ npuError_t npuMemcpy(void* dst, const void* src, size_t count, npuMemcpyKind kin
   Task task;
   if (npuError_t e = prepareCopy("npuMemcpy", dst, src, count, kind, &task)) return e;
   if (count == 0) return npuSuccess;
-  return enqueueAndWait(s, task);  // ordered after earlier work on the default stream
+  return enqueueAndWait("npuMemcpy", s, task);  // ordered after earlier work on the default stream
 }
 
 npuError_t npuMemsetAsync(void* ptr, int value, size_t count, npuStream_t stream) {
@@ -457,7 +457,7 @@ npuError_t npuMemset(void* ptr, int value, size_t count) {
   Task task;
   if (npuError_t e = prepareMemset("npuMemset", ptr, value, count, &task)) return e;
   if (count == 0) return npuSuccess;
-  return enqueueAndWait(s, task);
+  return enqueueAndWait("npuMemset", s, task);
 }
 
 }  // extern "C"

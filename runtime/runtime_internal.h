@@ -82,11 +82,13 @@ void releaseCapacity(Device* dev, size_t bytes);
 
 // ---- streams and events ----------------------------------------------------------------------
 struct Task {
-  enum Kind : uint8_t { kWork, kRecord, kWait, kCopy, kMemset };
+  enum Kind : uint8_t { kWork, kRecord, kWait, kCopy, kMemset, kGraph };
   Kind kind = kWork;
   uintptr_t payload[3] = {};     // kCopy: dst, src, count; kMemset: ptr, value, count
   npuTaskFn fn = nullptr;
-  void* arg = nullptr;
+  void* arg = nullptr;           // kGraph: the launch (graph.cpp)
+  npuTaskRelease release = nullptr;  // run once after the task ran or was skipped
+  bool replayable = false;       // kWork launched with npuLaunchTaskWithRelease: may be captured
   npuEvent_st* event = nullptr;  // kRecord / kWait
   uint64_t event_seq = 0;        // record number to mark / wait for
   // Profiling (see profiler.cpp): set at launch when a session is open, 0 otherwise.
@@ -104,8 +106,14 @@ npuError_t resolveStream(npuStream_t in, npuStream_st** out);
 // Enqueues a task (a copy of `task`); honours ASCEND_LAUNCH_BLOCKING.
 npuError_t enqueue(npuStream_st* stream, const Task& task);
 npuError_t defaultStream(Device* dev, npuStream_st** out);
-// Enqueues and waits for the task; returns its own error (consumed from the stream).
-npuError_t enqueueAndWait(npuStream_st* stream, const Task& task);
+// Enqueues and waits for the task; returns its own error (consumed from the stream). `api`
+// names the blocking call (it is refused while a capture forbids synchronizing calls).
+npuError_t enqueueAndWait(const char* api, npuStream_st* stream, const Task& task);
+// Runs one task on the calling stream worker (failure state, profiling); graph.cpp runs a
+// graph's tasks through it.
+void runTask(npuStream_st* s, Task& task);
+Device* streamDevice(npuStream_st* s);
+bool streamIsDefault(npuStream_st* s);
 // Waits until every stream of `dev` is idle, without consuming their errors (used before
 // memory is unmapped, so that no queued task can touch it afterwards).
 void waitDeviceIdle(Device* dev);
@@ -118,6 +126,28 @@ void eventRelease(npuEvent_st* event);
 void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error);
 // Run by the stream worker; returns the error the awaited record carries ("" if none).
 std::string eventWait(npuEvent_st* event, uint64_t seq);
+
+// The next record number of `event` (a graph launch numbers the records it replays).
+uint64_t eventNextRecord(npuEvent_st* event);
+
+// ---- graphs (graph.cpp) ----------------------------------------------------------------------
+// A capture in progress. Streams point to the one they record into; a launch reads that pointer
+// once (acquire), so streams that never capture pay one load per launch.
+struct Capture;
+std::atomic<Capture*>& streamCapture(npuStream_st* s);
+// A task launched onto a capturing stream (work, copy, memset): appended to the graph.
+npuError_t captureAppend(Capture* c, npuStream_st* s, const Task& task);
+// npuEventRecord onto a capturing stream.
+npuError_t captureRecord(Capture* c, npuStream_st* s, npuEvent_st* event);
+// npuStreamWaitEvent: true when the capture machinery handled it (joined a stream to a capture,
+// or refused the wait), with the result in *result.
+bool captureWait(npuStream_st* s, npuEvent_st* event, npuError_t* result);
+// Refusals of synchronizing calls during a capture; each invalidates the capture it breaks.
+npuError_t captureCheckDeviceCall(const char* api, Device* dev);  // device-wide blocking calls
+npuError_t captureCheckStreamSync(const char* api, npuStream_st* s);
+npuError_t captureCheckEventSync(const char* api, npuEvent_st* event);
+// The worker side of a graph launch (Task::kGraph).
+void runGraphLaunch(npuStream_st* s, Task& task);
 
 // ---- profiling ------------------------------------------------------------------------------
 // Stamps `task` with the open session, the thread's correlation id and the launch time; a no-op

@@ -78,6 +78,8 @@ struct npuStream_st {
   uint64_t skipped = 0;
   std::vector<uint32_t> untold;  // threads whose failed or skipped task is not reported to them
 
+  std::atomic<npu::rt::Capture*> capture{nullptr};  // the graph capture it records into
+
   std::thread worker;
 };
 
@@ -127,6 +129,8 @@ std::string errorForEvent(npuStream_st* s) {
   return s->failed ? s->error_message : std::string();
 }
 
+}  // namespace
+
 void runTask(npuStream_st* s, Task& task) {
   switch (task.kind) {
     case Task::kRecord:
@@ -143,6 +147,9 @@ void runTask(npuStream_st* s, Task& task) {
       }
       return;
     }
+    case Task::kGraph:
+      runGraphLaunch(s, task);
+      return;
     default:
       break;
   }
@@ -181,10 +188,20 @@ void runTask(npuStream_st* s, Task& task) {
   if (!failure.empty()) recordFailure(s, task, failure);
 }
 
+namespace {
+
 // Queue depth at which blocked launchers are woken: 7/8 of the bound.
 size_t resumeDepth() {
   const size_t bound = config().max_pending;
   return bound - std::max<size_t>(1, bound / 8);
+}
+
+void markCompleted(npuStream_st* s) {
+  s->completed.fetch_add(1, std::memory_order_seq_cst);
+  if (s->host_waiters.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    s->done_cv.notify_all();
+  }
 }
 
 void workerLoop(npuStream_st* s) {
@@ -208,12 +225,18 @@ void workerLoop(npuStream_st* s) {
       s->queued.fetch_sub(1, std::memory_order_relaxed);
       if (s->launch_waiters > 0 && s->queue.size() <= resume) s->space_cv.notify_all();
     }
-    runTask(s, task);
-    s->completed.fetch_add(1, std::memory_order_seq_cst);
-    if (s->host_waiters.load(std::memory_order_seq_cst) > 0) {
-      std::lock_guard<std::mutex> lock(s->mutex);
-      s->done_cv.notify_all();
+    if (task.kind == Task::kRecord) {
+      // The stream counts as done up to the record before the event's waiters wake, so a host
+      // that synchronized the event finds the stream idle when nothing came after it.
+      const std::string error = errorForEvent(s);
+      markCompleted(s);
+      eventComplete(task.event, task.event_seq, error);
+      eventRelease(task.event);
+      continue;
     }
+    runTask(s, task);
+    if (task.release) task.release(task.arg);
+    markCompleted(s);
   }
 }
 
@@ -350,17 +373,50 @@ npuError_t resolveStream(npuStream_t in, npuStream_st** out) {
 }
 
 npuError_t enqueue(npuStream_st* s, const Task& task) {
+  if (Capture* c = s->capture.load(std::memory_order_acquire)) return captureAppend(c, s, task);
   uint64_t seq = push(s, task);
   if (!config().launch_blocking) return npuSuccess;
   waitFor(s, seq);
   return takeError(s, Reader::kStream);
 }
 
-npuError_t enqueueAndWait(npuStream_st* s, const Task& task) {
+npuError_t enqueueAndWait(const char* api, npuStream_st* s, const Task& task) {
+  if (npuError_t e = captureCheckDeviceCall(api, s->dev)) return e;
+  if (npuError_t e = captureCheckStreamSync(api, s)) return e;
   uint64_t seq = push(s, task);
   waitFor(s, seq);
   return takeError(s, Reader::kStream);
 }
+
+namespace {
+
+npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRelease release,
+                  bool replayable, void* arg) {
+  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task;
+  task.kind = Task::kWork;
+  task.fn = fn;
+  task.release = release;
+  task.replayable = replayable;
+  task.arg = arg;
+  // A bounded copy (launches are the hot path: no printf machinery here).
+  const char* from = name ? name : "task";
+  const size_t n = strnlen(from, sizeof(task.name) - 1);
+  std::memcpy(task.name, from, n);
+  task.name[n] = '\0';
+  NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "launch %s on stream %p (device %d)", task.name,
+          static_cast<void*>(s), s->dev->index);
+  return enqueue(s, task);
+}
+
+
+}  // namespace
+
+std::atomic<Capture*>& streamCapture(npuStream_st* s) { return s->capture; }
+Device* streamDevice(npuStream_st* s) { return s->dev; }
+bool streamIsDefault(npuStream_st* s) { return s->is_default; }
 
 void waitDeviceIdle(Device* dev) {
   std::vector<npuStream_st*> streams;
@@ -403,6 +459,11 @@ npuError_t npuStreamDestroy(npuStream_t stream) {
     return fail(npuErrorInvalidResourceHandle, "npuStreamDestroy: the default stream cannot be "
                                                "destroyed");
   }
+  if (stream->capture.load()) {
+    return fail(npuErrorStreamCaptureUnsupported,
+                "npuStreamDestroy: stream " + hex(stream) + " is capturing a graph; end the "
+                "capture (npuStreamEndCapture) before destroying the stream");
+  }
   {
     std::lock_guard<std::mutex> lock(stream->dev->streams_mutex);
     auto& all = stream->dev->streams;
@@ -427,6 +488,7 @@ npuError_t npuStreamDestroy(npuStream_t stream) {
 npuError_t npuStreamSynchronize(npuStream_t stream) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (npuError_t e = captureCheckStreamSync("npuStreamSynchronize", s)) return e;
   waitFor(s, s->submitted.load(std::memory_order_acquire));
   return takeError(s, Reader::kStream);
 }
@@ -434,6 +496,7 @@ npuError_t npuStreamSynchronize(npuStream_t stream) {
 npuError_t npuStreamQuery(npuStream_t stream) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (npuError_t e = captureCheckStreamSync("npuStreamQuery", s)) return e;
   if (npuError_t e = takeError(s, Reader::kStream)) return e;
   if (s->completed.load(std::memory_order_acquire) < s->submitted.load(std::memory_order_acquire)) {
     return npuErrorNotReady;
@@ -489,6 +552,7 @@ npuError_t npuGetDefaultStream(int index, npuStream_t* stream) {
 npuError_t npuDeviceSynchronize(void) {
   Device* dev = nullptr;
   if (npuError_t e = currentDevice(&dev)) return e;
+  if (npuError_t e = captureCheckDeviceCall("npuDeviceSynchronize", dev)) return e;
   std::vector<npuStream_st*> streams;
   {
     std::lock_guard<std::mutex> lock(dev->streams_mutex);
@@ -507,22 +571,14 @@ npuError_t npuDeviceSynchronize(void) {
   return first == npuSuccess ? npuSuccess : fail(first, first_message);
 }
 
+
 npuError_t npuLaunchTask(npuStream_t stream, const char* name, npuTaskFn fn, void* arg) {
-  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
-  npuStream_st* s = nullptr;
-  if (npuError_t e = resolveStream(stream, &s)) return e;
-  Task task;
-  task.kind = Task::kWork;
-  task.fn = fn;
-  task.arg = arg;
-  // A bounded copy (launches are the hot path: no printf machinery here).
-  const char* from = name ? name : "task";
-  const size_t n = strnlen(from, sizeof(task.name) - 1);
-  std::memcpy(task.name, from, n);
-  task.name[n] = '\0';
-  NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "launch %s on stream %p (device %d)", task.name,
-          static_cast<void*>(s), s->dev->index);
-  return enqueue(s, task);
+  return launch(stream, name, fn, nullptr, false, arg);
+}
+
+npuError_t npuLaunchTaskWithRelease(npuStream_t stream, const char* name, npuTaskFn fn,
+                                    npuTaskRelease release, void* arg) {
+  return launch(stream, name, fn, release, true, arg);
 }
 
 void npuTaskFail(const char* message) {

@@ -34,16 +34,23 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$deps_hash" ]; then
 fi
 
 # 3. The project itself, built against the installed torch without build isolation. The build
-#    directory persists (build/py), so an unchanged tree rebuilds in seconds.
+#    directory persists (build/py), so an unchanged tree rebuilds in seconds. Our apex package
+#    ships only where no other distribution provides `apex` (a real apex must not be overwritten).
 if [ -f pyproject.toml ]; then
-  src_hash=$(git ls-files -co --exclude-standard -- pyproject.toml CMakeLists.txt include runtime \
-               allocator kernels adapter torch_npu tools 2>/dev/null | sort | xargs cat 2>/dev/null \
-               | sha256sum | cut -c1-16)
+  packages="torch_npu;apex"
+  if "$PY" -c 'import importlib.metadata as m, sys
+sys.exit(0 if set(m.packages_distributions().get("apex", [])) - {"simnpu"} else 1)'; then
+    echo "setup: another apex is installed; simnpu's apex is left out"
+    packages="torch_npu"
+  fi
+  src_hash=$( (echo "$packages"; git ls-files -co --exclude-standard -- pyproject.toml \
+               CMakeLists.txt include runtime allocator kernels adapter torch_npu apex tools \
+               2>/dev/null | sort | xargs cat 2>/dev/null) | sha256sum | cut -c1-16)
   pkg_stamp=$VENV/.simnpu-package
   if [ "$(cat "$pkg_stamp" 2>/dev/null)" != "$src_hash" ]; then
     echo "setup: building and installing simnpu"
     CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2} "$PY" -m pip install -q --disable-pip-version-check \
-      --no-build-isolation --no-deps .
+      --no-build-isolation --no-deps -C wheel.packages="$packages" .
     # CANN's toolkit layout (ascend-toolkit/latest, set_env.sh) for this install, under the venv.
     "$PY" -m torch_npu.utils.toolkit --prefix "$VENV/Ascend" >/dev/null
     echo "$src_hash" > "$pkg_stamp"

@@ -195,18 +195,21 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
   const NPUStream stream = getCurrentNPUStream(device);
   launchTask(stream, schema.name().c_str(),
              [op, host = std::move(host), output_aliases = std::move(output_aliases),
-              out_copies = std::move(out_copies)]() mutable {
+              out_copies = std::move(out_copies)]() {
                HostGuard guard;
-               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+               // The kernel replaces the stack's arguments by its results, so each run works
+               // on a copy: a task captured into an NPU graph runs again at every replay.
+               torch::jit::Stack results = host;
+               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &results);
                for (auto& [cpu_out, alias] : out_copies) alias.copy_(cpu_out);
                // host now holds the results; copy the fresh ones into the npu outputs.
                size_t next = 0;
                const auto& rets = op.schema().returns();
                for (size_t r = 0; r < rets.size(); ++r) {
                  if (rets[r].alias_info() != nullptr) continue;
-                 const c10::IValue& v = host[r];
+                 const c10::IValue& v = results[r];
                  auto fill = [&](const at::Tensor& result) {
-                   at::Tensor& alias = output_aliases[next++];
+                   const at::Tensor& alias = output_aliases[next++];
                    // An output the CPU kernel leaves empty where the meta kernel sized it
                    // (native_batch_norm's saved statistics in eval mode) has no values to copy.
                    if (alias.defined() && !(result.numel() == 0 && alias.numel() != 0)) {

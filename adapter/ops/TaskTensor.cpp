@@ -20,9 +20,10 @@ at::Tensor TaskTensor::cpu() const {
 }
 
 void keepAliveUntilDone(const NPUStream& stream, c10::Storage storage) {
-  launchTask(stream, "release_host_buffer", [held = std::move(storage)]() mutable {
-    held = c10::Storage();
-  });
+  // The body owns the storage and the runtime releases the body after its last run: at once
+  // for eager work, when the graph is destroyed for a captured launch (each replay reads the
+  // buffer again).
+  launchTask(stream, "release_host_buffer", [held = std::move(storage)]() {});
 }
 
 bool sameDenseLayout(const at::Tensor& a, const at::Tensor& b) {

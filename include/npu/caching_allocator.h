@@ -120,6 +120,19 @@ class NPU_ALLOC_API CachingAllocator {
   // Returns every unused cached segment to the runtime (waits for pending stream uses).
   void emptyCache();
 
+  // Graph pools (CUDA graphs' mempools), for stream capture. Between begin and end, what
+  // `stream` (and any stream that joined its capture) allocates on `device` comes from pool
+  // `pool_id` (created on first use; several graphs may share one id), and blocks freed into
+  // it are reused only by allocations into the same pool: a replay writes the addresses the
+  // capture used, so nothing else may hold them. Each begin counts as one use of the pool;
+  // releasePool drops one (a graph reset or destroyed), and a pool without uses gives its
+  // free memory back with the next emptyCache. While any capture is in progress on a device,
+  // stream uses of freed blocks are recorded only after it ends (an event recorded on a
+  // capturing stream would belong to the graph).
+  void beginAllocateToPool(int device, uint64_t pool_id, npuStream_t stream);
+  void endAllocateToPool(int device, uint64_t pool_id);
+  void releasePool(int device, uint64_t pool_id);
+
   DeviceStats getStats(int device) const;
   void resetPeakStats(int device);
   void resetAccumulatedStats(int device);

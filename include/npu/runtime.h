@@ -59,6 +59,9 @@ typedef enum npuError_t {
   npuErrorLaunchFailure = 9,         /* a task failed while running on a stream */
   npuErrorNotSupported = 10,
   npuErrorInitialization = 11,
+  npuErrorStreamCaptureUnsupported = 12, /* not allowed while a stream captures a graph */
+  npuErrorStreamCaptureInvalidated = 13, /* the capture was invalidated by an earlier error */
+  npuErrorStreamCaptureUnjoined = 14,    /* a forked stream did not rejoin the origin stream */
   npuErrorUnknown = 99
 } npuError_t;
 
@@ -183,6 +186,15 @@ typedef void (*npuTaskFn)(void* arg);
 NPU_API npuError_t npuLaunchTask(npuStream_t stream, const char* name, npuTaskFn fn, void* arg);
 /* Called from inside a running task: marks it failed with `message`. */
 NPU_API void npuTaskFail(const char* message);
+/* Like npuLaunchTask, but the runtime owns `arg`: fn(arg) may run several times (when the
+ * launch is captured into a graph and the graph is replayed), and release(arg) runs once when
+ * no run is left (after the task ran or was skipped, or when its graph is destroyed). The only
+ * form a capturing stream accepts. On an error return nothing was queued and the caller still
+ * owns arg, except npuErrorLaunchFailure under ASCEND_LAUNCH_BLOCKING=1 (the task ran and was
+ * released). release may be NULL. */
+typedef void (*npuTaskRelease)(void* arg);
+NPU_API npuError_t npuLaunchTaskWithRelease(npuStream_t stream, const char* name, npuTaskFn fn,
+                                            npuTaskRelease release, void* arg);
 
 /* ---- events ---------------------------------------------------------------------------- */
 #define npuEventDefault 0x0u
@@ -194,6 +206,39 @@ NPU_API npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream);
 NPU_API npuError_t npuEventQuery(npuEvent_t event); /* npuSuccess if done or never recorded */
 NPU_API npuError_t npuEventSynchronize(npuEvent_t event);
 NPU_API npuError_t npuEventElapsedTime(float* ms, npuEvent_t start, npuEvent_t end);
+
+/* ---- graphs: capture a stream's work once, replay it as one submission ------------------
+ * npuStreamBeginCapture makes `stream` record instead of run: tasks launched onto it (only
+ * npuLaunchTaskWithRelease, async copies and memsets, event records) are appended to a graph.
+ * A stream that waits for an event recorded during the capture joins it (fork), and must be
+ * joined back (the origin waits for an event recorded on it after its last task) before
+ * npuStreamEndCapture, or the end fails with npuErrorStreamCaptureUnjoined. Replay runs the
+ * tasks of every captured stream in their launch order on the launching stream, as one queue
+ * entry. Synchronizing calls are not allowed during a capture (npuErrorStreamCaptureUnsupported,
+ * and the capture is invalidated): synchronizing or querying the capturing stream, always;
+ * npuDeviceSynchronize, npuMemcpy and npuMemset on the capturing device in Global mode (any
+ * thread) or ThreadLocal mode (the capturing thread); npuEventSynchronize / npuEventQuery of an
+ * event recorded in the capture; a capturing stream waiting for an event recorded outside it.
+ * The default stream cannot capture. Device memory the graph uses must outlive the graph (the
+ * caller's allocator keeps it in a graph-private pool). */
+typedef struct npuGraph_st* npuGraph_t;
+typedef enum npuStreamCaptureMode {
+  npuStreamCaptureModeGlobal = 0,
+  npuStreamCaptureModeThreadLocal = 1,
+  npuStreamCaptureModeRelaxed = 2
+} npuStreamCaptureMode;
+typedef enum npuStreamCaptureStatus {
+  npuStreamCaptureStatusNone = 0,
+  npuStreamCaptureStatusActive = 1,
+  npuStreamCaptureStatusInvalidated = 2
+} npuStreamCaptureStatus;
+NPU_API npuError_t npuStreamBeginCapture(npuStream_t stream, npuStreamCaptureMode mode);
+NPU_API npuError_t npuStreamEndCapture(npuStream_t stream, npuGraph_t* graph);
+NPU_API npuError_t npuStreamIsCapturing(npuStream_t stream, npuStreamCaptureStatus* status);
+NPU_API npuError_t npuGraphLaunch(npuGraph_t graph, npuStream_t stream);
+NPU_API npuError_t npuGraphGetTaskCount(npuGraph_t graph, size_t* count);
+/* Returns at once; the graph's tasks are released once its queued launches have run. */
+NPU_API npuError_t npuGraphDestroy(npuGraph_t graph);
 
 /* ---- versions -------------------------------------------------------------------------- */
 NPU_API const char* npuGetRuntimeVersion(void); /* plays the role of the CANN version */

@@ -14,7 +14,8 @@ def sample(*shape, seed=0):
 def test_async_host_kernel_runs_after_queued_work():
     a = sample(64, 64)
     x = a.npu()
-    torch_npu._C._npu_sleep(200)          # the stream is busy for 200 ms
+    torch.sinc(x[:1]).cpu()               # the first call loads Python meta kernels (seconds)
+    torch_npu._C._npu_sleep(1000)         # the stream is busy for 1 s (long enough under load)
     y = torch.sinc(x)                     # queued behind the sleep: the host does not wait
     assert not torch.npu.current_stream().query()
     assert torch.allclose(y.cpu(), torch.sinc(a))

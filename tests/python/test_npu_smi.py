@@ -19,9 +19,9 @@ sys.stdin.read()
 """
 
 
-def npu_smi(*args) -> subprocess.CompletedProcess:
+def npu_smi(*args, env=None) -> subprocess.CompletedProcess:
     exe = shutil.which("npu-smi") or os.path.join(os.path.dirname(sys.executable), "npu-smi")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, env=env)
 
 
 def process_rows(out: str, pid: int):
@@ -29,12 +29,14 @@ def process_rows(out: str, pid: int):
 
 
 @pytest.mark.parametrize("how", ["exit", "kill9"])
-def test_process_appears_then_disappears(how):
+def test_process_appears_then_disappears(how, tmp_path):
+    # A registry of its own: the test process (and earlier tests in it) may hold devices too.
+    env = dict(os.environ, NPU_SIM_RUNTIME_DIR=str(tmp_path))
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert holder.stdout.readline().strip() == "ready"
-        r = npu_smi("info")
+        r = npu_smi("info", env=env)
         assert r.returncode == 0, r.stderr
         rows = process_rows(r.stdout, holder.pid)
         assert len(rows) == 1, r.stdout
@@ -50,7 +52,7 @@ def test_process_appears_then_disappears(how):
         else:
             holder.stdin.close()
         holder.wait(timeout=30)
-    r = npu_smi("info")
+    r = npu_smi("info", env=env)
     assert process_rows(r.stdout, holder.pid) == []
     assert "No running processes found in NPU 6" in r.stdout
 

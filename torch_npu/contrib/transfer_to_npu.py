@@ -183,8 +183,6 @@ _NOT_YET = "not implemented in SimNPU yet (docs/api.md lists it)"
 CUDA_SURFACE: dict[str, tuple[str, object]] = {
     "CUDAGraph": ("npu", "NPUGraph"),
     "reset_max_memory_cached": ("npu", "reset_max_memory_cached"),
-    "is_current_stream_capturing": ("answer", False),  # nothing is ever captured here
-    "graph_pool_handle": ("refuse", "graph capture is " + _NOT_YET),
     "has_half": ("value", True),
     "has_magma": ("value", False),
     "is_tf32_supported": ("answer", False),  # NPU's reduced float32 is HF32 (torch.npu.matmul)

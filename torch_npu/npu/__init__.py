@@ -83,7 +83,13 @@ from .amp import (  # noqa: F401
     set_autocast_dtype,
     set_autocast_enabled,
 )
-from .graphs import NPUGraph, graph, make_graphed_callables  # noqa: F401
+from .graphs import (  # noqa: F401
+    NPUGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from . import npu_config  # noqa: F401
 from .npu_config import (  # noqa: F401
     conv,
@@ -125,7 +131,8 @@ __all__ = [
     "Event", "NPUGraph", "Stream", "StreamContext", "current_device", "current_stream",
     "default_generators", "default_stream", "device", "device_count", "device_of", "empty_cache",
     "get_amp_supported_dtype", "get_autocast_dtype", "get_device_capability", "get_device_name",
-    "get_device_properties", "get_rng_state", "get_rng_state_all", "graph", "init", "initial_seed",
+    "get_device_properties", "get_rng_state", "get_rng_state_all", "graph", "graph_pool_handle",
+    "init", "initial_seed", "is_current_stream_capturing",
     "is_autocast_enabled", "is_available", "is_bf16_supported", "is_initialized",
     "make_graphed_callables", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
@@ -146,3 +153,17 @@ __all__ = [
     "max_memory_cached", "memory_cached", "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
 ] + _legacy_types_all
+
+
+_INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+def __getattr__(name: str):
+    # Inductor asks the device module for its backend classes when it first compiles for npu
+    # (torch.utils.backend_registration._get_custom_mod_func); importing them here, on demand,
+    # keeps `import torch_npu` from importing Inductor.
+    if name in _INDUCTOR_HOOKS:
+        import torch_npu._inductor as inductor
+
+        return getattr(inductor, name, None)
+    raise AttributeError(f"module 'torch.npu' has no attribute '{name}'")

@@ -100,17 +100,23 @@ def _training_run(opt, compute_loss, steps: int):
     return run, steps
 
 
-def train_steps(kind: str, steps: int = 20) -> Make:
+def train_steps(kind: str, steps: int = 20, autocast: torch.dtype | None = None) -> Make:
     """`steps` AdamW steps of a test model on one batch, synchronized only at the end, so the
     host's launches overlap the device's work as in a real training loop. Returns the losses
-    (as tensors: reading them would synchronize)."""
+    (as tensors: reading them would synchronize). With `autocast` (bfloat16), the forward and
+    loss run under torch.autocast(device, autocast) on both devices."""
     def make(device: str):
         torch.manual_seed(0)
         model = models.make_model(kind).to(device)
         opt = models.make_optimizer("adamw", model.parameters())
         x, y = next(models.batches(kind, 1, batch=32 if kind == "cnn" else 16))
         x, y = x.to(device), y.to(device)
-        return _training_run(opt, lambda: models.loss_fn(kind, model(x), y), steps)
+
+        def compute_loss():
+            with torch.autocast(device, dtype=autocast or torch.float32,
+                                enabled=autocast is not None):
+                return models.loss_fn(kind, model(x), y)
+        return _training_run(opt, compute_loss, steps)
     return make
 
 
@@ -145,5 +151,9 @@ CASES = [
     Case("train step MLP", train_steps("mlp"), goal=1.0),
     Case("train step CNN", train_steps("cnn"), goal=1.0),
     Case("train step GPT-style", train_steps("gpt"), goal=1.0),
+    # bfloat16 logits: the losses differ by a few bfloat16 roundings over 20 steps (see
+    # tests/python/test_models_amp.py for the tolerance).
+    Case("train step GPT-style autocast bf16", train_steps("gpt", autocast=torch.bfloat16),
+         goal=1.0, rtol=8e-3, atol=1e-3),
     Case("train step HF tiny LLaMA", hf_llama_steps(), goal=1.0, rtol=1e-4, atol=1e-4),
 ]

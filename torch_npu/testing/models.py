@@ -118,3 +118,23 @@ def train(kind, device, optimizer="sgd", steps=20, seed=0, **model_kwargs):
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def train_mixed(kind, device, dtype, optimizer="adamw", steps=20, seed=0, **model_kwargs):
+    """train() under torch.autocast(device, dtype): bfloat16 alone, float16 with a GradScaler
+    (as a float16 recipe needs); returns the losses (float32, computed inside the region)."""
+    torch.manual_seed(seed)
+    model = make_model(kind, **model_kwargs).to(device)
+    opt = make_optimizer(optimizer, model.parameters())
+    scaler = torch.amp.GradScaler(device, enabled=dtype == torch.float16)
+    losses = []
+    for x, y in batches(kind, steps, seed=seed):
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad()
+        with torch.autocast(device, dtype=dtype):
+            loss = loss_fn(kind, model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    return losses

@@ -95,6 +95,26 @@ TEST(Embedding, ForwardAndBackwardWithPadding) {
   EXPECT_TRUE(all_close(gw, exp, 1e-6, 1e-6));
 }
 
+TEST(Embedding, HalfBackwardSumsInFloatAndRoundsOnce) {
+  // 2048 lookups of 8 rows: each gradient row is a sum of ~256 half values. The kernel sums in
+  // float (row order) and rounds once; rounding after every row would differ in most elements.
+  const int64_t V = 8, D = 33, N = 2048;
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    HostTensor idx = random_index(DType::Int64, {N}, V);
+    HostTensor g(dt, {N, D}), gw(dt, {V, D});
+    fill_uniform(g, -1, 1);
+    nk::embedding_backward(gw.desc(), g.desc(), idx.desc(), /*padding_idx=*/-1);
+    std::vector<float> acc(static_cast<size_t>(V * D), 0.0f);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < D; ++j)
+        acc[idx.get_int(i) * D + j] += static_cast<float>(g.get(i * D + j));
+    HostTensor exp(dt, {V, D});
+    for (int64_t k = 0; k < V * D; ++k) exp.set(k, acc[k]);
+    for (int64_t k = 0; k < V * D; ++k)
+      ASSERT_EQ(gw.get(k), exp.get(k)) << "element " << k << " dtype " << int(dt);
+  }
+}
+
 TEST(GatherScatter, EveryDimAndReduction) {
   std::vector<int64_t> sizes = {4, 5, 6}, isizes = {3, 4, 5};
   for (int dim = 0; dim < 3; ++dim) {

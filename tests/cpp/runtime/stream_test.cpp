@@ -31,6 +31,33 @@ void appendTask(void* arg) {
   e->log->order.push_back(e->value);
 }
 
+// A task that waits (up to a generous deadline) until someone opens its gate.
+struct Gate {
+  std::atomic<bool> open{false};
+  std::atomic<bool> sawOpen{false};
+};
+bool waitOpen(Gate& gate) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!gate.open.load(std::memory_order_acquire)) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+void gatedTask(void* arg) {
+  auto* gate = static_cast<Gate*>(arg);
+  gate->sawOpen = waitOpen(*gate);
+}
+struct Handshake {
+  Gate* mine;
+  Gate* other;
+};
+void handshakeTask(void* arg) {
+  auto* h = static_cast<Handshake*>(arg);
+  h->mine->open.store(true, std::memory_order_release);
+  h->other->sawOpen = waitOpen(*h->other);
+}
+
 void failingTask(void*) { npuTaskFail("the kernel found NaN in its input"); }
 void throwingTask(void*) { throw std::runtime_error("index 12 is out of bounds"); }
 void countTask(void* arg) { static_cast<std::atomic<int>*>(arg)->fetch_add(1); }
@@ -40,14 +67,16 @@ std::string lastMessage() { return npuGetLastErrorMessage(); }
 }  // namespace
 
 TEST(Stream, LaunchReturnsBeforeTheTaskRuns) {
+  // The task blocks until the test opens its gate after npuLaunchTask returned: a synchronous
+  // launch would make the task give up waiting (deadline 30 s) and report it. No clock bounds.
   npuStream_t s = nullptr;
   ASSERT_NPU_OK(npuStreamCreate(&s));
-  auto t0 = Clock::now();
-  ASSERT_NPU_OK(npuLaunchTask(s, "sleep", sleepTask, reinterpret_cast<void*>(200)));
-  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(100));
+  Gate gate;
+  ASSERT_NPU_OK(npuLaunchTask(s, "gated", gatedTask, &gate));
   EXPECT_EQ(npuStreamQuery(s), npuErrorNotReady);
+  gate.open.store(true, std::memory_order_release);
   ASSERT_NPU_OK(npuStreamSynchronize(s));
-  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(200));
+  EXPECT_TRUE(gate.sawOpen.load());
   EXPECT_EQ(npuStreamQuery(s), npuSuccess);
   ASSERT_NPU_OK(npuStreamDestroy(s));
 }
@@ -87,15 +116,21 @@ TEST(Stream, TwoStreamsOrderedByAnEvent) {
 }
 
 TEST(Stream, WorkOnTwoStreamsOverlaps) {
+  // Each task opens its own gate and waits for the other's: they can only both see the other
+  // open if the two streams run at the same time (serialized, the first one times out).
   npuStream_t a = nullptr, b = nullptr;
   ASSERT_NPU_OK(npuStreamCreate(&a));
   ASSERT_NPU_OK(npuStreamCreate(&b));
-  auto t0 = Clock::now();
-  ASSERT_NPU_OK(npuLaunchTask(a, "sleep", sleepTask, reinterpret_cast<void*>(200)));
-  ASSERT_NPU_OK(npuLaunchTask(b, "sleep", sleepTask, reinterpret_cast<void*>(200)));
+  Gate gateA, gateB;
+  Handshake onA{&gateA, &gateB}, onB{&gateB, &gateA};
+  ASSERT_NPU_OK(npuLaunchTask(a, "handshake", handshakeTask, &onA));
+  ASSERT_NPU_OK(npuLaunchTask(b, "handshake", handshakeTask, &onB));
   ASSERT_NPU_OK(npuStreamSynchronize(a));
   ASSERT_NPU_OK(npuStreamSynchronize(b));
-  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(390));
+  EXPECT_TRUE(gateB.sawOpen.load()) << "the task on stream a never saw stream b's task run";
+  EXPECT_TRUE(gateA.sawOpen.load()) << "the task on stream b never saw stream a's task run";
+  ASSERT_NPU_OK(npuStreamDestroy(a));
+  ASSERT_NPU_OK(npuStreamDestroy(b));
 }
 
 TEST(Stream, TaskErrorSurfacesAtSynchronizeWithItsName) {

@@ -1,0 +1,224 @@
+"""torch.compile on npu: Dynamo's device interface and Inductor's backend for the npu device.
+
+Inductor generates, for npu, what it generates for the CPU: fused C++ kernels (its C++
+scheduling) over raw pointers, and a Python wrapper that allocates buffers and calls them.
+Device memory is host-addressable on the simulator, so those kernels are npu kernels as they
+are; what differs is WHERE they run. The npu wrapper does not call a kernel inline on the host:
+it queues it on the current npu stream (``launch`` below, ``_C._npu_launchCompiledKernel``), so
+a compiled region is ordered with the eager work queued before and after it, the host does not
+wait for the device, and an NPUGraph capture records compiled kernels like any other.
+Ops Inductor leaves to ATen (``extern_kernels.mm`` ...) run our eager npu kernels.
+
+Loaded on first use: Inductor asks the device module for ``Scheduling`` and
+``PythonWrapperCodegen`` (torch.npu's ``__getattr__`` imports this module then), so importing
+torch_npu does not import Inductor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any
+
+import torch
+from torch._dynamo import device_interface as _device_interface
+from torch._inductor import scheduler as _scheduler
+from torch._inductor.codegen import common as _common
+from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen as _PythonWrapperCodegen
+from torch._inductor.virtualized import V
+
+import torch_npu._C as _C
+
+__all__ = [
+    "CppWrapperCodegen", "NpuInterface", "PythonWrapperCodegen", "Scheduling", "launch",
+    "npu_backend",
+]
+
+
+# ---- launching compiled kernels on the stream ------------------------------------------------
+
+_addresses: dict[Any, tuple[int, str]] = {}
+
+
+def _kernel_address(kernel) -> tuple[int, str]:
+    """The C entry point of a kernel Inductor compiled: its code cache module exports the
+    extern "C" function ``kernel`` next to the Python binding the wrapper would call."""
+    found = _addresses.get(kernel)
+    if found is None:
+        module = sys.modules.get(getattr(kernel, "__module__", None) or "")
+        path = getattr(module, "__file__", None)
+        if path is None:
+            raise RuntimeError(f"cannot find the compiled library of Inductor kernel {kernel!r}")
+        library = ctypes.CDLL(path)  # already loaded: dlopen returns the same handle
+        address = ctypes.cast(library.kernel, ctypes.c_void_p).value
+        found = (address, getattr(kernel, "__qualname__", "compiled_kernel"))
+        _addresses[kernel] = found
+    return found
+
+
+def launch(kernel, name: str, *args) -> None:
+    """Queues ``kernel(*args)`` on the current npu stream: tensors pass their device pointers,
+    Python ints their value."""
+    address, _ = _kernel_address(kernel)
+    values = []
+    device = None
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            if arg.device.type != "npu":
+                raise RuntimeError(f"compiled npu kernel {name} got a tensor on {arg.device}; "
+                                   "every buffer of an npu kernel must be on npu")
+            device = arg.device.index if device is None else device
+            values.append(arg.data_ptr())
+        elif isinstance(arg, bool) or not isinstance(arg, int):
+            raise NotImplementedError(
+                f"compiled npu kernel {name} takes a {type(arg).__name__} argument; only tensors "
+                "and integers can be passed to a kernel launched on the npu stream")
+        else:
+            values.append(arg)
+    _C._npu_launchCompiledKernel(address, name, values,
+                                 torch.npu.current_device() if device is None else device)
+
+
+# ---- Inductor's backend for npu ----------------------------------------------------------------
+
+class PythonWrapperCodegen(_PythonWrapperCodegen):
+    """The Python wrapper for npu graphs: the CPU wrapper, with kernel calls queued on the
+    stream instead of made inline."""
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        if is_subgraph:
+            raise NotImplementedError(
+                "torch.compile on npu does not support Inductor subgraphs (control flow "
+                "operators such as torch.cond) yet")
+        return PythonWrapperCodegen()
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.imports.splice("from torch_npu._inductor import launch as npu_launch", strip=True)
+
+    def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True,
+                                     **kwargs):
+        device = device or V.graph.get_current_device_or_throw()
+        if device.type == "npu" and not triton:
+            args = ", ".join(call_args)
+            self.writeline(f"npu_launch({kernel_name}, {kernel_name!r}, {args})")
+            return
+        super()._generate_kernel_call_helper(kernel_name, call_args, device=device,
+                                             triton=triton, **kwargs)
+
+
+class CppWrapperCodegen:
+    """Inductor's C++ wrapper would call the kernels inline on the host: not for npu."""
+
+    supports_caching = False
+
+    @staticmethod
+    def create(*args, **kwargs):
+        raise NotImplementedError(
+            "torch._inductor.config.cpp_wrapper is not supported on npu yet: its C++ wrapper "
+            "would run the kernels on the host instead of the npu stream. Leave cpp_wrapper off.")
+
+
+Scheduling = CppScheduling
+
+
+class _DeviceOpOverrides(_common.DeviceOpOverrides):
+    def import_get_raw_stream_as(self, name: str) -> str:
+        return f"def {name}(_):\n    return 0"
+
+    def set_device(self, device_idx: int) -> str:
+        return f"torch.npu.set_device({device_idx})"
+
+    def synchronize(self) -> str:
+        return "torch.npu.synchronize()"
+
+    def device_guard(self, device_idx: int) -> str:
+        return f"torch.npu.device({device_idx})"
+
+    def cpp_kernel_type(self) -> str:
+        return "void*"
+
+
+# ---- Dynamo's device interface ---------------------------------------------------------------
+
+class NpuInterface(_device_interface.DeviceInterface):
+    device = torch.npu.device
+    Event = torch.npu.Event
+    Stream = torch.npu.Stream
+
+    class Worker:
+        @staticmethod
+        def set_device(device: int) -> None:
+            _device_interface.caching_worker_current_devices["npu"] = device
+
+        @staticmethod
+        def current_device() -> int:
+            return _device_interface.caching_worker_current_devices.get("npu", 0)
+
+        @staticmethod
+        def get_device_properties(device=None):
+            return torch.npu.get_device_properties(device)
+
+    current_device = staticmethod(torch.npu.current_device)
+    set_device = staticmethod(torch.npu.set_device)
+    device_count = staticmethod(torch.npu.device_count)
+    stream = staticmethod(torch.npu.stream)
+    current_stream = staticmethod(torch.npu.current_stream)
+    set_stream = staticmethod(torch.npu.set_stream)
+    synchronize = staticmethod(torch.npu.synchronize)
+    get_device_properties = staticmethod(torch.npu.get_device_properties)
+    memory_allocated = staticmethod(torch.npu.memory_allocated)
+
+    @staticmethod
+    def is_available() -> bool:
+        return torch.npu.is_available()
+
+    @staticmethod
+    def get_raw_stream(device_idx: int) -> int:
+        return 0  # kernels are queued through launch(), which takes the current stream
+
+    @staticmethod
+    def get_compute_capability(device=None):
+        return "npu"
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = False) -> bool:
+        return True
+
+    @staticmethod
+    def is_triton_capable(device=None) -> bool:
+        return False
+
+
+def _is_cpu(self) -> bool:
+    # Inductor picks its C++-kernel decisions (fusion groups, loop reindexing) by asking whether
+    # a node's device is the CPU. npu kernels ARE its C++ kernels, so npu nodes must take those
+    # branches; otherwise the scheduler treats them as GPU (Triton) nodes and fails. This is the
+    # one Inductor internal we replace (torch is pinned to 2.13.0).
+    device = self.get_device()
+    return device is not None and device.type in ("cpu", "npu")
+
+
+def npu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """torch.compile(backend="npu"): Inductor, generating npu kernels for npu tensors (the
+    default backend does the same once torch_npu is imported; this name mirrors torch_npu's)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, example_inputs, **kwargs)
+
+
+def register() -> None:
+    """Registers npu with Dynamo and Inductor (idempotent)."""
+    _device_interface.register_interface_for_device("npu", NpuInterface)
+    for index in range(torch.npu.device_count()):
+        _device_interface.register_interface_for_device(f"npu:{index}", NpuInterface)
+    _common.register_device_op_overrides("npu", _DeviceOpOverrides())
+    if _common.get_scheduling_for_device("npu") is None:
+        _common.register_backend_for_device("npu", Scheduling, PythonWrapperCodegen,
+                                            CppWrapperCodegen)
+    _scheduler.BaseSchedulerNode.is_cpu = _is_cpu
+
+
+register()
