@@ -182,7 +182,6 @@ _NOT_ON_NPU = "CUDA-only; torch.npu has no equivalent"
 _NOT_YET = "not implemented in SimNPU yet (docs/api.md lists it)"
 CUDA_SURFACE: dict[str, tuple[str, object]] = {
     "CUDAGraph": ("npu", "NPUGraph"),
-    "reset_max_memory_cached": ("npu", "reset_max_memory_cached"),
     "has_half": ("value", True),
     "has_magma": ("value", False),
     "is_tf32_supported": ("answer", False),  # NPU's reduced float32 is HF32 (torch.npu.matmul)
