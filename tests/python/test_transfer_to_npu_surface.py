@@ -58,6 +58,7 @@ def test_generic_event_and_stream_accept_cuda_devices(python):
 s = torch.Stream(device="cuda")
 e = torch.Event(device="cuda:0", enable_timing=True)
 x = torch.ones(1000, device="cuda")
+s.wait_stream(torch.cuda.current_stream())  # x is written on the default stream
 with torch.cuda.stream(s):
     y = x * 2
 e.record(s)
