@@ -19,10 +19,10 @@ namespace torch_npu {
 // size symbol; a fused kernel over dozens of buffers is rare).
 constexpr size_t kMaxCompiledKernelArgs = 64;
 
-// Queues fn(args...) on the current stream of `device`. Every argument is passed as a 64-bit
-// integer: on x86-64 and AArch64 pointers and int64_t travel in the same registers and stack
-// slots, which is the only kind of argument Inductor's C++ kernels take besides floats
-// (refused by the caller).
+// Queues fn(args...) on the current stream of `device` (-1: the current device). Every argument
+// is passed as a 64-bit integer: on x86-64 and AArch64 pointers and int64_t travel in the same
+// registers and stack slots, and they are the only kinds of argument Inductor's C++ kernels take
+// besides floats (refused by the caller).
 void launchCompiledKernel(uintptr_t fn, const std::string& name, std::vector<uint64_t> args,
                           c10::DeviceIndex device);
 

@@ -10,9 +10,9 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "Fallback.h"
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
@@ -20,7 +20,6 @@
 #include "CompiledKernels.h"
 #include "NPUStream.h"
 #include "Profiler.h"
-#include "ops/HostKernel.h"
 #include "ops/OpStats.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
@@ -366,7 +365,30 @@ PYBIND11_MODULE(_C, m) {
     const auto t = OpStats::instance().totals();
     return py::make_tuple(t[0], t[1], t[2]);
   });
-  m.def("_npu_launchCompiledKernel", &launchCompiledKernel);
+  m.def("_npu_launchCompiledKernel", [](uintptr_t fn, const std::string& name,
+                                        const py::args& args) {
+    // Tensors pass their device pointers, ints their value (Inductor's kernel arguments).
+    std::vector<uint64_t> values;
+    values.reserve(args.size());
+    c10::DeviceIndex device = -1;
+    for (const py::handle arg : args) {
+      if (THPVariable_Check(arg.ptr())) {
+        const at::Tensor& t = THPVariable_Unpack(arg.ptr());
+        TORCH_CHECK(t.is_privateuseone(), "compiled npu kernel ", name, " got a tensor on ",
+                    t.device(), "; every buffer of an npu kernel must be on npu");
+        if (device < 0) device = t.device().index();
+        values.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+      } else if (PyLong_Check(arg.ptr()) && !PyBool_Check(arg.ptr())) {
+        values.push_back(static_cast<uint64_t>(arg.cast<int64_t>()));
+      } else {
+        TORCH_CHECK_NOT_IMPLEMENTED(false, "compiled npu kernel ", name, " takes a ",
+                                    py::str(arg.get_type().attr("__name__")).cast<std::string>(),
+                                    " argument; only tensors and integers can be passed to a "
+                                    "kernel launched on the npu stream");
+      }
+    }
+    launchCompiledKernel(fn, name, std::move(values), device);
+  });
   m.def("_npu_graphPoolHandle", &graphPoolHandle);
   m.def("_npu_isCurrentStreamCapturing", [] {
     npuStreamCaptureStatus status = npuStreamCaptureStatusNone;

@@ -9,7 +9,7 @@
 namespace torch_npu {
 
 // Devices the runtime shows this process; 0 when none (or on any error). Never throws and never
-// starts a stream worker, so it is safe before fork().
+// starts a stream worker, so it is safe before fork(). Asked of the runtime once, by lazyInit().
 c10::DeviceIndex deviceCount() noexcept;
 
 c10::DeviceIndex currentDevice();           // the calling thread's current device

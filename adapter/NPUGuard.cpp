@@ -29,7 +29,11 @@ struct NPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     torch_npu::setDevice(device.index());
   }
 
+  // Every c10::DeviceGuard calls this on exit, mostly with the device already current: the
+  // runtime call (index and usability checks) is skipped then.
   void uncheckedSetDevice(c10::Device device) const noexcept override {
+    int current = -1;
+    if (npuGetDevice(&current) == npuSuccess && current == device.index()) return;
     (void)npuSetDevice(device.index());
   }
 

@@ -18,20 +18,28 @@ namespace {
 
 constexpr int kPriorityLevels = 2;  // index 0: normal (priority 0), 1: high (priority -1)
 
+// A stream's runtime handle is created on first use (call_once) and read by every kernel launch
+// and allocation after that: the handles are atomics, so the read is one load (std::call_once
+// alone cost ~100 instructions a call, several calls per op).
 struct DeviceStreams {
   std::once_flag default_once;
-  npuStream_t default_handle = nullptr;
+  std::atomic<npuStream_t> default_handle{nullptr};
   std::array<std::array<std::once_flag, kStreamsPerPool>, kPriorityLevels> pool_once;
-  std::array<std::array<npuStream_t, kStreamsPerPool>, kPriorityLevels> pool{};
+  std::array<std::array<std::atomic<npuStream_t>, kStreamsPerPool>, kPriorityLevels> pool{};
   std::array<std::atomic<uint32_t>, kPriorityLevels> next{};
 };
 
 DeviceStreams& streamsOf(c10::DeviceIndex device) {
   static std::array<std::unique_ptr<DeviceStreams>, kMaxDevices> all;
+  static std::array<std::atomic<DeviceStreams*>, kMaxDevices> ready{};
   static std::array<std::once_flag, kMaxDevices> once;
   TORCH_INTERNAL_ASSERT(device >= 0 && device < kMaxDevices, "bug: device index ",
                         static_cast<int>(device), " out of range");
-  std::call_once(once[device], [&] { all[device] = std::make_unique<DeviceStreams>(); });
+  if (DeviceStreams* streams = ready[device].load(std::memory_order_acquire)) return *streams;
+  std::call_once(once[device], [&] {
+    all[device] = std::make_unique<DeviceStreams>();
+    ready[device].store(all[device].get(), std::memory_order_release);
+  });
   return *all[device];
 }
 
@@ -84,16 +92,24 @@ npuStream_t NPUStream::handle() const {
   DeviceStreams& streams = streamsOf(device);
   const c10::StreamId id = stream_.id();
   if (id == 0) {
-    std::call_once(streams.default_once,
-                   [&] { NPU_CHECK(npuGetDefaultStream(device, &streams.default_handle)); });
-    return streams.default_handle;
+    if (npuStream_t h = streams.default_handle.load(std::memory_order_acquire)) return h;
+    std::call_once(streams.default_once, [&] {
+      npuStream_t created = nullptr;
+      NPU_CHECK(npuGetDefaultStream(device, &created));
+      streams.default_handle.store(created, std::memory_order_release);
+    });
+    return streams.default_handle.load(std::memory_order_acquire);
   }
   const int level = levelOfId(id), slot = slotOfId(id);
+  std::atomic<npuStream_t>& handle = streams.pool[level][slot];
+  if (npuStream_t h = handle.load(std::memory_order_acquire)) return h;
   std::call_once(streams.pool_once[level][slot], [&] {
     DeviceSwitch on_device(device);
-    NPU_CHECK(npuStreamCreateWithPriority(&streams.pool[level][slot], 0, level == 0 ? 0 : -1));
+    npuStream_t created = nullptr;
+    NPU_CHECK(npuStreamCreateWithPriority(&created, 0, level == 0 ? 0 : -1));
+    handle.store(created, std::memory_order_release);
   });
-  return streams.pool[level][slot];
+  return handle.load(std::memory_order_acquire);
 }
 
 int NPUStream::priority() const {

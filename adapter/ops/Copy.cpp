@@ -18,10 +18,11 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "NPUException.h"
 #include "NPUHostAllocator.h"
-#include "NPUNativeFunctions.h"
 #include "NPUStream.h"
 #include "KernelBridge.h"
 #include "TaskTensor.h"
@@ -141,7 +142,6 @@ void copyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
   streamWaitsFor(src_stream, dst_stream);
 }
 
-}  // namespace
 
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined(), "copy_: the source tensor is undefined");
@@ -163,8 +163,16 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
 }
 
 at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (dst.sizes() != self.sizes()) native::resize_(dst, self.sym_sizes(), std::nullopt);
+  // Through the dispatcher: resize_ is TensorFactories.cpp's kernel.
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
   return native::_copy_from(self, dst, /*non_blocking=*/false);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "_copy_from", _copy_from);
+  NPU_IMPL(m, "_copy_from_and_resize", _copy_from_and_resize);
 }
 
 }  // namespace torch_npu::native

@@ -4,9 +4,10 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "NPUException.h"
-#include "NPUNativeFunctions.h"
 #include "NPUStream.h"
 #include "KernelBridge.h"
 #include "TaskTensor.h"
@@ -23,7 +24,6 @@ bool isPositiveZero(const at::Scalar& value) {
   return value.isIntegral(/*includeBool=*/true) && value.toLong() == 0;
 }
 
-}  // namespace
 
 at::Tensor& fill_Scalar_(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return self;
@@ -82,6 +82,15 @@ at::Scalar _local_scalar_dense(const at::Tensor& self) {
                            npuMemcpyDeviceToHost, stream.handle()));
   stream.synchronize();
   return host.item();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "fill_.Scalar", fill_Scalar_);
+  NPU_IMPL(m, "fill_.Tensor", fill_Tensor_);
+  NPU_IMPL(m, "zero_", zero_);
+  NPU_IMPL(m, "_local_scalar_dense", _local_scalar_dense);
 }
 
 }  // namespace torch_npu::native

@@ -26,6 +26,10 @@ std::optional<nk::DType> toKernelDType(c10::ScalarType type);
 // True when the library can take `t` as is: a supported dtype, at most kMaxDims dims, no
 // pending conj / neg bit.
 bool describable(const at::Tensor& t);
+// describable() and of a floating dtype.
+inline bool describableFloating(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type()) && describable(t);
+}
 // The descriptor of `t` (asserts describable()).
 nk::TensorDesc describe(const at::Tensor& t);
 // A descriptor of `t` viewed with the reduced dims of `in` kept as size-1 stride-0 dims: the
@@ -54,22 +58,6 @@ struct Operand {
 bool iterSupported(const at::TensorIteratorBase& iter);
 // Operand `arg` of a built iterator, broadcast to its shape, in the library's row-major order.
 Operand iterOperand(const at::TensorIteratorBase& iter, int arg);
-
-// An argument of ATen's CPU kernel run as the device kernel where ours does not apply (a dtype
-// the library lacks, ...): a host alias of an npu tensor, or a CPU tensor (a wrapped scalar)
-// kept alive by the task.
-class HostArg {
- public:
-  HostArg(const at::Tensor& t)  // NOLINT: implicit, so a lambda capture list stays short
-      : keep_(t.defined() && t.is_cpu() ? t : at::Tensor()) {
-    if (t.defined() && !t.is_cpu()) view_.emplace(t);
-  }
-  at::Tensor get() const { return view_ ? view_->cpu() : keep_; }
-
- private:
-  std::optional<TaskTensor> view_;
-  at::Tensor keep_;
-};
 
 // The current stream of `t`'s device: where a kernel on `t` is queued.
 NPUStream streamOf(const at::Tensor& t);

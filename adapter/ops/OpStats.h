@@ -12,7 +12,7 @@
 
 namespace torch_npu {
 
-// The ways an op without a kernel of ours runs, in order of preference (HostKernel.h).
+// The ways an op without a kernel of ours runs, in order of preference (ExecutionPaths.h).
 enum class OpPath : uint8_t {
   kHostKernel,      // ATen's CPU kernel queued on the stream over host aliases (asynchronous)
   kHostKernelSync,  // ATen's CPU kernel after waiting for the stream (data-dependent outputs)

@@ -9,14 +9,17 @@
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randperm.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
 
+#include "DeviceCheck.h"
 #include "NPUGenerator.h"
-#include "NPUNativeFunctions.h"
 #include "NPUStream.h"
 #include "TaskTensor.h"
 
 namespace torch_npu::native {
 namespace {
+
+using OptionalGenerator = std::optional<at::Generator>;
 
 // Runs op(cpu_view, cpu_generator) on the current stream of self's device.
 //
@@ -47,7 +50,6 @@ at::Tensor& launchRandom(at::Tensor& self, const char* name, const OptionalGener
   return self;
 }
 
-}  // namespace
 
 at::Tensor& normal_(at::Tensor& self, double mean, double std, OptionalGenerator generator) {
   return launchRandom(self, "normal_", generator, [mean, std](at::Tensor& t, at::Generator& g) {
@@ -179,6 +181,26 @@ at::Tensor native_dropout_backward(const at::Tensor& grad_output, const at::Tens
                out_view.mul_(scale);
              });
   return grad_input;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "normal_", normal_);
+  NPU_IMPL(m, "uniform_", uniform_);
+  NPU_IMPL(m, "random_", random_);
+  NPU_IMPL(m, "random_.from", random_from_);
+  NPU_IMPL(m, "random_.to", random_to_);
+  NPU_IMPL(m, "bernoulli_.float", bernoulli_float_);
+  NPU_IMPL(m, "bernoulli_.Tensor", bernoulli_Tensor_);
+  NPU_IMPL(m, "bernoulli", bernoulli);
+  NPU_IMPL(m, "exponential_", exponential_);
+  NPU_IMPL(m, "geometric_", geometric_);
+  NPU_IMPL(m, "log_normal_", log_normal_);
+  NPU_IMPL(m, "cauchy_", cauchy_);
+  NPU_IMPL(m, "randperm.generator_out", randperm_generator_out);
+  NPU_IMPL(m, "native_dropout", native_dropout);
+  NPU_IMPL(m, "native_dropout_backward", native_dropout_backward);
 }
 
 }  // namespace torch_npu::native

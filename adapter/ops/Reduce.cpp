@@ -14,7 +14,7 @@
 #include <torch/library.h>
 
 #include "DeviceCheck.h"
-#include "HostKernel.h"
+#include "ExecutionPaths.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
 

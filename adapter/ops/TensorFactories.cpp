@@ -1,6 +1,9 @@
 // Allocation, views and storage kernels: metadata only, except for resize_, which may grow the
 // storage (copying the old contents in stream order, see NPUAllocator.cpp).
+#include <cmath>
+
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/ResizeCommon.h>
 #include <ATen/native/TensorFactories.h>
@@ -12,9 +15,13 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
 
+#include "DeviceCheck.h"
+#include "ExecutionPaths.h"
+#include "KernelBridge.h"
 #include "NPUAllocator.h"
-#include "NPUNativeFunctions.h"
+#include "NPUStream.h"
 
 namespace torch_npu::native {
 namespace {
@@ -54,7 +61,6 @@ void resizeImpl(const at::Tensor& self, at::IntArrayRef size, at::OptionalIntArr
   if (needed > storage.nbytes()) resizeStorageBytes(storage.unsafeGetStorageImpl(), needed);
 }
 
-}  // namespace
 
 at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
@@ -184,6 +190,80 @@ bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) {
 // free time has finished.
 void record_stream(at::Tensor& self, c10::Stream stream) {
   recordDataPtrOnStream(self.storage().data_ptr(), stream);
+}
+
+// ---- arange / linspace (the library's kernels) -------------------------------------------
+
+at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
+                       at::Tensor& out) {
+  if (!describable(out)) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("arange", "start_out"), start, end, step, out);
+    return out;
+  }
+  // PyTorch's size rule and checks (RangeFactories.cpp), in double or int64.
+  const double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
+  TORCH_CHECK(st != 0, "step must be nonzero");
+  TORCH_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
+  TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+              "upper bound and larger bound inconsistent with step sign");
+  int64_t size;
+  if (at::isIntegralType(out.scalar_type(), true) && start.isIntegral(true) &&
+      end.isIntegral(true) && step.isIntegral(true)) {
+    const int64_t a = start.toLong(), b = end.toLong(), c = step.toLong();
+    size = c > 0 ? (b - a + c - 1) / c : (a - b - c - 1) / -c;
+  } else {
+    size = static_cast<int64_t>(std::ceil((e - s) / st));
+  }
+  const c10::DeviceGuard guard(out.device());
+  if (out.numel() != size) out.resize_({size});
+  at::assert_no_internal_overlap(out);  // as ATen's TensorIterator does for the CPU kernel
+  if (size == 0) return out;
+  launchTask(streamOf(out), "arange",
+             [o = describe(out), a = toKernelScalar(start), c = toKernelScalar(step)] {
+               nk::arange(o, a, c);
+             });
+  return out;
+}
+
+at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps,
+                         at::Tensor& out) {
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+  if (!describable(out) || !at::isFloatingType(out.scalar_type())) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("linspace", "out"), start, end, steps, out);
+    return out;
+  }
+  const c10::DeviceGuard guard(out.device());
+  if (out.numel() != steps) out.resize_({steps});
+  at::assert_no_internal_overlap(out);  // as ATen's TensorIterator does for the CPU kernel
+  if (steps == 0) return out;
+  launchTask(streamOf(out), "linspace",
+             [o = describe(out), a = toKernelScalar(start), b = toKernelScalar(end)] {
+               nk::linspace(o, a, b);
+             });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "empty.memory_format", empty_memory_format);
+  NPU_IMPL(m, "empty_strided", empty_strided);
+  NPU_IMPL(m, "as_strided", as_strided);
+  NPU_IMPL(m, "view", view);
+  NPU_IMPL(m, "_reshape_alias", _reshape_alias);
+  NPU_IMPL(m, "unfold", unfold);
+  NPU_IMPL(m, "view_as_real", view_as_real);
+  NPU_IMPL(m, "view_as_complex", view_as_complex);
+  NPU_IMPL(m, "resize_", resize_);
+  NPU_IMPL(m, "set_.source_Storage", set_source_Storage_);
+  NPU_IMPL(m, "set_.source_Storage_storage_offset", set_source_Storage_storage_offset_);
+  NPU_IMPL(m, "set_.source_Tensor", set_source_Tensor_);
+  NPU_IMPL(m, "set_", set_);
+  NPU_IMPL(m, "is_set_to", is_set_to);
+  NPU_IMPL(m, "_has_compatible_shallow_copy_type", _has_compatible_shallow_copy_type);
+  NPU_IMPL(m, "record_stream", record_stream);
+  NPU_IMPL(m, "arange.start_out", arange_out);
+  NPU_IMPL(m, "linspace.out", linspace_out);
 }
 
 }  // namespace torch_npu::native

@@ -67,14 +67,7 @@ def test_mlp_forward_and_backward_equal_eager():
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", [
-    "CNN",
-    # Known gap, kept visible: Inductor's C++ vector kernel asserts on an index expression
-    # without a dtype (CppVecKernel.arange, from torch.arange for the positions) when the
-    # device is npu; the same model compiles for the CPU. Strict: passing fails the suite.
-    pytest.param("GPT", marks=pytest.mark.xfail(
-        strict=True, reason="Inductor: index_expr dtype None in CppVecKernel.arange on npu")),
-])
+@pytest.mark.parametrize("name", ["CNN", "GPT"])
 def test_cnn_and_gpt_forward_and_backward_equal_eager(name):
     torch.manual_seed(0)
     if name == "CNN":

@@ -1,4 +1,4 @@
-"""ATen's CPU kernels as npu device kernels (adapter/ops/HostKernel.h): an op without a kernel of
+"""ATen's CPU kernels as npu device kernels (adapter/ops/ExecutionPaths.h): an op without a kernel of
 ours but with a meta kernel runs asynchronously on the stream; data-dependent ops synchronize;
 results equal the CPU's and the op report counts each path."""
 

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch._dynamo import device_interface as _device_interface
 from torch._inductor import scheduler as _scheduler
+from torch._inductor import utils as _inductor_utils
 from torch._inductor.codegen import common as _common
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen as _PythonWrapperCodegen
@@ -59,25 +60,8 @@ def _kernel_address(kernel) -> tuple[int, str]:
 
 def launch(kernel, name: str, *args) -> None:
     """Queues ``kernel(*args)`` on the current npu stream: tensors pass their device pointers,
-    Python ints their value."""
-    address, _ = _kernel_address(kernel)
-    values = []
-    device = None
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            if arg.device.type != "npu":
-                raise RuntimeError(f"compiled npu kernel {name} got a tensor on {arg.device}; "
-                                   "every buffer of an npu kernel must be on npu")
-            device = arg.device.index if device is None else device
-            values.append(arg.data_ptr())
-        elif isinstance(arg, bool) or not isinstance(arg, int):
-            raise NotImplementedError(
-                f"compiled npu kernel {name} takes a {type(arg).__name__} argument; only tensors "
-                "and integers can be passed to a kernel launched on the npu stream")
-        else:
-            values.append(arg)
-    _C._npu_launchCompiledKernel(address, name, values,
-                                 torch.npu.current_device() if device is None else device)
+    Python ints their value (converted in C++: this runs once per kernel per call)."""
+    _C._npu_launchCompiledKernel(_kernel_address(kernel)[0], name, *args)
 
 
 # ---- Inductor's backend for npu ----------------------------------------------------------------
@@ -192,13 +176,27 @@ class NpuInterface(_device_interface.DeviceInterface):
         return False
 
 
+# Inductor takes its C++-kernel decisions by asking two questions about the device: "is this
+# node's device the CPU?" (scheduler fusion groups, loop reindexing) and "which kernel backend
+# does this device use?" (how generated values get their dtypes, masked loads, ...). npu
+# kernels ARE its C++ kernels, so for npu both must answer as for the CPU; otherwise npu nodes
+# take the GPU (Triton) branches and fail. These two functions are the Inductor internals we
+# replace (torch is pinned to 2.13.0).
+
 def _is_cpu(self) -> bool:
-    # Inductor picks its C++-kernel decisions (fusion groups, loop reindexing) by asking whether
-    # a node's device is the CPU. npu kernels ARE its C++ kernels, so npu nodes must take those
-    # branches; otherwise the scheduler treats them as GPU (Triton) nodes and fails. This is the
-    # one Inductor internal we replace (torch is pinned to 2.13.0).
     device = self.get_device()
     return device is not None and device.type in ("cpu", "npu")
+
+
+_original_get_current_backend = _inductor_utils.get_current_backend
+
+
+def _get_current_backend(device_type: str | None = None) -> str:
+    if not device_type:
+        device_type = V.graph.get_current_device_or_throw().type
+    if device_type == "npu":
+        return "cpp"
+    return _original_get_current_backend(device_type)
 
 
 def npu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
@@ -219,6 +217,11 @@ def register() -> None:
         _common.register_backend_for_device("npu", Scheduling, PythonWrapperCodegen,
                                             CppWrapperCodegen)
     _scheduler.BaseSchedulerNode.is_cpu = _is_cpu
+    # get_current_backend is imported by name: replace it where Inductor looks it up.
+    for module in list(sys.modules.values()):
+        if (getattr(module, "__name__", "").startswith("torch._inductor")
+                and getattr(module, "get_current_backend", None) is _original_get_current_backend):
+            module.get_current_backend = _get_current_backend
 
 
 register()
