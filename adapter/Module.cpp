@@ -7,9 +7,11 @@
 #include <chrono>
 #include <thread>
 
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "NPUException.h"
 #include "NPUFunctions.h"
@@ -41,6 +43,31 @@ c10::DeviceIndex initializedDevice(int64_t device) {
 void npuInit() { lazyInit(); }
 
 int64_t getDeviceCount() { return deviceCount(); }
+
+// (count, why): the count before initialisation, read from the environment as it is now
+// (npuPeekDeviceCount); `why` explains a count of 0 when a variable was rejected.
+std::pair<int64_t, std::string> peekDeviceCount() {
+  int count = 0;
+  char why[512];
+  NPU_CHECK(npuPeekDeviceCount(&count, why, sizeof(why)));
+  return {count, std::string(why)};
+}
+
+// torch_npu._C._empty_strided_npu(size, stride, dtype): what Inductor's generated wrappers call
+// to allocate a buffer on the current npu (torch._C._dynamo.guards._empty_strided_cuda's twin).
+at::Tensor emptyStridedNpu(std::vector<int64_t> size, std::vector<int64_t> stride,
+                           const py::object& dtype) {
+  TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "_empty_strided_npu(size, stride, dtype): dtype "
+                   "must be a torch.dtype, got ", py::str(py::type::of(dtype)).cast<std::string>());
+  TORCH_CHECK_VALUE(size.size() == stride.size(), "_empty_strided_npu: size has ", size.size(),
+                    " dimensions but stride has ", stride.size());
+  lazyInit();
+  const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+  return at::empty_strided(size, stride,
+                           at::TensorOptions()
+                               .dtype(scalar_type)
+                               .device(c10::Device(c10::DeviceType::PrivateUse1, currentDevice())));
+}
 
 void setDeviceBody(int64_t device) {
   lazyInit();
@@ -300,6 +327,9 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_npu_init", &npuInit);
   m.def("_npu_getDeviceCount", &getDeviceCount);
+  m.def("_npu_peekDeviceCount", &peekDeviceCount);
+  m.def("_empty_strided_npu", &emptyStridedNpu, py::arg("size"), py::arg("stride"),
+        py::arg("dtype"));
   m.def("_npu_setDevice", &setDeviceBody);
   m.def("_npu_getDevice", &getDeviceBody);
   m.def("_npu_getDeviceProperties", &getDeviceProperties);

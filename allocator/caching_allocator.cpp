@@ -37,6 +37,7 @@
 //    changes without changing its place in the order), so a cached allocate + free is one tree
 //    search, a few pointer updates and no heap allocation.
 #include "allocator/device_state.h"
+#include "npu/log.h"
 
 // The free-block sets, allocation and freeing (the hot path) live here; the other parts of
 // DeviceState are listed in device_state.h.
@@ -199,6 +200,8 @@ Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t 
   Block* b = newBlock(seg->base, bytes, stream, &pool, seg);
   seg->head = seg->tail = b;
   segments.emplace(reinterpret_cast<uintptr_t>(ptr), seg);
+  NPU_LOG(NPU_LOG_INFO, "ALLOCATOR", "device %d: new segment of %zu bytes at %p (reserved %zu)",
+          static_cast<int>(device), bytes, ptr, static_cast<size_t>(reserved + bytes));
   insertFree(b);  // useBlock takes blocks from the free set
 
   reserved += bytes;
@@ -381,6 +384,7 @@ void DeviceState::throwOutOfMemory(std::unique_lock<DeviceLock>& lock, size_t al
   message += formatSize(reserved_now) +
              " reserved in total by PyTorch) If reserved memory is >> allocated memory try "
              "setting max_split_size_mb to avoid fragmentation.";
+  NPU_LOG(NPU_LOG_ERROR, "ALLOCATOR", "%s", message.c_str());
   throw OutOfMemoryError(message);
 }
 

@@ -1,6 +1,7 @@
 // Returning cached memory to the runtime (emptyCache, garbage collection, the out-of-memory
 // retries) and reading the allocator's state (snapshot, pointer lookup).
 #include "allocator/device_state.h"
+#include "npu/log.h"
 
 namespace npu::alloc::detail {
 
@@ -15,6 +16,9 @@ void DeviceState::releaseSegment(Block* b) {
     err = npuFree(seg->base);
   }
   reserved -= seg->size;
+  NPU_LOG(NPU_LOG_INFO, "ALLOCATOR", "device %d: segment of %zu bytes at %p returned (reserved %zu)",
+          static_cast<int>(device), seg->size, static_cast<void*>(seg->base),
+          static_cast<size_t>(reserved));
   ++stats.num_device_free;
   decrease(stats.segment, type, 1);
   decrease(stats.reserved_bytes, type, static_cast<int64_t>(seg->size));

@@ -2,6 +2,7 @@
 // current device, properties and utilisation.
 #include <pthread.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "npu/env.h"
+#include "npu/log.h"
 #include "npu/registry.h"
 #include "runtime_internal.h"
 
@@ -112,6 +114,8 @@ void initDevices() {
     g_devices->push_back(dev);
   }
   pthread_atfork(nullptr, nullptr, markForkedChild);
+  NPU_LOG(NPU_LOG_INFO, "RUNTIME", "%zu of %d simulated device(s) visible, %zu MiB of HBM each",
+          cfg.visible.size(), cfg.physical_count, cfg.hbm_bytes >> 20);
 }
 
 std::vector<Device*>& devices() {
@@ -119,10 +123,17 @@ std::vector<Device*>& devices() {
   return *g_devices;
 }
 
+// Set once config() has read the environment: from then on the process's devices are fixed.
+std::atomic<bool> g_config_fixed{false};
+
 }  // namespace
 
 const Config& config() {
-  static const Config cfg = loadConfig();
+  static const Config cfg = [] {
+    Config loaded = loadConfig();
+    g_config_fixed.store(true, std::memory_order_release);
+    return loaded;
+  }();
   return cfg;
 }
 
@@ -190,6 +201,7 @@ npuError_t npuGetDeviceCount(int* count) {
 npuError_t npuSetDevice(int index) {
   if (npuError_t e = checkUsable()) return e;
   if (!device(index)) return invalidDevice(index);
+  if (t_current_device != index) NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "current device %d", index);
   t_current_device = index;
   return npuSuccess;
 }
@@ -247,6 +259,29 @@ npuError_t npuDeviceGetStreamPriorityRange(int* least, int* greatest) {
 }
 
 const char* npuGetVisibleDevicesWarning(void) { return config().visible_warning.c_str(); }
+
+npuError_t npuPeekDeviceCount(int* count, char* why, size_t why_size) {
+  if (!count) return fail(npuErrorInvalidValue, "npuPeekDeviceCount: count is NULL");
+  if (why && why_size) why[0] = '\0';
+  if (g_config_fixed.load(std::memory_order_acquire)) {
+    *count = checkUsable() == npuSuccess ? deviceCount() : 0;
+    if (*count == 0 && why && why_size) {
+      const std::string& reason =
+          config().init_error.empty() ? config().visible_warning : config().init_error;
+      std::snprintf(why, why_size, "%s", reason.c_str());
+    }
+    return npuSuccess;
+  }
+  // Not started yet: read the environment as it is now, without fixing anything, so that a
+  // program may still change ASCEND_RT_VISIBLE_DEVICES before its first device call.
+  const Config fresh = loadConfig();
+  *count = fresh.init_error.empty() ? static_cast<int>(fresh.visible.size()) : 0;
+  if (*count == 0 && why && why_size) {
+    const std::string& reason = fresh.init_error.empty() ? fresh.visible_warning : fresh.init_error;
+    std::snprintf(why, why_size, "%s", reason.c_str());
+  }
+  return npuSuccess;
+}
 
 int npuPhysicalDeviceCount(void) { return config().physical_count; }
 size_t npuPhysicalDeviceMemory(void) { return config().hbm_bytes; }

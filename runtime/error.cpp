@@ -4,6 +4,7 @@
 #include <mutex>
 #include <string>
 
+#include "npu/log.h"
 #include "runtime_internal.h"
 
 namespace npu::rt {
@@ -27,12 +28,15 @@ std::string hex(const void* p) {
 }
 
 npuError_t fail(npuError_t error, std::string message) {
+  NPU_LOG(NPU_LOG_ERROR, "RUNTIME", "%s: %s", npuGetErrorName(error), message.c_str());
   t_last_error = error;
   t_last_message = std::move(message);
   return error;
 }
 
 void setAsyncError(npuError_t error, const std::string& message) {
+  NPU_LOG(NPU_LOG_ERROR, "RUNTIME", "%s (in a task): %s", npuGetErrorName(error),
+          message.c_str());
   std::lock_guard<std::mutex> lock(g_async_mutex);
   if (g_async_error == npuSuccess) {  // keep the first: later ones are usually its echoes
     g_async_error = error;

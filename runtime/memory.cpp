@@ -14,6 +14,7 @@
 #include <map>
 #include <shared_mutex>
 
+#include "npu/log.h"
 #include "runtime_internal.h"
 
 namespace npu::rt {
@@ -215,6 +216,7 @@ npuError_t npuMalloc(void** ptr, size_t size) {
     std::unique_lock lock(g_table_mutex);
     table()[reinterpret_cast<uintptr_t>(p)] = Allocation{Allocation::kDevice, dev, size, size, {}};
   }
+  NPU_LOG(NPU_LOG_INFO, "RUNTIME", "device %d: %zu bytes at %p", dev->index, size, p);
   *ptr = p;
   return npuSuccess;
 }
@@ -248,6 +250,7 @@ npuError_t npuFree(void* ptr) {
   waitDeviceIdle(a.dev);
   munmap(ptr, pageRound(a.size));
   releaseCapacity(a.dev, a.size);
+  NPU_LOG(NPU_LOG_INFO, "RUNTIME", "device %d: freed %zu bytes at %p", a.dev->index, a.size, ptr);
   return npuSuccess;
 }
 

@@ -40,6 +40,7 @@
 #include <cstring>
 #include <exception>
 
+#include "npu/log.h"
 #include "runtime_internal.h"
 
 struct npuStream_st {
@@ -405,6 +406,8 @@ npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRel
   const size_t n = strnlen(from, sizeof(task.name) - 1);
   std::memcpy(task.name, from, n);
   task.name[n] = '\0';
+  NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "launch %s on stream %p (device %d)", task.name,
+          static_cast<void*>(s), s->dev->index);
   return enqueue(s, task);
 }
 
@@ -444,6 +447,8 @@ npuError_t npuStreamCreateWithPriority(npuStream_t* stream, unsigned int flags, 
                                           " is out of range; use 0 (normal) or -1 (high)");
   }
   *stream = createStream(dev, priority, false);
+  NPU_LOG(NPU_LOG_INFO, "RUNTIME", "device %d: stream %p created, priority %d", dev->index,
+          static_cast<void*>(*stream), priority);
   return npuSuccess;
 }
 

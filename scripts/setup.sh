@@ -51,6 +51,8 @@ sys.exit(0 if set(m.packages_distributions().get("apex", [])) - {"simnpu"} else 
     echo "setup: building and installing simnpu"
     CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2} "$PY" -m pip install -q --disable-pip-version-check \
       --no-build-isolation --no-deps -C wheel.packages="$packages" .
+    # CANN's toolkit layout (ascend-toolkit/latest, set_env.sh) for this install, under the venv.
+    "$PY" -m torch_npu.utils.toolkit --prefix "$VENV/Ascend" >/dev/null
     echo "$src_hash" > "$pkg_stamp"
   fi
 fi

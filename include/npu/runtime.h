@@ -121,6 +121,13 @@ NPU_API npuError_t npuDeviceGetUtilization(int device, int* percent);
 NPU_API npuError_t npuDeviceGetStreamPriorityRange(int* least, int* greatest);
 /* Non-zero when ASCEND_RT_VISIBLE_DEVICES was set but invalid; the message names it. */
 NPU_API const char* npuGetVisibleDevicesWarning(void);
+/* The device count the runtime would have if it started now, without starting it: until the
+ * first call that reads the configuration (npuGetDeviceCount, npuSetDevice, ...), the
+ * environment (NPU_SIM_DEVICE_COUNT, ASCEND_RT_VISIBLE_DEVICES) is read afresh on each call; after
+ * it, the fixed count. When the count is 0 and `why` is not NULL, `why` receives the reason
+ * (a rejected variable), or "" if there is none. torch.npu.device_count() before initialisation
+ * (torch.cuda's rule: not cached until initialised). */
+NPU_API npuError_t npuPeekDeviceCount(int* count, char* why, size_t why_size);
 
 /* ---- memory ---------------------------------------------------------------------------- */
 NPU_API npuError_t npuMalloc(void** ptr, size_t size); /* on the current device */

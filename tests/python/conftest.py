@@ -8,6 +8,8 @@ import pytest
 # Tests run the same way in CI and by hand; an npu-smi or stale registry entry from a test must
 # not leak into the user's real registry, so every test process gets its own.
 os.environ.setdefault("NPU_SIM_RUNTIME_DIR", f"/tmp/simnpu-tests-{os.getpid()}")
+# Likewise the runtime's CANN-style log files (errors, by default): not in the user's ~/ascend/log.
+os.environ.setdefault("ASCEND_PROCESS_LOG_PATH", f"/tmp/simnpu-tests-{os.getpid()}/ascend-log")
 # A test process that dies of a signal (an abort at exit, a crash in a stream worker) prints the
 # Python stack of every thread, so a rare failure in CI says where it happened.
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")

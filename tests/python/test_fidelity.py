@@ -4,7 +4,7 @@ differing once (issue 16); the CPU result is the reference."""
 import pytest
 import torch
 
-import torch_npu  # noqa: F401
+import torch_npu
 
 
 @pytest.fixture
@@ -46,3 +46,263 @@ def test_topk_of_a_0_dim_tensor(k):
     assert got.values.shape == ref.values.shape
     torch.testing.assert_close(got.values.cpu(), ref.values)
     torch.testing.assert_close(got.indices.cpu(), ref.indices)
+
+
+# ---- torch_npu's run-time switches (torch_npu/npu/npu_config.py) -----------------------------
+
+@pytest.fixture
+def restore_npu_options():
+    from torch_npu.npu import npu_config
+
+    saved = dict(npu_config._options), npu_config._mm_bmm_format_nd
+    yield
+    npu_config._options.clear()
+    npu_config._options.update(saved[0])
+    npu_config._mm_bmm_format_nd = saved[1]
+
+
+def test_compile_mode_defaults_to_binary_ops_and_switches(restore_npu_options):
+    # torch_npu on Atlas A2 (910B): jit_compile is off unless set.
+    assert torch.npu.is_jit_compile_false() is True
+    torch.npu.set_compile_mode(jit_compile=True)
+    assert torch.npu.is_jit_compile_false() is False
+    torch.npu.set_compile_mode(jit_compile=False)
+    assert torch.npu.is_jit_compile_false() is True
+    with pytest.raises(TypeError, match="expects a bool"):
+        torch.npu.set_compile_mode(jit_compile="no")
+    # ops compute the same whichever mode (our kernels are all precompiled)
+    x = torch.randn(8, 8)
+    torch.npu.set_compile_mode(jit_compile=True)
+    torch.testing.assert_close((x.npu() @ x.npu()).cpu(), x @ x)
+
+
+def test_set_option_checks_values_as_torch_npu(restore_npu_options):
+    torch.npu.set_option({"ACL_PRECISION_MODE": "must_keep_origin_dtype", "ACL_AICORE_NUM": 8,
+                          "MM_BMM_ND_ENABLE": "disable"})
+    assert torch.npu.npu_config.get_option("ACL_AICORE_NUM") == "8"
+    assert torch.npu.get_mm_bmm_format_nd() is False
+    with pytest.raises(ValueError, match="ACL_PRECISION_MODE should be in"):
+        torch.npu.set_option({"ACL_PRECISION_MODE": "fp64"})
+    with pytest.raises(ValueError, match="ACL_AICORE_NUM"):
+        torch.npu.set_option({"ACL_AICORE_NUM": "0"})
+    with pytest.raises(TypeError, match="must be a dict"):
+        torch.npu.set_option("ACL_PRECISION_MODE=must_keep_origin_dtype")
+
+
+def test_hf32_flags_have_torch_npus_defaults(restore_npu_options):
+    assert torch.npu.matmul.allow_hf32 is False and torch.npu.conv.allow_hf32 is True
+    torch.npu.matmul.allow_hf32 = True
+    assert torch.npu.matmul.allow_hf32 is True
+    with pytest.raises(AttributeError, match="allow_hf32"):
+        torch.npu.matmul.allow_tf32 = True
+
+
+# ---- SDPA backend toggles (torch_npu/npu/_backends.py) ---------------------------------------
+
+def _sdpa_ran_fused(q, k, v) -> bool:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.npu.synchronize()
+    names = {e.name for e in prof.events()}
+    return out, "aten::_scaled_dot_product_fused_attention_overrideable" in names
+
+
+def test_flash_sdp_toggle_chooses_the_kernel_and_restores():
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    qn, kn, vn = q.npu(), k.npu(), v.npu()
+    assert torch.npu.flash_sdp_enabled()
+    out, fused = _sdpa_ran_fused(qn, kn, vn)
+    assert fused
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-4)
+    with torch.npu.sdp_kernel(enable_flash=False):
+        assert not torch.npu.flash_sdp_enabled()
+        out, fused = _sdpa_ran_fused(qn, kn, vn)
+        assert not fused  # the math backend ran
+        torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-4)
+    assert torch.npu.flash_sdp_enabled() and torch.npu.math_sdp_enabled()
+    try:
+        torch.npu.enable_flash_sdp(False)
+        assert not _sdpa_ran_fused(qn, kn, vn)[1]
+    finally:
+        torch.npu.enable_flash_sdp(True)
+    assert _sdpa_ran_fused(qn, kn, vn)[1]
+    with pytest.raises(TypeError, match="expects a bool"):
+        torch.npu.enable_math_sdp("yes")
+
+
+# ---- legacy typed classes (torch_npu/npu/_legacy_types.py) -----------------------------------
+
+@pytest.mark.parametrize("name,dtype", [
+    ("FloatTensor", torch.float32), ("HalfTensor", torch.float16),
+    ("BFloat16Tensor", torch.bfloat16), ("LongTensor", torch.int64), ("BoolTensor", torch.bool),
+    ("ByteTensor", torch.uint8)])
+def test_legacy_tensor_classes(name, dtype):
+    cls = getattr(torch.npu, name)
+    t = cls(2, 3)
+    assert t.shape == (2, 3) and t.dtype == dtype and t.device.type == "npu"
+    data = cls([1, 0, 1])
+    torch.testing.assert_close(data.cpu(), torch.tensor([1, 0, 1], dtype=dtype))
+    assert cls().shape == (0,)
+    assert isinstance(t, cls) and not isinstance(t.cpu(), cls)
+    other = torch.npu.FloatTensor if dtype != torch.float32 else torch.npu.DoubleTensor
+    assert not isinstance(t, other)
+    with pytest.raises(ValueError, match="non-negative"):
+        cls(-1)
+    with pytest.raises(TypeError, match="convert it with"):
+        cls(torch.zeros(2, dtype=torch.float64))
+    # Tensor.type() names the class, and takes it (or its name) to convert, as with CUDA's
+    assert t.type() == f"torch.npu.{name}" and repr(cls) == f"<class 'torch.npu.{name}'>"
+    for target in (cls, f"torch.npu.{name}"):
+        moved = torch.arange(3).type(target)
+        assert moved.device.type == "npu" and moved.dtype == dtype
+
+
+def test_legacy_storage_classes():
+    s = torch.npu.FloatStorage(4)
+    assert s.device.type == "npu" and s.dtype == torch.float32 and s.size() == 4
+    assert isinstance(s, torch.npu.FloatStorage) and not isinstance(s, torch.npu.HalfStorage)
+    assert torch.is_storage(s)
+    b = torch.npu.BoolStorage([True, False])
+    assert b.tolist() == [True, False] and b.device.type == "npu"
+
+
+def test_empty_strided_npu_allocates_on_the_current_device():
+    t = torch_npu._C._empty_strided_npu((2, 3), (1, 2), torch.float16)
+    assert t.device == torch.device("npu", torch.npu.current_device())
+    assert t.shape == (2, 3) and t.stride() == (1, 2) and t.dtype == torch.float16
+    with pytest.raises(TypeError, match="must be a torch.dtype"):
+        torch_npu._C._empty_strided_npu((2,), (1,), "float16")
+    with pytest.raises(ValueError, match="size has 2 dimensions but stride has 1"):
+        torch_npu._C._empty_strided_npu((2, 3), (1,), torch.float32)
+
+
+# ---- device_count before initialisation (torch.cuda's and torch_npu's rule) ------------------
+
+def test_device_count_follows_the_environment_until_init(python):
+    r = python("""
+        import os, torch, torch_npu
+        print(torch.npu.device_count())
+        os.environ["ASCEND_RT_VISIBLE_DEVICES"] = "1,2,3"
+        print(torch.npu.device_count(), torch.npu.is_initialized())
+        torch.npu.init()
+        os.environ["ASCEND_RT_VISIBLE_DEVICES"] = "0"
+        print(torch.npu.device_count())
+        x = torch.ones(1, device="npu:2")
+        print(x.device)
+    """, env={"NPU_SIM_DEVICE_COUNT": "4"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["4", "3", "False", "3", "npu:2"]
+
+
+def test_device_count_before_init_warns_on_a_bad_visible_list(python):
+    r = python("""
+        import os, torch, torch_npu
+        os.environ["ASCEND_RT_VISIBLE_DEVICES"] = "2,1"
+        print(torch.npu.device_count(), torch.npu.is_available())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "False"]
+    assert "ASCEND_RT_VISIBLE_DEVICES='2,1' is invalid" in r.stderr
+
+
+def test_wrong_device_type_message_is_torch_npus():
+    with pytest.raises(ValueError, match=r"^Expected a npu device, but got: cpu$"):
+        torch.npu.synchronize("cpu")
+
+
+# ---- torch_npu.npu.utils ---------------------------------------------------------------------
+
+def test_npu_utils_answers_and_refusals():
+    from torch_npu.npu import utils
+
+    assert utils.synchronize is torch.npu.synchronize and utils.stream is torch.npu.stream
+    count = torch.npu.device_count()
+    assert torch.npu.can_device_access_peer(0, count - 1) is True
+    with pytest.raises(AssertionError, match="Invalid peer device id"):
+        torch.npu.can_device_access_peer(0, count)
+    assert torch.npu.get_allocator_backend() == "native"
+    assert torch.npu.get_sync_debug_mode() == 0
+    torch.npu.set_sync_debug_mode("default")
+    with pytest.raises(NotImplementedError, match="only 0 \\('default'\\)"):
+        torch.npu.set_sync_debug_mode("warn")
+    with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
+        torch.npu.set_sync_debug_mode(7)
+    torch.npu.ipc_collect()
+    with pytest.raises(NotImplementedError, match="overflow status register"):
+        torch.npu.get_npu_overflow_flag()
+
+
+# ---- CANN's logging: ASCEND_GLOBAL_LOG_LEVEL, ASCEND_SLOG_PRINT_TO_STDOUT, ... ----------------
+
+_LOG_LINE = (r"^\[(DEBUG|INFO|WARNING|ERROR)\] ([A-Z]+)\((\d+),[^)]+\):\d{4}-\d{2}-\d{2}-"
+             r"\d{2}:\d{2}:\d{2}\.\d{3}\.\d{3} \[[\w.]+:\d+\]\d+ \w+: ")
+
+
+def _log_lines(text: str):
+    import re
+
+    return [(m.group(1), m.group(2), line) for line in text.splitlines()
+            if (m := re.match(_LOG_LINE, line))]
+
+
+def test_cann_log_to_stdout_covers_runtime_allocator_and_launches(python):
+    r = python("""
+        import torch, torch_npu
+        x = torch.ones(1000, device="npu")
+        y = (x * 2).sum()
+        print("result", y.item())
+    """, env={"ASCEND_GLOBAL_LOG_LEVEL": "0", "ASCEND_SLOG_PRINT_TO_STDOUT": "1"})
+    assert r.returncode == 0, r.stderr
+    lines = _log_lines(r.stdout)
+    modules = {(level, module) for level, module, _ in lines}
+    assert ("INFO", "RUNTIME") in modules and ("INFO", "ALLOCATOR") in modules
+    launches = [line for level, _, line in lines if level == "DEBUG" and "launch " in line]
+    assert launches, r.stdout[-2000:]
+    assert "result 2000.0" in r.stdout
+
+
+def test_cann_log_default_is_errors_only_into_the_process_log_path(python, tmp_path):
+    r = python("""
+        import torch, torch_npu
+        x = torch.ones(4, device="npu")
+        try:
+            torch.empty(1 << 40, dtype=torch.uint8, device="npu")  # 1 TiB: out of memory
+        except torch.OutOfMemoryError:
+            pass
+        import os; print(os.getpid())
+    """, env={"ASCEND_PROCESS_LOG_PATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    pid = r.stdout.split()[-1]
+    files = list((tmp_path / "debug" / "plog").glob(f"plog-{pid}_*.log"))
+    assert len(files) == 1, list(tmp_path.rglob("*"))
+    lines = _log_lines(files[0].read_text())
+    assert lines and all(level == "ERROR" for level, _, _ in lines), files[0].read_text()
+    assert any(module == "ALLOCATOR" and "NPU out of memory" in line for _, module, line in lines)
+    assert not _log_lines(r.stdout)
+
+
+def test_cann_log_level_4_writes_nothing(python, tmp_path):
+    r = python("""
+        import torch, torch_npu
+        try:
+            torch.empty(1 << 40, dtype=torch.uint8, device="npu")
+        except torch.OutOfMemoryError:
+            pass
+    """, env={"ASCEND_PROCESS_LOG_PATH": str(tmp_path), "ASCEND_GLOBAL_LOG_LEVEL": "4"})
+    assert r.returncode == 0, r.stderr
+    assert not list(tmp_path.rglob("*.log"))
+
+
+def test_device_capability_follows_torch_npu_device_capability(monkeypatch):
+    monkeypatch.delenv("TORCH_NPU_DEVICE_CAPABILITY", raising=False)
+    with pytest.warns(UserWarning, match="TORCH_NPU_DEVICE_CAPABILITY"):
+        assert torch.npu.get_device_capability() is None
+    monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "8.0")
+    with pytest.warns(UserWarning, match="only for compatibility"):
+        assert torch.npu.get_device_capability(0) == (8, 0)
+    monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "eight")
+    with pytest.warns(UserWarning, match="can't parse TORCH_NPU_DEVICE_CAPABILITY"):
+        assert torch.npu.get_device_capability() is None

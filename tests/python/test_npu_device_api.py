@@ -59,7 +59,7 @@ def test_invalid_device_index_is_a_clear_error(bad):
 
 
 def test_wrong_device_type_is_rejected():
-    with pytest.raises(ValueError, match="Expected an npu device"):
+    with pytest.raises(ValueError, match="Expected a npu device, but got: cpu"):
         torch.npu.get_device_properties("cpu")
 
 

@@ -100,3 +100,32 @@ def test_out_of_memory_raises_with_the_torch_npu_message():
 def test_bad_fraction_is_rejected():
     with pytest.raises(ValueError, match="Allowed range"):
         torch.npu.set_per_process_memory_fraction(1.5)
+
+
+def test_caching_allocator_alloc_and_delete_use_the_caching_allocator():
+    torch.npu.synchronize()
+    before = torch.npu.memory_allocated()
+    ptr = torch.npu.caching_allocator_alloc(1 << 20)
+    assert ptr != 0 and torch.npu.memory_allocated() - before >= 1 << 20
+    torch.npu.caching_allocator_delete(ptr)
+    assert torch.npu.memory_allocated() == before
+    with pytest.raises(RuntimeError, match="was not returned by"):
+        torch.npu.caching_allocator_delete(ptr)
+    with pytest.raises(TypeError, match="non-negative int"):
+        torch.npu.caching_allocator_alloc(-1)
+
+
+def test_memory_snapshot_in_torchs_layout(tmp_path):
+    import pickle
+
+    x = torch.ones(1000, device="npu")  # noqa: F841 (held: a segment to see)
+    snap = torch.npu.memory._snapshot()
+    assert set(snap) == {"segments", "device_traces"}
+    assert len(snap["device_traces"]) == torch.npu.device_count()
+    assert any(b["state"] == "active_allocated" for s in snap["segments"] for b in s["blocks"])
+    path = tmp_path / "snap.pickle"
+    torch.npu.memory._dump_snapshot(str(path))
+    assert pickle.loads(path.read_bytes())["segments"] == torch.npu.memory._snapshot()["segments"]
+    torch.npu.memory._record_memory_history(enabled=None)
+    with pytest.raises(NotImplementedError, match="allocation history"):
+        torch.npu.memory._record_memory_history()

@@ -344,3 +344,44 @@ def test_torch_profiler_privateuse1_shows_npu_kernels(tmp_path):
                        and e["ts"] == launches[0]["ts"]}
     averages = {e.key: e for e in prof.key_averages()}
     assert averages["aten::fill_"].device_time_total > 0
+
+
+def test_offline_analysis_writes_what_the_online_handler_writes(tmp_path):
+    """tensorboard_trace_handler(analyse_flag=False) + torch_npu.profiler.analyse in another
+    process gives the same files as analysing at trace time."""
+    import subprocess
+    import sys
+
+    online, offline = tmp_path / "online", tmp_path / "offline"
+    for where, flag in ((online, True), (offline, False)):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.NPU], profile_memory=True,
+                     on_trace_ready=tensorboard_trace_handler(str(where), worker_name="w",
+                                                              analyse_flag=flag)):
+            x = torch.randn(64, 64, device="npu")
+            (x @ x).sum().item()
+    (raw_dir,) = run_dirs(offline)
+    assert not os.path.exists(os.path.join(raw_dir, "ASCEND_PROFILER_OUTPUT"))
+    r = subprocess.run([sys.executable, "-c", "import sys, torch_npu; "
+                        "print(torch_npu.profiler.profiler.analyse(sys.argv[1]))", str(offline)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert raw_dir in r.stdout
+    events, tables = load(raw_dir)
+    assert "aten::mm" in {e.get("name") for e in events}
+    assert tables["kernel_details"] and tables["operator_details"] and tables["memory_record"]
+    # the same process's records analysed twice give identical files
+    (online_dir,) = run_dirs(online)
+    before = open(os.path.join(online_dir, "ASCEND_PROFILER_OUTPUT", "kernel_details.csv")).read()
+    assert torch_npu.profiler.analyse(online_dir) == [online_dir]
+    after = open(os.path.join(online_dir, "ASCEND_PROFILER_OUTPUT", "kernel_details.csv")).read()
+    assert after == before
+
+
+def test_offline_analysis_names_a_folder_without_records(tmp_path):
+    with pytest.raises(FileNotFoundError, match="holds no \\*_ascend_pt folder"):
+        torch_npu.profiler.analyse(str(tmp_path))
+    (tmp_path / "x_ascend_pt").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no recorded data"):
+        torch_npu.profiler.analyse(str(tmp_path))
+    with pytest.raises(ValueError, match="max_process_number must be a positive integer"):
+        torch_npu.profiler.analyse(str(tmp_path), max_process_number=0)

@@ -27,11 +27,15 @@ devices: the string "cuda" or "cuda:N", or a torch.device of type cuda. Anything
 through untouched, so a path such as "cuda_ckpt.pt" or a tensor named "cuda" stays as it is.
 The patches are applied once per process, and a one-line notice says so on stderr (on rank 0).
 
+Every other name of torch.cuda.__all__ has a row in CUDA_SURFACE below (torch.npu's twin, a
+constant true of npu, a NotImplementedError saying why, or torch.cuda's own object with the
+reason); the legacy typed classes (torch.cuda.FloatTensor) are torch.npu's; torch.cuda.nvtx
+ranges become profiler ranges; torch.Event / torch.Stream accept cuda devices.
+
 Not covered: a torch.device("cuda") object itself stays a CUDA device (comparing
-`t.device == torch.device("cuda")` is False for npu tensors: use `t.is_cuda`); the legacy
-tensor types (torch.cuda.FloatTensor); CUDA-only modules (torch.cuda.nvtx, torch.backends.cudnn
-options are accepted and have no effect); torch.cuda.get_device_capability() returns None, as
-torch_npu's does.
+`t.device == torch.device("cuda")` is False for npu tensors: use `t.is_cuda`);
+torch.backends.cudnn options are accepted and have no effect; torch.cuda.get_device_capability()
+returns None, as torch_npu's does.
 
 Mixed precision: torch.autocast("cuda") and torch.cuda.amp.autocast run as torch.autocast("npu")
 with CUDA's casting policies; torch.amp.GradScaler("cuda") is a GradScaler on npu.
@@ -39,6 +43,7 @@ with CUDA's casting policies; torch.amp.GradScaler("cuda") is a GradScaler on np
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import os
@@ -126,6 +131,174 @@ def _patch_torch_cuda() -> None:
     # Classes keep their identity (isinstance works); their constructors accept "cuda:N".
     npu.device.__init__ = _redirect(npu.device.__init__)
     npu.Stream.__new__ = staticmethod(_redirect(npu.Stream.__new__))
+
+
+# ---- the rest of torch.cuda's public surface -------------------------------------------------
+#
+# Every name of torch.cuda.__all__ that torch.npu does not have, and what it becomes. The test
+# (tests/python/test_transfer_to_npu.py) fails when torch.cuda gains a name this table and
+# torch.npu both miss, so the table stays complete against the installed torch.
+#   ("npu", attr)    torch.npu's object of another name
+#   ("value", v)     an attribute whose value is true of npu
+#   ("answer", v)    a function whose answer is always v on npu
+#   ("refuse", why)  raises NotImplementedError saying why (CUDA-only, or not in SimNPU yet)
+#   ("kept", why)    torch.cuda's own object stays (types and modules harmless to keep)
+
+
+def _nvtx_module():
+    """torch.cuda.nvtx as profiler ranges: range_push / range_pop / range / mark become
+    record_function ranges, so NVTX-annotated code shows its ranges in torch_npu.profiler."""
+    import types
+
+    from torch.autograd.profiler import record_function
+
+    nvtx = types.ModuleType("torch.cuda.nvtx", "NVTX ranges as npu profiler ranges")
+    stack: list = []
+
+    def range_push(msg: str) -> int:
+        rf = record_function(msg)
+        rf.__enter__()
+        stack.append(rf)
+        return len(stack) - 1
+
+    def range_pop() -> int:
+        if not stack:
+            return -1  # NVTX's answer for a pop without a push
+        stack.pop().__exit__(None, None, None)
+        return len(stack)
+
+    def mark(msg: str) -> None:
+        with record_function(msg):
+            pass
+
+    nvtx.range_push, nvtx.range_pop, nvtx.mark = range_push, range_pop, mark
+    nvtx.range = record_function
+    nvtx.range_start = lambda msg: range_push(msg)
+    nvtx.range_end = lambda range_id: range_pop()
+    return nvtx
+
+
+_NOT_ON_NPU = "CUDA-only; torch.npu has no equivalent"
+_NOT_YET = "not implemented in SimNPU yet (docs/api.md lists it)"
+CUDA_SURFACE: dict[str, tuple[str, object]] = {
+    "CUDAGraph": ("npu", "NPUGraph"),
+    "has_half": ("value", True),
+    "has_magma": ("value", False),
+    "is_tf32_supported": ("answer", False),  # NPU's reduced float32 is HF32 (torch.npu.matmul)
+    "get_arch_list": ("answer", []),
+    "get_gencode_flags": ("answer", ""),
+    "nvtx": ("module", "NVTX ranges become profiler ranges (_nvtx_module)"),
+    "ComplexFloatStorage": ("kept", "no complex legacy storage on npu (torch_npu has none)"),
+    "ComplexDoubleStorage": ("kept", "no complex legacy storage on npu (torch_npu has none)"),
+    "CudaError": ("kept", "an exception type; npu errors are RuntimeError / AcceleratorError"),
+    "DeferredCudaCallError": ("kept", "an exception type; npu's lazy-init errors are RuntimeError"),
+    "GreenContext": ("refuse", _NOT_ON_NPU),
+    "ExternalStream": ("refuse", "wrapping a foreign stream pointer is " + _NOT_YET),
+    "get_stream_from_external": ("refuse", "wrapping a foreign stream pointer is " + _NOT_YET),
+    "caching_allocator_enable": ("refuse", "switching the caching allocator at run time is "
+                                 + _NOT_YET + "; set PYTORCH_NO_NPU_MEMORY_CACHING=1 at start"),
+    "caching_allocator_disabled": ("refuse", "switching the caching allocator at run time is "
+                                   + _NOT_YET + "; set PYTORCH_NO_NPU_MEMORY_CACHING=1 at start"),
+    "CUDAPluggableAllocator": ("refuse", "pluggable allocators are " + _NOT_YET),
+    "change_current_allocator": ("refuse", "pluggable allocators are " + _NOT_YET),
+    "MemPool": ("refuse", "memory pools are " + _NOT_YET),
+    "use_mem_pool": ("refuse", "memory pools are " + _NOT_YET),
+    "host_memory_stats": ("refuse", "host-allocator statistics are " + _NOT_YET),
+    "host_memory_stats_as_nested_dict": ("refuse", "host-allocator statistics are " + _NOT_YET),
+    "reset_accumulated_host_memory_stats": ("refuse", "host-allocator statistics are " + _NOT_YET),
+    "reset_peak_host_memory_stats": ("refuse", "host-allocator statistics are " + _NOT_YET),
+    "check_error": ("refuse", "a CUDA runtime binding; " + _NOT_ON_NPU),
+    "cudaStatus": ("kept", "CUDA runtime status codes; " + _NOT_ON_NPU),
+    "cudart": ("refuse", "the CUDA runtime library; " + _NOT_ON_NPU),
+    "current_solver_handle": ("refuse", "cuSOLVER; " + _NOT_ON_NPU),
+    "device_memory_used": ("refuse", "an NVML query; read torch.npu.mem_get_info or npu-smi"),
+    "list_gpu_processes": ("refuse", "an NVML query; run `npu-smi info` for the processes"),
+    "memory_usage": ("refuse", "an NVML query; read torch.npu.mem_get_info or npu-smi"),
+    "temperature": ("refuse", "an NVML query; run `npu-smi info` (simulated temperature)"),
+    "power_draw": ("refuse", "an NVML query; run `npu-smi info` (simulated power)"),
+    "clock_rate": ("refuse", "an NVML query; " + _NOT_ON_NPU),
+    "jiterator": ("kept", "CUDA's kernel generator; its functions raise on a CPU build"),
+    "nccl": ("kept", "torch.cuda.nccl; distributed code goes through torch.distributed (hccl)"),
+    "profiler": ("kept", "cudaProfilerStart/Stop; use torch_npu.profiler"),
+    "sparse": ("kept", "a CUDA module; " + _NOT_ON_NPU),
+    "tunable": ("kept", "TunableOp (GEMM tuning); " + _NOT_ON_NPU),
+}
+# torch.cuda.memory's private helpers that real scripts call (memory_viz snapshots).
+CUDA_MEMORY_PRIVATE = ("_record_memory_history", "_snapshot", "_dump_snapshot",
+                       "_set_allocator_settings")
+
+
+def _refusal(name: str, why: str):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(f"torch.cuda.{name} under transfer_to_npu: {why}")
+
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
+
+
+def _patch_torch_cuda_surface() -> None:
+    npu = torch_npu.npu
+    for name, (kind, detail) in CUDA_SURFACE.items():
+        if kind == "npu":
+            setattr(torch.cuda, name, getattr(npu, detail))
+        elif kind == "value":
+            setattr(torch.cuda, name, detail)
+        elif kind == "answer":
+            setattr(torch.cuda, name, lambda *args, _answer=detail, **kwargs: copy.copy(_answer))
+        elif kind == "module":
+            setattr(torch.cuda, name, _nvtx_module())
+        elif kind == "refuse":
+            setattr(torch.cuda, name, _refusal(name, detail))
+    REDIRECTED.append("torch.cuda.* without a torch.npu twin (" + ", ".join(
+        n for n, (kind, _) in CUDA_SURFACE.items() if kind != "kept") + ")")
+    # torch.cuda.memory: the same functions as torch.cuda's, and clear refusals for the rest.
+    for name in dir(npu.memory):
+        if not name.startswith("_") and callable(getattr(npu.memory, name)) and \
+                hasattr(torch.cuda.memory, name):
+            setattr(torch.cuda.memory, name, _redirect(getattr(npu.memory, name)))
+    for name in CUDA_MEMORY_PRIVATE:
+        own = getattr(npu.memory, name, None)
+        why = ("allocator settings at run time are " + _NOT_YET + "; set PYTORCH_NPU_ALLOC_CONF "
+               "before the program starts") if name == "_set_allocator_settings" else _NOT_YET
+        setattr(torch.cuda.memory, name, _redirect(own) if own is not None else _refusal(
+            f"memory.{name}", why))
+    REDIRECTED.append("torch.cuda.memory.*")
+    # torch.backends.cuda's SDPA switches act on npu's attention kernel (torch.npu's toggles).
+    for name in ("enable_flash_sdp", "flash_sdp_enabled", "enable_math_sdp", "math_sdp_enabled",
+                 "enable_mem_efficient_sdp", "mem_efficient_sdp_enabled", "sdp_kernel"):
+        if hasattr(torch.backends.cuda, name):
+            setattr(torch.backends.cuda, name, getattr(npu, name))
+    REDIRECTED.append("torch.backends.cuda SDPA switches")
+
+
+class _AnyInstanceOf(type):
+    """Metaclass keeping isinstance / issubclass true against the original class."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, cls._original)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, cls._original)
+
+
+def _device_class(original):
+    """`original` (torch.Event, torch.Stream) accepting a CUDA device as its npu twin."""
+    meta = type("_Meta", (_AnyInstanceOf, type(original)), {})
+
+    def __new__(cls, device=None, *args, **kwargs):
+        return original.__new__(cls, _npu(device), *args, **kwargs)
+
+    redirected = meta(original.__name__, (original,), {"__new__": __new__, "_original": original,
+                                                       "__module__": "torch",
+                                                       "__doc__": original.__doc__})
+    redirected.__qualname__ = original.__qualname__
+    return redirected
+
+
+def _patch_generic_device_classes() -> None:
+    torch.Event = _device_class(torch.Event)
+    torch.Stream = _device_class(torch.Stream)
+    REDIRECTED.extend(["torch.Event", "torch.Stream"])
 
 
 # ---- tensors and modules ---------------------------------------------------------------------
@@ -349,6 +522,8 @@ def _apply() -> None:
     if getattr(torch, "_transfer_to_npu_applied", False):
         return  # applied already (a reloaded module would wrap the wrappers)
     _patch_torch_cuda()
+    _patch_torch_cuda_surface()
+    _patch_generic_device_classes()
     _patch_tensors_and_modules()
     _patch_factories()
     _patch_amp()

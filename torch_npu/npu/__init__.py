@@ -50,6 +50,7 @@ from .memory import (  # noqa: F401
     memory_summary,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
+    reset_max_memory_cached,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
 )
@@ -89,6 +90,42 @@ from .graphs import (  # noqa: F401
     is_current_stream_capturing,
     make_graphed_callables,
 )
+from . import npu_config  # noqa: F401
+from .npu_config import (  # noqa: F401
+    conv,
+    get_mm_bmm_format_nd,
+    is_jit_compile_false,
+    matmul,
+    set_compile_mode,
+    set_mm_bmm_format_nd,
+    set_option,
+)
+from ._backends import (  # noqa: F401
+    enable_flash_sdp,
+    enable_math_sdp,
+    enable_mem_efficient_sdp,
+    flash_sdp_enabled,
+    math_sdp_enabled,
+    mem_efficient_sdp_enabled,
+    preferred_linalg_library,
+    sdp_kernel,
+)
+from ._legacy_types import *  # noqa: F401,F403  (FloatTensor, ..., FloatStorage, ...)
+from . import utils  # noqa: F401
+from .utils import (  # noqa: F401
+    can_device_access_peer,
+    clear_npu_overflow_flag,
+    current_blas_handle,
+    finalize_dump,
+    get_allocator_backend,
+    get_npu_overflow_flag,
+    get_sync_debug_mode,
+    init_dump,
+    ipc_collect,
+    set_dump,
+    set_sync_debug_mode,
+)
+from ._legacy_types import __all__ as _legacy_types_all
 
 __all__ = [
     "Event", "NPUGraph", "Stream", "StreamContext", "current_device", "current_stream",
@@ -103,7 +140,19 @@ __all__ = [
     "seed_all", "set_autocast_dtype", "set_autocast_enabled", "set_device",
     "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
     "stream", "synchronize", "utilization",
-]
+    # run-time switches (npu_config.py) and SDPA backend toggles (_backends.py)
+    "conv", "enable_flash_sdp", "enable_math_sdp", "enable_mem_efficient_sdp",
+    "flash_sdp_enabled", "get_mm_bmm_format_nd", "is_jit_compile_false", "math_sdp_enabled",
+    "matmul", "mem_efficient_sdp_enabled", "preferred_linalg_library", "sdp_kernel",
+    "set_compile_mode", "set_mm_bmm_format_nd", "set_option",
+    # torch_npu.npu.utils
+    "can_device_access_peer", "clear_npu_overflow_flag", "current_blas_handle", "finalize_dump",
+    "get_allocator_backend", "get_npu_overflow_flag", "get_sync_debug_mode", "init_dump",
+    "ipc_collect", "set_dump", "set_sync_debug_mode",
+    "caching_allocator_alloc", "caching_allocator_delete", "get_per_process_memory_fraction",
+    "max_memory_cached", "memory_cached", "memory_stats_as_nested_dict",
+    "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
+] + _legacy_types_all
 
 
 _INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")

@@ -86,11 +86,20 @@ _visible_devices_warned = False
 
 
 def device_count() -> int:
-    """Number of NPUs visible (after ASCEND_RT_VISIBLE_DEVICES); 0 if none. Never initialises."""
+    """Number of NPUs visible (after ASCEND_RT_VISIBLE_DEVICES); 0 if none. Never initialises.
+
+    torch.cuda's and torch_npu's rule: until the device is initialised the answer follows the
+    environment as it is at the call (a program may still set ASCEND_RT_VISIBLE_DEVICES after
+    `import torch_npu`); from initialisation on it is fixed.
+    """
     global _visible_devices_warned
-    count = _C._npu_getDeviceCount()
+    if is_initialized():
+        count, why = _C._npu_getDeviceCount(), None
+    else:
+        count, why = _C._npu_peekDeviceCount()
     if count == 0 and not _visible_devices_warned:
-        why = _C._npu_visibleDevicesWarning()
+        if why is None:
+            why = _C._npu_visibleDevicesWarning()
         if why:
             # Once per process: Python's filter would repeat it for each calling line.
             _visible_devices_warned = True
@@ -104,7 +113,7 @@ def _get_device_index(device: _DeviceLike, optional: bool = False) -> int:
         device = torch.device(device)
     if isinstance(device, torch.device):
         if device.type != "npu":
-            raise ValueError(f"Expected an npu device, but got: {device}")
+            raise ValueError(f"Expected a npu device, but got: {device}")  # torch_npu's words
         if device.index is None:
             return current_device()
         return device.index
@@ -206,10 +215,31 @@ def get_device_name(device: _DeviceLike = None) -> str:
     return get_device_properties(device).name
 
 
-def get_device_capability(device: _DeviceLike = None) -> None:
-    """CANN has no CUDA-style compute capability; torch_npu returns None, and so do we."""
+_CAPABILITY_NOTE = ("The return value of get_device_capability is only for compatibility with "
+                    "PyTorch and does not represent the actual capability of the NPU device.")
+
+
+def get_device_capability(device: _DeviceLike = None):
+    """CANN has no CUDA-style compute capability. As torch_npu: None, unless
+    TORCH_NPU_DEVICE_CAPABILITY="major.minor" names the pair to answer (for libraries that
+    branch on it); each answer comes with torch_npu's warning that it is not a real one."""
+    import os
+    import re
+
     _check_index(_get_device_index(device))
-    return None
+    value = os.environ.get("TORCH_NPU_DEVICE_CAPABILITY")
+    if not value:
+        warnings.warn("You can set the device capability via the environment variable "
+                      f"TORCH_NPU_DEVICE_CAPABILITY. {_CAPABILITY_NOTE}", stacklevel=2)
+        return None
+    match = re.fullmatch(r"(\d+)\.(\d+)", value)
+    if not match:
+        warnings.warn("torch.npu.get_device_capability can't parse TORCH_NPU_DEVICE_CAPABILITY "
+                      f"environment variable: {value}. Expected format is 'major.minor' where "
+                      "major and minor are non-negative integers (e.g., '8.0').", stacklevel=2)
+        return None
+    warnings.warn(_CAPABILITY_NOTE, stacklevel=2)
+    return int(match.group(1)), int(match.group(2))
 
 
 def utilization(device: _DeviceLike = None) -> int:

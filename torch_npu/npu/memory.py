@@ -76,6 +76,10 @@ def reset_max_memory_allocated(device=None) -> None:
     reset_peak_memory_stats(device)
 
 
+def reset_max_memory_cached(device=None) -> None:  # deprecated torch.cuda name
+    reset_peak_memory_stats(device)
+
+
 def reset_accumulated_memory_stats(device=None) -> None:
     """Resets the "allocated" and "freed" running sums and the retry/OOM counters."""
     _C._npu_resetAccumulatedMemoryStats(_index(device))
@@ -110,18 +114,63 @@ def memory_snapshot() -> list[dict[str, Any]]:
     return _C._npu_memorySnapshot()["segments"]
 
 
+# Raw allocations of caching_allocator_alloc, by address: each is a byte tensor the caching
+# allocator served, kept alive until caching_allocator_delete gives it back.
+_raw_allocations: dict[int, torch.Tensor] = {}
+
+
 def caching_allocator_alloc(size: int, device=None, stream=None) -> int:
-    """Raw allocation from the caching allocator; returns the address."""
-    raise NotImplementedError(
-        "torch.npu.caching_allocator_alloc is not implemented in SimNPU yet; "
-        "allocate a tensor with torch.empty(size, dtype=torch.uint8, device='npu') instead"
-    )
+    """`size` bytes from the caching allocator, on `device` for use on `stream` (the current
+    ones by default); returns the address. Give it back with caching_allocator_delete."""
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise TypeError(f"caching_allocator_alloc: size must be a non-negative int, got {size!r}")
+    index = _index(device)
+    from .streams import stream as stream_context
+
+    with torch.npu.device(index), stream_context(stream):
+        block = torch.empty(size, dtype=torch.uint8, device=torch.device("npu", index))
+    address = block.data_ptr()
+    if size:
+        _raw_allocations[address] = block
+    return address
 
 
 def caching_allocator_delete(mem_ptr: int) -> None:
+    """Returns memory from caching_allocator_alloc to the caching allocator."""
+    if mem_ptr == 0:
+        return
+    if _raw_allocations.pop(mem_ptr, None) is None:
+        raise RuntimeError(f"caching_allocator_delete: {mem_ptr:#x} was not returned by "
+                           "torch.npu.caching_allocator_alloc (or was deleted already)")
+
+
+def _snapshot(device=None) -> dict[str, Any]:
+    """torch.cuda.memory._snapshot's layout: {"segments": [...], "device_traces": [...]}; the
+    traces are empty, since allocation history is not recorded (see _record_memory_history).
+    torch.cuda.memory._dump_snapshot's pickle of it renders in PyTorch's memory_viz."""
+    if not is_initialized():
+        return {"segments": [], "device_traces": []}
+    from ._device import device_count
+
+    return {"segments": _C._npu_memorySnapshot()["segments"],
+            "device_traces": [[] for _ in range(device_count())]}
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    import pickle
+
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
+
+
+def _record_memory_history(enabled="all", *args, **kwargs) -> None:
+    """Turning history off (enabled=None) is accepted; recording it is not implemented yet."""
+    if enabled is None:
+        return
     raise NotImplementedError(
-        "torch.npu.caching_allocator_delete is not implemented in SimNPU yet"
-    )
+        "torch.npu.memory._record_memory_history: allocation history (stack traces of each "
+        "alloc / free) is not recorded in SimNPU yet; torch.npu.memory._snapshot() gives the "
+        "segments and blocks without it")
 
 
 def _format_size(num: int) -> str:

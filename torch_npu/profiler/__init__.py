@@ -21,6 +21,7 @@ from torch.autograd.profiler import record_function
 from torch_npu.profiler.profiler import (
     ProfilerAction,
     ProfilerActivity,
+    analyse,
     profile,
     schedule,
     supported_activities,
@@ -30,6 +31,7 @@ from torch_npu.profiler.profiler import (
 __all__ = [
     "ProfilerAction",
     "ProfilerActivity",
+    "analyse",
     "profile",
     "record_function",
     "schedule",

@@ -120,11 +120,16 @@ class ProfileResult:
     """The records of one window (the raw dict of torch_npu._C._npu_profiler_stop)."""
 
     def __init__(self, raw: dict, *, host: bool, device: bool, memory: bool,
-                 steps: list[int], scheduled: bool) -> None:
-        # Unix time of CLOCK_MONOTONIC's zero, measured now (good to a few microseconds).
-        self.epoch_offset_ns = time.time_ns() - time.monotonic_ns()
-        self.pid = os.getpid()
-        self.main_thread = threading.main_thread().native_id
+                 steps: list[int], scheduled: bool, process: dict | None = None) -> None:
+        # Unix time of CLOCK_MONOTONIC's zero, measured now (good to a few microseconds); a
+        # result loaded for offline analysis brings the recording process's own (`process`).
+        process = process or {"epoch_offset_ns": time.time_ns() - time.monotonic_ns(),
+                              "pid": os.getpid(),
+                              "main_thread": threading.main_thread().native_id}
+        self.epoch_offset_ns = process["epoch_offset_ns"]
+        self.pid = process["pid"]
+        self.main_thread = process["main_thread"]
+        self.raw = raw
         self.show_host = host
         self.show_device = device
         self.show_memory = memory
@@ -350,6 +355,39 @@ class ProfileResult:
             writer = csv.DictWriter(f, fieldnames=header)
             writer.writeheader()
             writer.writerows(rows)
+
+    # ---- raw data, for offline analysis (torch_npu.profiler.analyse) ----------------------
+
+    RAW_FILE = os.path.join("FRAMEWORK", "simnpu_records.json")
+
+    def write_raw(self, run_dir: str) -> None:
+        """The window's records and everything needed to analyse them in another process."""
+        os.makedirs(os.path.join(run_dir, "FRAMEWORK"), exist_ok=True)
+        saved = {"format": 1, "raw": self.raw,
+                 "options": {"host": self.show_host, "device": self.show_device,
+                             "memory": self.show_memory, "steps": self.steps,
+                             "scheduled": self.scheduled},
+                 "process": {"epoch_offset_ns": self.epoch_offset_ns, "pid": self.pid,
+                             "main_thread": self.main_thread}}
+        with open(os.path.join(run_dir, self.RAW_FILE), "w") as f:
+            json.dump(saved, f)
+
+    @classmethod
+    def read_raw(cls, run_dir: str) -> "ProfileResult":
+        path = os.path.join(run_dir, cls.RAW_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"torch_npu.profiler.analyse: {run_dir} has no recorded data ({cls.RAW_FILE}); "
+                "pass a folder written by tensorboard_trace_handler (a *_ascend_pt folder, or "
+                "the folder that holds them)")
+        with open(path) as f:
+            saved = json.load(f)
+        if saved.get("format") != 1:
+            raise ValueError(f"torch_npu.profiler.analyse: {path} has format "
+                             f"{saved.get('format')!r}; this torch_npu reads format 1")
+        raw = {k: [tuple(r) for r in v] if isinstance(v, list) else v
+               for k, v in saved["raw"].items()}
+        return cls(raw, process=saved["process"], **saved["options"])
 
     def write_output(self, run_dir: str) -> None:
         out = os.path.join(run_dir, "ASCEND_PROFILER_OUTPUT")

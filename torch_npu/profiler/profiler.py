@@ -281,14 +281,14 @@ def tensorboard_trace_handler(dir_name: str, worker_name: str | None = None,
         ASCEND_PROFILER_OUTPUT/{trace_view.json, kernel_details.csv, operator_details.csv,
                                 op_statistic.csv[, memory_record.csv]}
 
-    worker_name defaults to <hostname>_<pid>. Returns the run directory.
+        FRAMEWORK/simnpu_records.json   (the records, for torch_npu.profiler.analyse)
+
+    worker_name defaults to <hostname>_<pid>. analyse_flag=False writes the records only (no
+    ASCEND_PROFILER_OUTPUT); torch_npu.profiler.analyse(dir) writes it later, in any process.
+    Returns the run directory.
     """
     if not isinstance(dir_name, (str, os.PathLike)) or not str(dir_name):
         raise ValueError(f"tensorboard_trace_handler: dir_name must be a path, got {dir_name!r}")
-    if not analyse_flag:
-        raise NotImplementedError(
-            "tensorboard_trace_handler: analyse_flag=False (raw data for offline analysis) is "
-            "not supported: SimNPU always writes the analysed output")
 
     def handler(prof: profile) -> str:
         worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
@@ -298,7 +298,33 @@ def tensorboard_trace_handler(dir_name: str, worker_name: str | None = None,
         while os.path.exists(run_dir):  # two windows in the same millisecond
             run_dir = os.path.join(os.fspath(dir_name), f"{worker}_{stamp}_{suffix}_ascend_pt")
             suffix += 1
-        prof.result.write_output(run_dir)
+        prof.result.write_raw(run_dir)
+        if analyse_flag:
+            prof.result.write_output(run_dir)
         return run_dir
 
     return handler
+
+
+def analyse(profiler_path: str, max_process_number: int | None = None) -> list[str]:
+    """Offline analysis: writes ASCEND_PROFILER_OUTPUT for a run folder (<...>_ascend_pt) or for
+    every run folder inside `profiler_path`, from the records tensorboard_trace_handler saved
+    (also with analyse_flag=False). Returns the run folders analysed. max_process_number is
+    torch_npu's parallelism knob; the folders are analysed one after the other here."""
+    if max_process_number is not None and (not isinstance(max_process_number, int)
+                                           or max_process_number < 1):
+        raise ValueError(f"analyse: max_process_number must be a positive integer, got "
+                         f"{max_process_number!r}")
+    path = os.fspath(profiler_path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"analyse: {path!r} is not a folder; pass the dir_name given to "
+                                "tensorboard_trace_handler, or one of its *_ascend_pt folders")
+    if path.rstrip("/").endswith("_ascend_pt"):
+        runs = [path]
+    else:
+        runs = sorted(os.path.join(path, d) for d in os.listdir(path) if d.endswith("_ascend_pt"))
+    if not runs:
+        raise FileNotFoundError(f"analyse: {path} holds no *_ascend_pt folder")
+    for run_dir in runs:
+        ProfileResult.read_raw(run_dir).write_output(run_dir)
+    return runs

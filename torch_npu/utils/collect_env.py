@@ -41,7 +41,9 @@ _ENV_VARS = (
     "PYTORCH_NPU_ALLOC_CONF", "PYTORCH_NO_NPU_MEMORY_CACHING", "TORCH_NPU_FALLBACK_CPU_DISABLE",
     "TORCH_TRANSFER_TO_NPU", "TORCH_DEVICE_BACKEND_AUTOLOAD", "NPU_SIM_DEVICE_COUNT",
     "NPU_SIM_HBM_GB", "NPU_SIM_RUNTIME_DIR", "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT",
-    "HCCL_BUFFSIZE", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH",
+    "HCCL_BUFFSIZE", "ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_GLOBAL_LOG_LEVEL",
+    "ASCEND_SLOG_PRINT_TO_STDOUT", "ASCEND_PROCESS_LOG_PATH", "LD_LIBRARY_PATH", "LD_PRELOAD",
+    "PYTHONPATH",
 )
 _RELEVANT_PACKAGES = re.compile(
     r"torch|npu|numpy|mypy|onnx|triton|optree|apex|accelerate|transformers")
@@ -582,6 +584,37 @@ def _device_checks(facts: dict, env: dict) -> list[Check]:
     return checks
 
 
+def _toolkit_check(facts: dict, env: dict) -> Check:
+    """ASCEND_TOOLKIT_HOME, as the article checks it (`echo $ASCEND_TOOLKIT_HOME`, `ls .../latest`):
+    unset is fine (the runtime sits beside torch_npu/_C); set, it must be a toolkit whose
+    runtime is the one torch_npu loads."""
+    from torch_npu.utils.toolkit import read_toolkit
+
+    name = "ASCEND_TOOLKIT_HOME"
+    fix = ("`source <prefix>/ascend-toolkit/set_env.sh` of this install (`make setup` writes one "
+           "under .venv/Ascend; `python -m torch_npu.utils.toolkit` writes ~/Ascend), or unset it")
+    home = env.get(name)
+    if not home:
+        return Check(name, "OK", "unset: not needed, the runtime is found beside torch_npu/_C; "
+                                 "set_env.sh of `python -m torch_npu.utils.toolkit` sets it")
+    toolkit = read_toolkit(home)
+    if not toolkit["exists"]:
+        return Check(name, "FAIL", f"{home!r} does not exist",
+                     symptom=f"ls: cannot access '{home}': No such file or directory",
+                     cause="a set_env.sh of a moved or removed toolkit was sourced", fix=fix)
+    expected = facts.get("expected_runtime_library")
+    if toolkit["runtime"] is None:
+        return Check(name, "FAIL", f"{home} has no lib64/libnpu_runtime.so",
+                     cause="not a SimNPU toolkit (or a partial one)", fix=fix)
+    if expected and os.path.realpath(expected) != toolkit["runtime"]:
+        return Check(name, "FAIL", f"{home} is another install's toolkit: its runtime is "
+                                   f"{toolkit['runtime']}, torch_npu's is {expected}",
+                     symptom="its lib64 comes first in LD_LIBRARY_PATH, so torch_npu may load "
+                             "a runtime of another build", fix=fix)
+    return Check(name, "OK", f"toolkit {toolkit['version'] or '(version unknown)'} at {home}, "
+                             "with torch_npu's runtime")
+
+
 def run_checks(facts: dict, env: Optional[dict] = None) -> list[Check]:
     """Turns the probe's facts into the report's checks, in the order a user should fix them."""
     env = dict(os.environ if env is None else env)
@@ -598,6 +631,7 @@ def run_checks(facts: dict, env: Optional[dict] = None) -> list[Check]:
         return checks
     checks.append(_version_check(facts))
     checks.append(_native_check(facts))
+    checks.append(_toolkit_check(facts, env))
     checks.append(_import_check(facts, checks))
     checks.append(_torch_npu_attr_check(facts, env))
     checks.extend(_device_checks(facts, env))

@@ -1,0 +1,193 @@
+"""torch_npu's general-purpose custom operators (the torch_npu.npu_* ops used outside LLMs), with
+torch_npu's signatures, defaults and output dtypes, composed of PyTorch ops that run as our npu
+kernels (so they have autograd wherever their parts do).
+
+Each is what torch_npu's documentation says the operator computes; where torch_npu differs from
+the obvious PyTorch op, the difference is kept and said (npu_max's indices are int32,
+npu_one_hot's output is float32 and an out-of-range class gives a row of off_value, ...).
+docs/api.md lists torch_npu's whole operator list with ours / composite / missing per row.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "copy_memory_", "empty_with_format", "fast_gelu", "npu_bmmV2", "npu_broadcast",
+    "npu_confusion_transpose", "npu_dtype_cast", "npu_layer_norm_eval", "npu_linear", "npu_max",
+    "npu_min", "npu_mish", "npu_one_hot", "npu_reshape", "npu_silu", "npu_slice",
+    "npu_softmax_cross_entropy_with_logits", "npu_sort_v2", "npu_transpose", "one_",
+]
+
+
+def _tensor(x, op: str, arg: str = "self") -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"torch_npu.{op}: {arg} must be a Tensor, got {type(x).__name__}")
+    return x
+
+
+def npu_silu(self: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(x) (torch_npu deprecates it for torch.nn.functional.silu)."""
+    return F.silu(_tensor(self, "npu_silu"))
+
+
+def npu_mish(self: torch.Tensor) -> torch.Tensor:
+    """x * tanh(softplus(x)) (torch_npu deprecates it for torch.nn.functional.mish)."""
+    return F.mish(_tensor(self, "npu_mish"))
+
+
+def fast_gelu(self: torch.Tensor) -> torch.Tensor:
+    """CANN's FastGelu: x / (1 + exp(-1.702 |x|)) * exp(0.851 (x - |x|)), which is
+    x * sigmoid(1.702 x) for every x."""
+    return _tensor(self, "fast_gelu") * torch.sigmoid(1.702 * self)
+
+
+def npu_transpose(self: torch.Tensor, perm: Sequence[int],
+                  require_contiguous: bool = True) -> torch.Tensor:
+    """self.permute(perm), contiguous unless require_contiguous=False."""
+    out = _tensor(self, "npu_transpose").permute(*perm)
+    return out.contiguous() if require_contiguous else out
+
+
+def npu_confusion_transpose(self: torch.Tensor, perm: Sequence[int], shape: Sequence[int],
+                            transpose_first: bool) -> torch.Tensor:
+    """Transpose then reshape (transpose_first=True), or reshape then transpose."""
+    _tensor(self, "npu_confusion_transpose")
+    if transpose_first:
+        return self.permute(*perm).contiguous().reshape(shape)
+    return self.reshape(shape).permute(*perm).contiguous()
+
+
+def npu_broadcast(self: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """self expanded to `size` (new leading dimensions allowed), as a contiguous tensor."""
+    return _tensor(self, "npu_broadcast").expand(*size).contiguous()
+
+
+def npu_slice(self: torch.Tensor, offsets: Sequence[int], size: Sequence[int]) -> torch.Tensor:
+    """The block of shape `size` starting at `offsets` (one of each per dimension)."""
+    _tensor(self, "npu_slice")
+    if len(offsets) != self.dim() or len(size) != self.dim():
+        raise ValueError(f"torch_npu.npu_slice: offsets ({len(offsets)}) and size ({len(size)}) "
+                         f"need one entry per dimension of self ({self.dim()})")
+    out = self
+    for dim, (start, length) in enumerate(zip(offsets, size)):
+        if start < 0 or length < 0 or start + length > self.shape[dim]:
+            raise ValueError(f"torch_npu.npu_slice: dimension {dim} has {self.shape[dim]} "
+                             f"elements; offset {start} + size {length} does not fit")
+        out = out.narrow(dim, start, length)
+    return out.contiguous()
+
+
+def npu_max(self: torch.Tensor, dim: int, keepdim: bool = False):
+    """(values, indices) of the maximum along `dim`; indices are int32, as torch_npu's."""
+    values, indices = torch.max(_tensor(self, "npu_max"), dim, keepdim)
+    return values, indices.to(torch.int32)
+
+
+def npu_min(self: torch.Tensor, dim: int, keepdim: bool = False):
+    """(values, indices) of the minimum along `dim`; indices are int32, as torch_npu's."""
+    values, indices = torch.min(_tensor(self, "npu_min"), dim, keepdim)
+    return values, indices.to(torch.int32)
+
+
+def npu_dtype_cast(input: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:  # noqa: A002
+    return _tensor(input, "npu_dtype_cast", "input").to(dtype)
+
+
+def npu_one_hot(input: torch.Tensor, num_classes: int = -1, depth: int = 1,  # noqa: A002
+                on_value=1, off_value=0) -> torch.Tensor:
+    """A float32 one-hot tensor with `depth` classes along axis `num_classes` (-1: last);
+    a class outside [0, depth) gives a row of off_value, as torch_npu's does."""
+    _tensor(input, "npu_one_hot", "input")
+    if depth < 1:
+        raise ValueError(f"torch_npu.npu_one_hot: depth must be at least 1, got {depth}")
+    if input.is_floating_point() or input.is_complex():
+        raise TypeError(f"torch_npu.npu_one_hot: input must hold integer classes, got "
+                        f"{input.dtype}")
+    axis = num_classes if num_classes >= 0 else input.dim() + 1 + num_classes
+    if not 0 <= axis <= input.dim():
+        raise ValueError(f"torch_npu.npu_one_hot: axis num_classes={num_classes} is out of range "
+                         f"for a {input.dim()}-d input")
+    classes = torch.arange(depth, device=input.device).reshape(
+        [depth if d == axis else 1 for d in range(input.dim() + 1)])
+    hot = input.unsqueeze(axis).long() == classes
+    on = torch.tensor(on_value, dtype=torch.float32, device=input.device)
+    off = torch.tensor(off_value, dtype=torch.float32, device=input.device)
+    return torch.where(hot, on, off)
+
+
+def one_(self: torch.Tensor) -> torch.Tensor:
+    """Fills self with ones in place (torch_npu deprecates it for fill_)."""
+    return _tensor(self, "one_").fill_(1)
+
+
+def copy_memory_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """Copies src into self (npu tensors of one dtype and device, as torch_npu requires)."""
+    _tensor(self, "copy_memory_")
+    _tensor(src, "copy_memory_", "src")
+    if self.device.type != "npu" or src.device != self.device:
+        raise RuntimeError(f"torch_npu.copy_memory_: self and src must be on one npu device, got "
+                           f"{self.device} and {src.device}; use Tensor.copy_ across devices")
+    if self.dtype != src.dtype:
+        raise RuntimeError(f"torch_npu.copy_memory_: self is {self.dtype} but src is {src.dtype}; "
+                           "they must have the same dtype (or use Tensor.copy_)")
+    return self.copy_(src, non_blocking=non_blocking)
+
+
+def npu_linear(input: torch.Tensor, weight: torch.Tensor,  # noqa: A002
+               bias: torch.Tensor | None = None) -> torch.Tensor:
+    return F.linear(_tensor(input, "npu_linear", "input"), weight, bias)
+
+
+def npu_bmmV2(self: torch.Tensor, mat2: torch.Tensor,  # noqa: N802 (torch_npu's name)
+              output_sizes: Sequence[int] = ()) -> torch.Tensor:
+    """Batched matrix product with broadcasting (torch.matmul); output_sizes is accepted and
+    checked when given."""
+    out = torch.matmul(_tensor(self, "npu_bmmV2"), mat2)
+    if output_sizes and list(out.shape) != list(output_sizes):
+        raise ValueError(f"torch_npu.npu_bmmV2: the product has shape {list(out.shape)}, not "
+                         f"output_sizes={list(output_sizes)}")
+    return out
+
+
+def npu_layer_norm_eval(input: torch.Tensor, normalized_shape, weight=None,  # noqa: A002
+                        bias=None, eps: float = 1e-5) -> torch.Tensor:
+    return F.layer_norm(_tensor(input, "npu_layer_norm_eval", "input"), normalized_shape,
+                        weight, bias, eps)
+
+
+def npu_reshape(self: torch.Tensor, shape: Sequence[int],
+                can_refresh: bool = False) -> torch.Tensor:
+    """self with a new shape; can_refresh=True reshapes self in place (its metadata)."""
+    _tensor(self, "npu_reshape")
+    if can_refresh:
+        return self.set_(self.reshape(shape).contiguous())
+    return self.reshape(shape)
+
+
+def npu_sort_v2(self: torch.Tensor, dim: int = -1, descending: bool = False) -> torch.Tensor:
+    """The sorted values only (torch_npu deprecates it for torch.sort)."""
+    return torch.sort(_tensor(self, "npu_sort_v2"), dim=dim, descending=descending).values
+
+
+def npu_softmax_cross_entropy_with_logits(self: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-row cross entropy against soft labels over the last dimension:
+    -sum(labels * log_softmax(self, -1), -1)."""
+    _tensor(self, "npu_softmax_cross_entropy_with_logits")
+    if labels.shape != self.shape:
+        raise ValueError(f"torch_npu.npu_softmax_cross_entropy_with_logits: labels have shape "
+                         f"{list(labels.shape)} but logits {list(self.shape)}; they must match")
+    return -(labels * torch.log_softmax(self, dim=-1)).sum(-1)
+
+
+def empty_with_format(size: Sequence[int], dtype: torch.dtype | None = None, layout=None,
+                      device=None, pin_memory: bool = False, acl_format: int = 2) -> torch.Tensor:
+    """An uninitialised npu tensor carrying ACL format `acl_format` (2: ND, the default)."""
+    import torch_npu
+
+    out = torch.empty(size, dtype=dtype, layout=layout, device=device or "npu",
+                      pin_memory=pin_memory)
+    return out if acl_format == 2 else torch_npu.npu_format_cast(out, acl_format)

@@ -1,0 +1,125 @@
+"""torch_npu's run-time switches: set_option, set_compile_mode / is_jit_compile_false, the ND
+format of mm / bmm, and the HF32 flags (torch.npu.matmul.allow_hf32, torch.npu.conv.allow_hf32).
+
+On a real NPU these select how CANN compiles and runs operators. SimNPU's kernels are compiled
+ahead of time and compute float32 in full float32, so none of them changes a result here; each
+is still stored and read back with torch_npu's names, defaults and checks, so code that sets
+them runs unchanged and code that reads them sees what it set:
+
+- jit_compile: False by default, as torch_npu's default on Atlas A2 (910B) devices, which use
+  the binary operator packages; our kernels are "binary" too, so is_jit_compile_false() is True
+  until set_compile_mode(jit_compile=True).
+- allow_hf32: matmul False, conv True by default (torch_npu's defaults). HF32 permits lower
+  precision; computing in full float32 is within what it permits.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from ._device import _lazy_init, is_initialized, synchronize
+
+__all__ = ["set_option", "set_compile_mode", "is_jit_compile_false", "set_mm_bmm_format_nd",
+           "get_mm_bmm_format_nd", "get_option"]
+
+# The options torch_npu checks, with their allowed values (anything else it passes on as is).
+_CHECKED_OPTIONS = {
+    "ACL_PRECISION_MODE": ("allow_fp32_to_fp16", "must_keep_origin_dtype"),
+    "ACL_OP_SELECT_IMPL_MODE": ("high_performance", "high_precision"),
+    "ACL_OP_DEBUG_LEVEL": ("0", "1", "2", "3", "4"),
+    "ACL_OP_COMPILER_CACHE_MODE": ("disable", "enable", "force"),
+}
+_options: dict[str, str] = {"jitCompile": "disable", "ALLOW_MATMUL_HF32": "disable",
+                            "ALLOW_CONV_HF32": "enable"}
+_mm_bmm_format_nd = True
+
+
+def _check_option(name: str, value: str) -> None:
+    if name == "ACL_AICORE_NUM":
+        if not (value.isdigit() and 1 <= int(value) <= 32):
+            raise ValueError(f"value of ACL_AICORE_NUM should be an integer from 1 to 32, but got "
+                             f"{value}")
+        return
+    allowed = _CHECKED_OPTIONS.get(name)
+    if allowed is not None and value not in allowed:
+        raise ValueError(f"value of {name} should be in {list(allowed)} but got {value}")
+
+
+def set_option(option: dict) -> None:
+    """torch.npu.set_option({"ACL_PRECISION_MODE": "must_keep_origin_dtype", ...}).
+
+    Values are turned into strings and checked where torch_npu checks them; a bad value raises
+    ValueError naming the option and the allowed values. "MM_BMM_ND_ENABLE": "enable" /
+    "disable" also sets set_mm_bmm_format_nd.
+    """
+    if not isinstance(option, dict):
+        raise TypeError(f"npu option must be a dict, got {type(option).__name__}")
+    checked = {}
+    for name, value in option.items():
+        if not isinstance(name, str):
+            raise TypeError(f"npu option names must be strings, got {name!r}")
+        checked[name] = str(value)
+        _check_option(name, checked[name])
+    if checked.get("MM_BMM_ND_ENABLE") in ("enable", "disable"):
+        set_mm_bmm_format_nd(checked["MM_BMM_ND_ENABLE"] == "enable")
+    _options.update(checked)
+
+
+def get_option(name: str) -> str | None:
+    """The value set for option `name` (as a string), or None if it was never set."""
+    return _options.get(name)
+
+
+def set_compile_mode(jit_compile: bool = False) -> None:
+    """torch.npu.set_compile_mode(jit_compile=False): choose online compilation of operators
+    (True) or the precompiled binary operators (False, the A2 default). Queued work finishes
+    first, as on torch_npu, so the switch applies to the operators launched after it."""
+    if not isinstance(jit_compile, (bool, numbers.Integral)):
+        raise TypeError(f"set_compile_mode(jit_compile=...) expects a bool, got "
+                        f"{type(jit_compile).__name__}")
+    if is_initialized():
+        synchronize()
+    _options["jitCompile"] = "enable" if jit_compile else "disable"
+
+
+def is_jit_compile_false() -> bool:
+    """True while operators run from the precompiled binaries (jit_compile=False); initialises
+    the device, as torch_npu's does."""
+    _lazy_init()
+    return _options["jitCompile"] == "disable"
+
+
+def set_mm_bmm_format_nd(is_nd: bool = True) -> None:
+    """Whether mm / bmm keep the ND format (True by default); formats are a tensor property
+    here (torch_npu.get_npu_format), and mm / bmm always compute on ND."""
+    global _mm_bmm_format_nd
+    _mm_bmm_format_nd = bool(is_nd)
+
+
+def get_mm_bmm_format_nd() -> bool:
+    return _mm_bmm_format_nd
+
+
+class _HF32Flag:
+    """torch.npu.matmul / torch.npu.conv: an object with one flag, allow_hf32."""
+
+    def __init__(self, option: str, name: str):
+        object.__setattr__(self, "_option", option)
+        object.__setattr__(self, "_name", name)
+
+    @property
+    def allow_hf32(self) -> bool:
+        return _options[self._option] == "enable"
+
+    def __setattr__(self, name, value):
+        if name != "allow_hf32":
+            raise AttributeError(f"torch.npu.{self._name} has no setting {name!r}; the one it "
+                                 "has is allow_hf32")
+        _options[self._option] = "enable" if value else "disable"
+
+    def __repr__(self) -> str:
+        return f"torch.npu.{self._name}(allow_hf32={self.allow_hf32})"
+
+
+matmul = _HF32Flag("ALLOW_MATMUL_HF32", "matmul")
+conv = _HF32Flag("ALLOW_CONV_HF32", "conv")

@@ -1,0 +1,110 @@
+"""torch_npu.npu.utils: the module torch_npu keeps its device helpers in (code imports them from
+here: ``from torch_npu.npu.utils import synchronize``), and the helpers of torch_npu's public list
+that have no better home.
+
+The device and stream helpers are the same objects as torch.npu's. Of torch_npu's hardware
+services, the ones that have an honest answer on a simulated device answer it
+(can_device_access_peer, ipc_collect, get_allocator_backend); those that need hardware SimNPU
+does not simulate (data dump, overflow status registers, BLAS handles) raise
+NotImplementedError naming what is missing, and the sync debug mode accepts its default only.
+"""
+
+from __future__ import annotations
+
+from ._device import (  # noqa: F401
+    _get_device_index,
+    current_device,
+    device,
+    device_count,
+    device_of,
+    is_bf16_supported,
+    set_device,
+    synchronize,
+)
+from .streams import (  # noqa: F401
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
+
+__all__ = ["synchronize", "set_device", "current_device", "device", "device_of", "StreamContext",
+           "stream", "set_stream", "current_stream", "default_stream", "is_bf16_supported",
+           "can_device_access_peer", "get_sync_debug_mode", "set_sync_debug_mode", "ipc_collect",
+           "get_allocator_backend", "current_blas_handle", "init_dump", "set_dump",
+           "finalize_dump", "get_npu_overflow_flag", "clear_npu_overflow_flag"]
+
+
+def can_device_access_peer(device_id, peer_device_id) -> bool:
+    """Whether `device_id` can read `peer_device_id`'s memory directly. Simulated devices share
+    the host's memory and copy between each other, so every pair of visible devices can.
+    An index out of range raises AssertionError("Invalid device id"), as torch_npu's does."""
+    count = device_count()
+    index = _get_device_index(device_id, optional=True)
+    peer = _get_device_index(peer_device_id, optional=True)
+    if not 0 <= index < count:
+        raise AssertionError(f"Invalid device id {index}: this process sees {count} NPU(s)")
+    if not 0 <= peer < count:
+        raise AssertionError(f"Invalid peer device id {peer}: this process sees {count} NPU(s)")
+    return True
+
+
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def get_sync_debug_mode() -> int:
+    """0: synchronizing operations are neither reported nor refused (the only mode here)."""
+    return 0
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    """torch.cuda.set_sync_debug_mode's twin: 0 / "default" is accepted; 1 / "warn" and 2 / "error"
+    (report or refuse each operation that synchronizes with the device) are not implemented."""
+    mode = debug_mode
+    if isinstance(debug_mode, str):
+        mode = _SYNC_DEBUG_MODES.get(debug_mode, debug_mode)
+    if mode not in (0, 1, 2) or isinstance(mode, bool):
+        raise RuntimeError(f"invalid value of debug_mode {debug_mode!r}, expected one of "
+                           "0 / 'default', 1 / 'warn', 2 / 'error'")
+    if mode != 0:
+        raise NotImplementedError(
+            f"torch.npu.set_sync_debug_mode({debug_mode!r}): reporting synchronizing operations "
+            "is not implemented in SimNPU; only 0 ('default') is available")
+
+
+def ipc_collect() -> None:
+    """Frees memory of tensors shared with other processes once they are gone. SimNPU does not
+    share npu memory between processes, so there is never any to free."""
+
+
+def get_allocator_backend() -> str:
+    """The npu caching allocator is the only one: "native", as torch_npu answers."""
+    return "native"
+
+
+def _not_simulated(what: str):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(f"torch.npu.{what} needs hardware SimNPU does not simulate "
+                                  f"({_WHY[what]}); see docs/api.md")
+
+    refuse.__name__ = refuse.__qualname__ = what
+    refuse.__doc__ = f"Not available on SimNPU: {_WHY[what]}."
+    return refuse
+
+
+_WHY = {
+    "current_blas_handle": "our GEMM kernels have no BLAS library handle",
+    "init_dump": "operator data dump",
+    "set_dump": "operator data dump",
+    "finalize_dump": "operator data dump",
+    "get_npu_overflow_flag": "the float overflow status register; use torch.isfinite or "
+                             "GradScaler, which check the values themselves",
+    "clear_npu_overflow_flag": "the float overflow status register",
+}
+current_blas_handle = _not_simulated("current_blas_handle")
+init_dump = _not_simulated("init_dump")
+set_dump = _not_simulated("set_dump")
+finalize_dump = _not_simulated("finalize_dump")
+get_npu_overflow_flag = _not_simulated("get_npu_overflow_flag")
+clear_npu_overflow_flag = _not_simulated("clear_npu_overflow_flag")
