@@ -108,6 +108,15 @@ aclError checkCopy(const char* api, void* dst, size_t destMax, const void* src, 
   return ACL_SUCCESS;
 }
 
+aclError checkMemset(const char* api, void* devPtr, size_t maxCount, size_t count) {
+  ACL_REQUIRE_INIT(api);
+  ACL_REQUIRE_ARG(api, devPtr, "devPtr must not be NULL");
+  ACL_REQUIRE_ARG(api, count <= maxCount,
+                  "count " + std::to_string(count) + " is larger than maxCount " +
+                      std::to_string(maxCount));
+  return ACL_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -368,21 +377,13 @@ aclError aclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t cou
 }
 
 aclError aclrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count) {
-  ACL_REQUIRE_INIT("aclrtMemset");
-  ACL_REQUIRE_ARG("aclrtMemset", devPtr, "devPtr must not be NULL");
-  ACL_REQUIRE_ARG("aclrtMemset", count <= maxCount,
-                  "count " + std::to_string(count) + " is larger than maxCount " +
-                      std::to_string(maxCount));
+  if (aclError e = checkMemset("aclrtMemset", devPtr, maxCount, count)) return e;
   return fromRuntime(npuMemset(devPtr, value, count));
 }
 
 aclError aclrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t count,
                           aclrtStream stream) {
-  ACL_REQUIRE_INIT("aclrtMemsetAsync");
-  ACL_REQUIRE_ARG("aclrtMemsetAsync", devPtr, "devPtr must not be NULL");
-  ACL_REQUIRE_ARG("aclrtMemsetAsync", count <= maxCount,
-                  "count " + std::to_string(count) + " is larger than maxCount " +
-                      std::to_string(maxCount));
+  if (aclError e = checkMemset("aclrtMemsetAsync", devPtr, maxCount, count)) return e;
   return fromRuntime(npuMemsetAsync(devPtr, value, count, static_cast<npuStream_t>(stream)));
 }
 

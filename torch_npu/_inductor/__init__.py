@@ -39,29 +39,28 @@ __all__ = [
 
 # ---- launching compiled kernels on the stream ------------------------------------------------
 
-_addresses: dict[Any, tuple[int, str]] = {}
+_addresses: dict[Any, int] = {}
 
 
-def _kernel_address(kernel) -> tuple[int, str]:
+def _kernel_address(kernel) -> int:
     """The C entry point of a kernel Inductor compiled: its code cache module exports the
     extern "C" function ``kernel`` next to the Python binding the wrapper would call."""
-    found = _addresses.get(kernel)
-    if found is None:
+    address = _addresses.get(kernel)
+    if address is None:
         module = sys.modules.get(getattr(kernel, "__module__", None) or "")
         path = getattr(module, "__file__", None)
         if path is None:
             raise RuntimeError(f"cannot find the compiled library of Inductor kernel {kernel!r}")
         library = ctypes.CDLL(path)  # already loaded: dlopen returns the same handle
         address = ctypes.cast(library.kernel, ctypes.c_void_p).value
-        found = (address, getattr(kernel, "__qualname__", "compiled_kernel"))
-        _addresses[kernel] = found
-    return found
+        _addresses[kernel] = address
+    return address
 
 
 def launch(kernel, name: str, *args) -> None:
     """Queues ``kernel(*args)`` on the current npu stream: tensors pass their device pointers,
     Python ints their value (converted in C++: this runs once per kernel per call)."""
-    _C._npu_launchCompiledKernel(_kernel_address(kernel)[0], name, *args)
+    _C._npu_launchCompiledKernel(_kernel_address(kernel), name, *args)
 
 
 # ---- Inductor's backend for npu ----------------------------------------------------------------

@@ -151,6 +151,7 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
     if len(callables) != len(sample_args):
         raise ValueError("make_graphed_callables: callables and sample_args differ in length "
                          f"({len(callables)} vs {len(sample_args)})")
+    sample_args = tuple(a if isinstance(a, tuple) else (a,) for a in sample_args)
 
     flat_args, specs, surfaces = [], [], []
     for i, (fn, args) in enumerate(zip(callables, sample_args)):
@@ -162,7 +163,6 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
             if any(b.requires_grad for b in fn.buffers()):
                 raise RuntimeError("make_graphed_callables: module buffers must not require "
                                    "grad")
-        args = args if isinstance(args, tuple) else (args,)
         flat, spec = pytree.tree_flatten(args)
         _check_sample_args(i, flat)
         params = tuple(fn.parameters()) if isinstance(fn, torch.nn.Module) else ()
@@ -174,28 +174,23 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
     fwd_graphs = [NPUGraph() for _ in callables]
     bwd_graphs = [NPUGraph() for _ in callables]
 
-    def grads_of(outputs, surface):
-        outs = tuple(o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad)
-        ins = tuple(i for i in surface if i.requires_grad)
-        if not outs or not ins:
-            return outs, ins, ()
-        return outs, ins, torch.autograd.grad(
-            outs, ins, grad_outputs=tuple(torch.empty_like(o) for o in outs),
-            only_inputs=True, allow_unused=allow_unused_input)
-
-    # Warm up on a side stream (lazy initialisation, workspaces) before anything is captured.
+    # Warm up forward and backward on a side stream (lazy initialisation, workspaces) before
+    # anything is captured.
     synchronize()
     with stream_context(Stream()):
         for fn, args, surface in zip(callables, sample_args, surfaces):
-            args = args if isinstance(args, tuple) else (args,)
+            ins = tuple(x for x in surface if x.requires_grad)
             for _ in range(num_warmup_iters):
-                outputs, _, grads = grads_of(pytree.tree_leaves(fn(*args)), surface)
-                del outputs, grads
+                outs = tuple(o for o in pytree.tree_leaves(fn(*args))
+                             if isinstance(o, torch.Tensor) and o.requires_grad)
+                if outs and ins:
+                    torch.autograd.grad(outs, ins,
+                                        grad_outputs=tuple(torch.empty_like(o) for o in outs),
+                                        only_inputs=True, allow_unused=allow_unused_input)
     synchronize()
 
     static_outputs, out_specs = [], []
     for fn, args, fwd in zip(callables, sample_args, fwd_graphs):
-        args = args if isinstance(args, tuple) else (args,)
         with graph(fwd, pool=mempool):
             outputs = fn(*args)
         flat_out, out_spec = pytree.tree_flatten(outputs)
