@@ -10,19 +10,26 @@ import pytest
 from dist_launch import REPO, torchrun, worker
 
 
+def rank_verdicts(out: str, kind: str) -> dict[int, str]:
+    """Each rank's final report "rank N <kind> key=value ... ok|FAILED", by rank. Matched field
+    by field, not line by line: the ranks share one pipe, so one rank's line can run into
+    another's before its newline arrives."""
+    found = re.findall(rf"rank (\d+) {kind} (?:\S+=\S+ )+(ok|FAILED)", out)
+    return {int(rank): verdict for rank, verdict in found}
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_ddp_equals_single_process_training(world):
     r = torchrun(worker("ddp.py"), world)
     assert r.returncode == 0, r.stdout[-6000:]
-    lines = re.findall(r"rank \d+ ddp .*", r.stdout)
-    assert len(lines) == world and all(l.endswith(" ok") for l in lines), r.stdout[-6000:]
+    assert rank_verdicts(r.stdout, "ddp") == {rank: "ok" for rank in range(world)}, \
+        r.stdout[-6000:]
 
 
 def test_fsdp2_equals_single_process_training():
     r = torchrun(worker("fsdp2.py"), 2)
     assert r.returncode == 0, r.stdout[-6000:]
-    lines = re.findall(r"rank \d+ fsdp2 .*", r.stdout)
-    assert len(lines) == 2 and all(l.endswith(" ok") for l in lines), r.stdout[-6000:]
+    assert rank_verdicts(r.stdout, "fsdp2") == {0: "ok", 1: "ok"}, r.stdout[-6000:]
 
 
 def epoch_losses(out: str, world: int) -> list[float]:
