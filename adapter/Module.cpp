@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "AtExit.h"
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
@@ -321,6 +322,7 @@ py::dict fallbackOps() { return opCalls(OpPath::kCpuFallback); }
 using namespace torch_npu;  // NOLINT: the table below names the bodies above
 
 PYBIND11_MODULE(_C, m) {
+  installTerminateDiagnostics();
   m.doc() = "torch_npu._C: the SimNPU adapter (devices, streams, memory, RNG, fallback)";
   py::register_local_exception_translator(
       [](std::exception_ptr error) { torch::translate_exception_to_python(error); });
@@ -338,6 +340,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_memGetInfo", &memGetInfo);
   m.def("_npu_visibleDevicesWarning", &visibleDevicesWarning);
   m.def("_npu_isInBadFork", &isInBadFork);
+  m.def("_npu_quiesceAtExit", &quiesceAtExit, py::call_guard<py::gil_scoped_release>());
   m.def("_npu_runtimeVersion", &runtimeVersion);
   m.def("_npu_driverVersion", &driverVersion);
 

@@ -15,11 +15,13 @@
 #include "npu/env.h"
 
 #include <immintrin.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <exception>
@@ -100,7 +102,14 @@ class ThreadPool {
 
  private:
   explicit ThreadPool(int n) {
-    for (int i = 0; i + 1 < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+    for (int i = 0; i + 1 < n; ++i) {
+      workers_.emplace_back([this, i] {
+        char name[16];  // shown by debuggers, top -H and an abort's diagnostics
+        std::snprintf(name, sizeof(name), "npu_kernel%d", i + 1);
+        pthread_setname_np(pthread_self(), name);
+        worker_loop();
+      });
+    }
     for (auto& w : workers_) w.detach();
   }
 

@@ -33,6 +33,8 @@
 //    npuGetLastError reports it too (once, process-wide).
 #include <immintrin.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -247,6 +249,10 @@ npuStream_st* createStream(Device* dev, int priority, bool is_default) {
   s->is_default = is_default;
   s->id = is_default ? 0 : dev->next_stream_id.fetch_add(1, std::memory_order_relaxed);
   s->worker = std::thread(workerLoop, s);
+  // Named so that debuggers, top -H and an abort's diagnostics tell which stream it serves.
+  char name[16];
+  std::snprintf(name, sizeof(name), "npu%d_s%d", dev->index, s->id);
+  pthread_setname_np(s->worker.native_handle(), name);
   std::lock_guard<std::mutex> lock(dev->streams_mutex);
   dev->streams.push_back(s);
   return s;

@@ -98,21 +98,11 @@ def _register_backend() -> None:
 
 
 def _drain_devices_at_exit() -> None:
-    """Waits for queued npu work before the interpreter shuts down, so no stream worker still
-    holds (and then releases) tensors of a program whose Python runtime is being torn down."""
-    try:
-        if not npu.is_initialized() or _C._npu_isInBadFork():
-            return
-        devices = range(npu.device_count())
-    except Exception:  # noqa: BLE001
-        return
-    for device in devices:
-        # Each device on its own: a fault still pending on one device's stream (it stays there
-        # until its own thread reads it) must not keep the next devices from being drained.
-        try:
-            npu.synchronize(device)
-        except Exception:  # noqa: BLE001  (a failed task was the program's to report, not exit's)
-            pass
+    """Before the interpreter shuts down: waits for the queued work of every device that was used
+    and for its autograd thread to finish what it was doing, so that no thread of ours or
+    PyTorch's still releases Python objects while Python is being torn down (adapter/AtExit.cpp
+    says why that would abort the process)."""
+    _C._npu_quiesceAtExit()
 
 
 def _transfer_to_npu_from_env() -> None:
