@@ -7,6 +7,7 @@
 
 
 #include "NPUFunctions.h"
+#include "NPUGraph.h"
 #include "NPUStream.h"
 
 namespace torch_npu {
@@ -59,21 +60,54 @@ at::Generator createNPUGenerator(c10::DeviceIndex device) {
   return at::make_generator<NPUGeneratorImpl>(device);
 }
 
-uint64_t nextLaunchSeed(const std::optional<at::Generator>& generator, c10::DeviceIndex device) {
-  // A seed drawn now would be baked into a captured graph, so every replay would repeat the
-  // same numbers. CUDA graphs register a Philox offset that each replay advances; until the
-  // npu generator has that, capturing a random op is refused rather than silently wrong.
-  npuStreamCaptureStatus capturing = npuStreamCaptureStatusNone;
-  if (npuStreamIsCapturing(getCurrentNPUStream(device).handle(), &capturing) == npuSuccess &&
-      capturing != npuStreamCaptureStatusNone) {
+namespace {
+
+bool capturing(c10::DeviceIndex device) {
+  npuStreamCaptureStatus status = npuStreamCaptureStatusNone;
+  return npuStreamIsCapturing(getCurrentNPUStream(device).handle(), &status) == npuSuccess &&
+         status != npuStreamCaptureStatusNone;
+}
+
+NPUGeneratorImpl* generatorOf(const std::optional<at::Generator>& generator,
+                              c10::DeviceIndex device) {
+  return at::get_generator_or_default<NPUGeneratorImpl>(generator,
+                                                        getDefaultNPUGenerator(device));
+}
+
+at::Generator generatorHandle(const std::optional<at::Generator>& generator,
+                              c10::DeviceIndex device) {
+  generatorOf(generator, device);  // checks that a given generator is an npu one
+  return generator.has_value() && generator->defined() ? *generator
+                                                       : getDefaultNPUGenerator(device);
+}
+
+}  // namespace
+
+LaunchSeed launchSeed(const std::optional<at::Generator>& generator, c10::DeviceIndex device) {
+  if (capturing(device)) {
+    NPUGraph* graph = NPUGraph::capturingOnThisThread(device);
     TORCH_CHECK_NOT_IMPLEMENTED(
-        false,
-        "random ops (dropout, rand, randn, ...) cannot be captured in an NPU graph yet: each "
-        "replay would repeat the numbers drawn at capture time. Draw the random tensors outside "
-        "the captured region and pass them in as static inputs.");
+        graph != nullptr,
+        "random ops (dropout, rand, randn, ...) can be captured only by the thread that began "
+        "the NPU graph capture (torch.npu.graph / NPUGraph.capture_begin); this stream is "
+        "capturing for another thread or outside torch.npu. Draw the random tensors outside the "
+        "captured region and pass them in as static inputs.");
+    return graph->captureSeed(generatorHandle(generator, device));
   }
-  auto* impl = at::get_generator_or_default<NPUGeneratorImpl>(generator,
-                                                               getDefaultNPUGenerator(device));
+  NPUGeneratorImpl* impl = generatorOf(generator, device);
+  std::lock_guard<std::mutex> lock(impl->mutex_);
+  return LaunchSeed(impl->nextLaunchSeed());
+}
+
+uint64_t nextLaunchSeed(const std::optional<at::Generator>& generator, c10::DeviceIndex device,
+                        const char* op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !capturing(device), op, " cannot be captured in an NPU graph: it uses its random seed on "
+      "the host at the call (or returns it), so every replay would repeat the numbers drawn at "
+      "capture time. Run it outside the captured region and pass its result in as a static "
+      "input. (dropout, rand, randn, bernoulli and the other elementwise distributions can be "
+      "captured.)");
+  NPUGeneratorImpl* impl = generatorOf(generator, device);
   std::lock_guard<std::mutex> lock(impl->mutex_);
   return impl->nextLaunchSeed();
 }

@@ -2,7 +2,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "NPUException.h"
 #include "NPUFunctions.h"
@@ -12,6 +14,8 @@ namespace torch_npu {
 namespace {
 
 npu::alloc::CachingAllocator& allocator() { return npu::alloc::CachingAllocator::instance(); }
+
+thread_local NPUGraph* t_capturing = nullptr;  // the graph this thread is capturing
 
 npuStreamCaptureMode parseMode(const std::string& mode) {
   if (mode == "global") return npuStreamCaptureModeGlobal;
@@ -56,6 +60,7 @@ void NPUGraph::captureBegin(MempoolId pool, const std::string& mode) {
     NPU_CHECK(error);
   }
   capturing_ = true;
+  t_capturing = this;
   device_ = stream.device_index();
   capture_stream_ = stream.id();
   pool_ = id;
@@ -67,6 +72,7 @@ void NPUGraph::captureEnd() {
   TORCH_CHECK(stream.id() == capture_stream_,
               "Capture must end on the same stream it began on.");
   capturing_ = false;
+  if (t_capturing == this) t_capturing = nullptr;
   npuGraph_t graph = nullptr;
   const npuError_t error = npuStreamEndCapture(stream.handle(), &graph);
   allocator().endAllocateToPool(device_, pool_.second);
@@ -80,13 +86,44 @@ void NPUGraph::captureEnd() {
 void NPUGraph::replay() {
   TORCH_CHECK(graph_ != nullptr,
               "Called NPUGraph::replay without a preceding successful capture.");
-  NPU_CHECK(npuGraphLaunch(graph_, getCurrentNPUStream(device_).handle()));
+  const NPUStream stream = getCurrentNPUStream(device_);
+  for (const RngTable& table : rng_) {
+    // The seeds eager execution would draw now, written on the replay stream so that a replay
+    // still queued keeps reading its own (the table is the graph's; the tasks read it when run).
+    std::vector<uint64_t> seeds(table.seeds->size());
+    auto* impl = table.generator.get<NPUGeneratorImpl>();
+    {
+      std::lock_guard<std::mutex> lock(impl->mutex_);
+      for (uint64_t& seed : seeds) seed = impl->nextLaunchSeed();
+    }
+    launchTask(stream, "graph_rng_seeds",
+               [seeds = std::move(seeds), into = table.seeds] { *into = seeds; });
+  }
+  NPU_CHECK(npuGraphLaunch(graph_, stream.handle()));
+}
+
+NPUGraph* NPUGraph::capturingOnThisThread(c10::DeviceIndex device) {
+  return t_capturing != nullptr && t_capturing->device_ == device ? t_capturing : nullptr;
+}
+
+LaunchSeed NPUGraph::captureSeed(const at::Generator& generator) {
+  auto it = std::find_if(rng_.begin(), rng_.end(), [&](const RngTable& table) {
+    return table.generator.unsafeGetGeneratorImpl() == generator.unsafeGetGeneratorImpl();
+  });
+  if (it == rng_.end()) {
+    rng_.push_back({generator, std::make_shared<std::vector<uint64_t>>()});
+    it = rng_.end() - 1;
+  }
+  it->seeds->push_back(0);
+  return LaunchSeed(it->seeds, it->seeds->size() - 1);
 }
 
 void NPUGraph::reset() {
   if (capturing_) {
     // Abandon a capture that never ended (an exception inside torch.npu.graph).
     capturing_ = false;
+    if (t_capturing == this) t_capturing = nullptr;
+    rng_.clear();
     npuGraph_t abandoned = nullptr;
     const NPUStream stream(c10::Stream(c10::Stream::UNSAFE,
                                        c10::Device(c10::DeviceType::PrivateUse1, device_),
@@ -101,6 +138,7 @@ void NPUGraph::reset() {
   if (graph_ == nullptr) return;
   NPU_CHECK(npuGraphDestroy(graph_));
   graph_ = nullptr;
+  rng_.clear();
   allocator().releasePool(device_, pool_.second);
 }
 

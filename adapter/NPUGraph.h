@@ -9,14 +9,20 @@
 //    input tensors. A synchronizing call (.item(), .cpu(), synchronize) during the capture is
 //    refused by the runtime and invalidates it; capture_end then reports the call.
 //  - replay launches the graph on the current stream as one queue entry.
+//  - Random ops captured by the graph read their seeds from a table per generator, which replay
+//    refills with fresh draws first (NPUGenerator.h).
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <utility>
+#include <vector>
 
+#include "NPUGenerator.h"
 #include "NPUStream.h"
 
 namespace torch_npu {
@@ -41,7 +47,18 @@ class NPUGraph {
   MempoolId pool() const;
   size_t numTasks() const;  // tasks recorded (kernels, copies, event records)
 
+  // The graph this thread is capturing on `device` (nullptr if none).
+  static NPUGraph* capturingOnThisThread(c10::DeviceIndex device);
+  // A seed slot for a random op being captured with `generator`.
+  LaunchSeed captureSeed(const at::Generator& generator);
+
  private:
+  struct RngTable {
+    at::Generator generator;
+    std::shared_ptr<std::vector<uint64_t>> seeds;  // one per captured launch, in launch order
+  };
+  std::vector<RngTable> rng_;
+
   npuGraph_t graph_ = nullptr;
   bool capturing_ = false;
   c10::DeviceIndex device_ = -1;

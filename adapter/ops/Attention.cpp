@@ -289,7 +289,8 @@ void launchBackward(const Problem& p, const at::Tensor& out4, const at::Tensor& 
 // one from its Philox generator); offset 0. The grad replays the mask from the pair.
 void drawSeed(Problem* p, c10::DeviceIndex device) {
   if (p->keep_prob >= 1.0) return;
-  p->seed = nextLaunchSeed(std::nullopt, device) & 0x7fffffffffffffffULL;
+  p->seed = nextLaunchSeed(std::nullopt, device, "attention with dropout") &
+            0x7fffffffffffffffULL;
   p->offset = 0;
 }
 

@@ -155,7 +155,9 @@ void replaceNPUGenerators(const c10::FunctionSchema& schema, torch::jit::Stack* 
       if (generator->device().type() != c10::DeviceType::PrivateUse1) continue;
       device = generator->device().index();
     }
-    value = c10::IValue(at::detail::createCPUGenerator(nextLaunchSeed(generator, device)));
+    // A CPU generator in the task's stack would continue from its own state at each replay.
+    value = c10::IValue(at::detail::createCPUGenerator(
+        nextLaunchSeed(generator, device, "a random op run by the host-kernel path")));
   }
 }
 

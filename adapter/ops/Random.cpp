@@ -41,9 +41,9 @@ at::Tensor& launchRandom(at::Tensor& self, const char* name, const OptionalGener
   if (self.numel() == 0) return self;
   const c10::DeviceGuard guard(self.device());
   const c10::DeviceIndex device = self.device().index();
-  const uint64_t seed = nextLaunchSeed(generator, device);
+  const LaunchSeed seed = launchSeed(generator, device);
   launchTask(getCurrentNPUStream(device), name, [view = TaskTensor(self), seed, op] {
-    at::Generator cpu_generator = at::detail::createCPUGenerator(seed);
+    at::Generator cpu_generator = at::detail::createCPUGenerator(seed.get());
     at::Tensor t = view.cpu();
     op(t, cpu_generator);
   });
@@ -90,10 +90,10 @@ at::Tensor& bernoulli_Tensor_(at::Tensor& self, const at::Tensor& p, OptionalGen
   const at::Tensor p_npu = p.device() == self.device() ? p : p.to(self.device());
   const c10::DeviceGuard guard(self.device());
   const c10::DeviceIndex device = self.device().index();
-  const uint64_t seed = nextLaunchSeed(generator, device);
+  const LaunchSeed seed = launchSeed(generator, device);
   launchTask(getCurrentNPUStream(device), "bernoulli_",
              [view = TaskTensor(self), probs = TaskTensor(p_npu), seed] {
-               at::Generator cpu_generator = at::detail::createCPUGenerator(seed);
+               at::Generator cpu_generator = at::detail::createCPUGenerator(seed.get());
                view.cpu().bernoulli_(probs.cpu(), cpu_generator);
              });
   return self;
@@ -132,7 +132,7 @@ at::Tensor& cauchy_(at::Tensor& self, double median, double sigma, OptionalGener
 at::Tensor& randperm_generator_out(c10::SymInt n, OptionalGenerator generator, at::Tensor& out) {
   const int64_t count = n.expect_int();
   TORCH_CHECK(count >= 0, "n must be non-negative, got", count);
-  const uint64_t seed = nextLaunchSeed(generator, out.device().index());
+  const uint64_t seed = nextLaunchSeed(generator, out.device().index(), "randperm");
   at::Tensor host = at::randperm(count, at::detail::createCPUGenerator(seed),
                                  out.options().device(at::kCPU));
   if (out.sizes() != host.sizes()) out.resize_({count});
@@ -154,11 +154,11 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   at::Tensor output = at::empty_like(input);
   const c10::DeviceGuard guard(input.device());
   const c10::DeviceIndex device = input.device().index();
-  const uint64_t seed = nextLaunchSeed(std::nullopt, device);
+  const LaunchSeed seed = launchSeed(std::nullopt, device);
   launchTask(getCurrentNPUStream(device), "native_dropout",
              [in = TaskTensor(input), out = TaskTensor(output), m = TaskTensor(mask), keep, scale,
               seed] {
-               at::Generator cpu_generator = at::detail::createCPUGenerator(seed);
+               at::Generator cpu_generator = at::detail::createCPUGenerator(seed.get());
                at::Tensor mask_view = m.cpu();
                mask_view.bernoulli_(keep, cpu_generator);
                at::Tensor out_view = out.cpu();

@@ -1,6 +1,6 @@
 """NPU graphs (torch_npu/npu/graphs.py over runtime/graph.cpp): a captured region replays with
-new data in its static inputs and equals eager execution; synchronizing and random calls during
-a capture are refused; the graph's memory is not handed to anyone else while it lives."""
+new data in its static inputs and equals eager execution; random ops draw fresh seeds at each
+replay; synchronizing calls during a capture are refused; the graph's memory is not handed to anyone else while it lives."""
 
 import pytest
 import torch
@@ -84,11 +84,53 @@ def test_synchronizing_calls_are_refused_and_the_next_capture_works(call):
     assert torch.equal(z.cpu(), torch.full((4,), 3.0))
 
 
-def test_random_ops_cannot_be_captured_yet():
-    x = torch.ones(16, device="npu")
-    with pytest.raises(NotImplementedError, match="random ops .* cannot be captured"):
+def random_block(x, generator=None):
+    dropped = torch.nn.functional.dropout(x, 0.5)             # native_dropout
+    noise = torch.rand(x.shape, device=x.device, generator=generator)  # uniform_
+    return dropped + noise + torch.randn_like(x).bernoulli_(0.3)      # normal_, bernoulli_
+
+
+def test_random_ops_replay_as_eager_would_and_differ_between_replays():
+    x = torch.ones(4096, device="npu")
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        y = random_block(x)
+    torch.npu.manual_seed(7)
+    replays = []
+    for _ in range(3):
+        g.replay()
+        replays.append(y.cpu())
+    state_after_replays = torch.npu.get_rng_state()
+    torch.npu.manual_seed(7)
+    eager = [random_block(x).cpu() for _ in range(3)]
+    state_after_eager = torch.npu.get_rng_state()
+    # Each replay draws the seeds the eager ops would have drawn at that point, in their order.
+    for r, e in zip(replays, eager):
+        assert torch.equal(r, e)
+    assert not torch.equal(replays[0], replays[1]) and not torch.equal(replays[1], replays[2])
+    assert torch.equal(state_after_eager, state_after_replays)  # the generator advanced as much
+
+
+def test_a_captured_generator_of_its_own_is_drawn_from_at_replay():
+    x = torch.zeros(1024, device="npu")
+    gen = torch.Generator(device="npu")
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        y = x + torch.rand(x.shape, device="npu", generator=gen)
+    gen.manual_seed(3)
+    g.replay()
+    replayed = y.cpu()
+    gen.manual_seed(3)
+    default_before = torch.npu.get_rng_state()
+    assert torch.equal(replayed, torch.rand(x.shape, device="npu", generator=gen).cpu())
+    g.replay()  # draws from gen, not from the default generator
+    assert torch.equal(torch.npu.get_rng_state(), default_before)
+
+
+def test_random_ops_that_use_their_seed_on_the_host_are_refused():
+    with pytest.raises(NotImplementedError, match="randperm cannot be captured in an NPU graph"):
         with torch.npu.graph(torch.npu.NPUGraph()):
-            torch.nn.functional.dropout(x, 0.5)
+            torch.randperm(16, device="npu")
 
 
 def test_bad_use_gives_torch_cuda_graph_errors():

@@ -8,7 +8,9 @@ capture allocates comes from a graph pool that nothing else reuses while the gra
 
 Not allowed during a capture (a clear error, and the capture is invalidated): synchronizing
 calls (``.item()``, ``.cpu()``, ``print(tensor)``, ``torch.npu.synchronize()``), ops that run on
-the host after a synchronize, and random ops (a replay would repeat the capture's numbers).
+the host after a synchronize, and random ops that use their seed on the host (``randperm``).
+Captured random ops (dropout, rand, randn, ...) draw fresh seeds at each replay, the ones eager
+execution would draw (docs/graph_mode.md).
 """
 
 from __future__ import annotations
