@@ -103,3 +103,97 @@ def test_cpp_wrapper_is_refused_clearly():
     with config.patch(cpp_wrapper=True):
         with pytest.raises(Exception, match="cpp_wrapper is not supported on npu"):
             torch.compile(lambda x: x.sin() + 1)(torch.ones(4, device="npu"))
+
+
+# ---- mode="reduce-overhead": compiled regions replayed from NPU graphs ---------------------------
+
+def npu_counters():
+    from torch._dynamo.utils import counters
+    return counters["npu"], counters["inductor"]
+
+
+@pytest.mark.parametrize("name", ["MLP", "CNN"])
+def test_reduce_overhead_trains_like_eager_on_replayed_graphs(name):
+    npu, inductor = npu_counters()
+    npu.clear()
+    inductor["cudagraph_skips"] = 0
+    torch.manual_seed(0)
+    cpu_model = {"MLP": MLP, "CNN": CNN}[name]()
+    model = type(cpu_model)().npu()
+    model.load_state_dict(cpu_model.state_dict())
+    compiled = torch.compile(model, mode="reduce-overhead")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    cpu_opt = torch.optim.SGD(cpu_model.parameters(), lr=0.1, momentum=0.9)
+    shape = (8, cpu_model.net[0].in_features) if name == "MLP" else (4, 3, 16, 16)
+    for step in range(4):
+        x = sample(*shape, seed=step)
+        loss = compiled(x.npu()).square().mean()
+        ref = cpu_model(x).square().mean()
+        torch.testing.assert_close(loss.cpu(), ref, rtol=1e-5, atol=1e-5)
+        loss.backward()
+        ref.backward()
+        opt.step(), cpu_opt.step()
+        opt.zero_grad(), cpu_opt.zero_grad()
+    # Parameters, and the batch norms' running statistics (updated once per step: the first
+    # call's warm-up is that step's run).
+    for (k, p), q in zip(model.state_dict().items(), cpu_model.state_dict().values()):
+        torch.testing.assert_close(p.cpu(), q, rtol=1e-5, atol=1e-5, msg=k)
+    # The forward and the backward were each captured once and replayed at every later step
+    # (the parameters updated in place are static inputs the graphs read where they are).
+    assert npu["graphs_recorded"] == 2, dict(npu)
+    assert npu["graph_replays"] >= 6, dict(npu)
+    assert inductor["cudagraph_skips"] == 0
+
+
+def test_reduce_overhead_results_are_not_rewritten_by_the_next_replay():
+    def f(x):
+        return (x.sin() * 2).cumsum(0)
+
+    compiled = torch.compile(f, mode="reduce-overhead")
+    a, b = sample(32), sample(32, seed=1)
+    first = compiled(a.npu())
+    second = compiled(b.npu())
+    third = compiled(a.npu() * 0)
+    torch.testing.assert_close(first.cpu(), f(a), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(second.cpu(), f(b), rtol=1e-5, atol=1e-5)
+    assert torch.count_nonzero(third.cpu()) == 0
+
+
+def test_reduce_overhead_random_ops_draw_fresh_numbers_at_each_replay():
+    npu, _ = npu_counters()
+    npu.clear()
+
+    def f(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) + torch.rand_like(x)
+
+    compiled = torch.compile(f, mode="reduce-overhead")
+    x = torch.ones(4096, device="npu")
+    outs = [compiled(x).cpu() for _ in range(3)]
+    assert npu["graph_replays"] >= 2
+    assert not torch.equal(outs[1], outs[2])
+    for out in outs:  # dropout keeps half, scaled by 2, plus noise in [0, 1)
+        kept = out >= 2
+        assert 0.4 < kept.float().mean() < 0.6
+        assert bool(((out >= 0) & (out < 3)).all())
+
+
+def test_reduce_overhead_region_unsafe_to_replay_runs_without_a_graph_and_says_so():
+    from unittest import mock
+
+    from torch._inductor import cudagraph_utils
+    npu, _ = npu_counters()
+    npu.clear()
+
+    def f(x):  # Inductor leaves randperm to ATen and marks it unsafe in a graph
+        return (x + torch.randperm(x.shape[0], device=x.device)) * 2
+
+    compiled = torch.compile(f, mode="reduce-overhead")
+    x = torch.zeros(16, device="npu")
+    with mock.patch.object(cudagraph_utils.cudagraphs_log, "warning") as warning:
+        outs = [compiled(x).cpu() for _ in range(2)]
+    for out in outs:
+        assert torch.equal(out.sort().values, torch.arange(16.0) * 2)  # a permutation, doubled
+    assert not torch.equal(outs[0], outs[1])
+    assert npu["graph_replays"] == 0
+    messages = " ".join(str(c.args[0]) for c in warning.call_args_list)
+    assert "NPU graphs: " in messages and "randperm" in messages, messages

@@ -221,6 +221,9 @@ def register() -> None:
         if (getattr(module, "__name__", "").startswith("torch._inductor")
                 and getattr(module, "get_current_backend", None) is _original_get_current_backend):
             module.get_current_backend = _get_current_backend
+    from torch_npu._inductor import npu_graphs
+
+    npu_graphs.install()  # mode="reduce-overhead": compiled npu regions replay NPU graphs
 
 
 register()
