@@ -19,11 +19,22 @@ namespace torch_npu {
 // size symbol; a fused kernel over dozens of buffers is rare).
 constexpr size_t kMaxCompiledKernelArgs = 64;
 
-// Queues fn(args...) on the current stream of `device` (-1: the current device). Every argument
-// is passed as a 64-bit integer: on x86-64 and AArch64 pointers and int64_t travel in the same
-// registers and stack slots, and they are the only kinds of argument Inductor's C++ kernels take
-// besides floats (refused by the caller).
-void launchCompiledKernel(uintptr_t fn, const std::string& name, std::vector<uint64_t> args,
+// One argument of a compiled kernel. Every argument travels as a 64-bit integer: on x86-64 and
+// AArch64 pointers and int64_t use the same registers and stack slots, and they are the only
+// kinds Inductor's C++ kernels take besides doubles (refused by the caller).
+struct KernelArg {
+  uint64_t value = 0;        // a device pointer or an int64 size; or a host scalar's bytes
+  bool host_scalar = false;  // value holds the bytes of a 0-dim CPU tensor (Dynamo makes one of
+                             // a Python float or int); the kernel reads it through a pointer,
+                             // so the task keeps the bytes and passes their address
+};
+
+// The argument a 0-dim CPU tensor becomes: its bytes, read now (as eager code reads a CPU
+// scalar at the call), kept by the task.
+KernelArg hostScalarArg(const void* data, size_t element_size);
+
+// Queues fn(args...) on the current stream of `device` (-1: the current device).
+void launchCompiledKernel(uintptr_t fn, const std::string& name, std::vector<KernelArg> args,
                           c10::DeviceIndex device);
 
 }  // namespace torch_npu

@@ -314,6 +314,37 @@ py::dict hostKernelOps(bool synchronizing) {
 
 py::dict fallbackOps() { return opCalls(OpPath::kCpuFallback); }
 
+// torch_npu._C._npu_launchCompiledKernel(fn, name, *args), what Inductor's npu wrapper calls:
+// npu tensors pass their device pointers, ints their value, 0-dim CPU tensors (Python scalars
+// Dynamo turned into inputs) their bytes.
+void launchCompiledKernelFromPython(uintptr_t fn, const std::string& name, const py::args& args) {
+  std::vector<KernelArg> values;
+  values.reserve(args.size());
+  c10::DeviceIndex device = -1;
+  for (const py::handle arg : args) {
+    if (THPVariable_Check(arg.ptr())) {
+      const at::Tensor& t = THPVariable_Unpack(arg.ptr());
+      if (t.is_cpu() && t.dim() == 0) {
+        values.push_back(hostScalarArg(t.data_ptr(), t.element_size()));
+        continue;
+      }
+      TORCH_CHECK(t.is_privateuseone(), "compiled npu kernel ", name, " got a tensor of shape ",
+                  t.sizes(), " on ", t.device(), "; every buffer of an npu kernel must be on "
+                  "npu (only 0-dim CPU scalars are passed by value)");
+      if (device < 0) device = t.device().index();
+      values.push_back({reinterpret_cast<uintptr_t>(t.data_ptr()), false});
+    } else if (PyLong_Check(arg.ptr()) && !PyBool_Check(arg.ptr())) {
+      values.push_back({static_cast<uint64_t>(arg.cast<int64_t>()), false});
+    } else {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "compiled npu kernel ", name, " takes a ",
+                                  py::str(arg.get_type().attr("__name__")).cast<std::string>(),
+                                  " argument; only tensors and integers can be passed to a "
+                                  "kernel launched on the npu stream");
+    }
+  }
+  launchCompiledKernel(fn, name, std::move(values), device);
+}
+
 }  // namespace
 }  // namespace torch_npu
 
@@ -369,30 +400,7 @@ PYBIND11_MODULE(_C, m) {
     const auto t = OpStats::instance().totals();
     return py::make_tuple(t[0], t[1], t[2]);
   });
-  m.def("_npu_launchCompiledKernel", [](uintptr_t fn, const std::string& name,
-                                        const py::args& args) {
-    // Tensors pass their device pointers, ints their value (Inductor's kernel arguments).
-    std::vector<uint64_t> values;
-    values.reserve(args.size());
-    c10::DeviceIndex device = -1;
-    for (const py::handle arg : args) {
-      if (THPVariable_Check(arg.ptr())) {
-        const at::Tensor& t = THPVariable_Unpack(arg.ptr());
-        TORCH_CHECK(t.is_privateuseone(), "compiled npu kernel ", name, " got a tensor on ",
-                    t.device(), "; every buffer of an npu kernel must be on npu");
-        if (device < 0) device = t.device().index();
-        values.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
-      } else if (PyLong_Check(arg.ptr()) && !PyBool_Check(arg.ptr())) {
-        values.push_back(static_cast<uint64_t>(arg.cast<int64_t>()));
-      } else {
-        TORCH_CHECK_NOT_IMPLEMENTED(false, "compiled npu kernel ", name, " takes a ",
-                                    py::str(arg.get_type().attr("__name__")).cast<std::string>(),
-                                    " argument; only tensors and integers can be passed to a "
-                                    "kernel launched on the npu stream");
-      }
-    }
-    launchCompiledKernel(fn, name, std::move(values), device);
-  });
+  m.def("_npu_launchCompiledKernel", &launchCompiledKernelFromPython);
   m.def("_npu_graphPoolHandle", &graphPoolHandle);
   m.def("_npu_isCurrentStreamCapturing", [] {
     npuStreamCaptureStatus status = npuStreamCaptureStatusNone;

@@ -105,6 +105,30 @@ def test_cpp_wrapper_is_refused_clearly():
             torch.compile(lambda x: x.sin() + 1)(torch.ones(4, device="npu"))
 
 
+def test_python_scalars_that_change_between_calls_are_passed_to_the_kernels():
+    # Dynamo specializes a float on the first call; when it changes, the float becomes a 0-dim
+    # CPU tensor input of the graph, which the npu kernel reads by value.
+    def f(x, s):
+        return (x * s).relu() + s
+
+    compiled = torch.compile(f)
+    x = sample(64)
+    for s in (0.5, 1.5, -2.25, 3.0):
+        torch.testing.assert_close(compiled(x.npu(), s).cpu(), f(x, s), rtol=1e-6, atol=1e-6)
+
+
+def test_autocast_inside_a_compiled_region_matches_eager_autocast():
+    torch.manual_seed(0)
+    model = MLP().npu()
+    compiled = torch.compile(model)
+    x = sample(8, model.net[0].in_features).npu()
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("npu", dtype=dtype):
+            out, ref = compiled(x), model(x)
+        assert out.dtype == ref.dtype == dtype
+        torch.testing.assert_close(out.float().cpu(), ref.float().cpu(), rtol=1e-2, atol=1e-2)
+
+
 # ---- mode="reduce-overhead": compiled regions replayed from NPU graphs ---------------------------
 
 def npu_counters():
