@@ -415,7 +415,8 @@ PYBIND11_MODULE(_C, m) {
       .def("replay", &NPUGraph::replay, py::call_guard<py::gil_scoped_release>())
       .def("reset", &NPUGraph::reset)
       .def("pool", &NPUGraph::pool)
-      .def("_num_tasks", &NPUGraph::numTasks);
+      .def("_num_tasks", &NPUGraph::numTasks)
+      .def("_debug_dump", &NPUGraph::debugDump, py::arg("debug_path"));
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
   profiler::initProfilerBindings(m);
   initDistributedBindings(m);

@@ -102,6 +102,12 @@ void NPUGraph::replay() {
   NPU_CHECK(npuGraphLaunch(graph_, stream.handle()));
 }
 
+void NPUGraph::debugDump(const std::string& path) const {
+  TORCH_CHECK(graph_ != nullptr,
+              "Called NPUGraph::debug_dump without a preceding successful capture.");
+  NPU_CHECK(npuGraphDebugDotPrint(graph_, path.c_str()));
+}
+
 NPUGraph* NPUGraph::capturingOnThisThread(c10::DeviceIndex device) {
   return t_capturing != nullptr && t_capturing->device_ == device ? t_capturing : nullptr;
 }

@@ -46,6 +46,9 @@ class NPUGraph {
   void reset();
   MempoolId pool() const;
   size_t numTasks() const;  // tasks recorded (kernels, copies, event records)
+  // The graph as Graphviz DOT (npuGraphDebugDotPrint); torch_npu/npu/graphs.py keeps
+  // torch.cuda.CUDAGraph's enable_debug_mode rule in front of it.
+  void debugDump(const std::string& path) const;
 
   // The graph this thread is capturing on `device` (nullptr if none).
   static NPUGraph* capturingOnThisThread(c10::DeviceIndex device);

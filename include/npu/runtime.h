@@ -237,6 +237,9 @@ NPU_API npuError_t npuStreamEndCapture(npuStream_t stream, npuGraph_t* graph);
 NPU_API npuError_t npuStreamIsCapturing(npuStream_t stream, npuStreamCaptureStatus* status);
 NPU_API npuError_t npuGraphLaunch(npuGraph_t graph, npuStream_t stream);
 NPU_API npuError_t npuGraphGetTaskCount(npuGraph_t graph, size_t* count);
+/* Writes the graph as Graphviz DOT (one node per task, in replay order), as
+ * cudaGraphDebugDotPrint does. */
+NPU_API npuError_t npuGraphDebugDotPrint(npuGraph_t graph, const char* path);
 /* Returns at once; the graph's tasks are released once its queued launches have run. */
 NPU_API npuError_t npuGraphDestroy(npuGraph_t graph);
 

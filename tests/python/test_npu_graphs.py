@@ -133,6 +133,27 @@ def test_random_ops_that_use_their_seed_on_the_host_are_refused():
             torch.randperm(16, device="npu")
 
 
+def test_debug_dump_writes_the_graph_as_dot(tmp_path):
+    x = torch.ones(8, device="npu")
+    g = torch.npu.NPUGraph()
+    g.enable_debug_mode()
+    with torch.npu.graph(g):
+        y = (x * 2).relu()
+    path = tmp_path / "graph.dot"
+    g.debug_dump(str(path))
+    dot = path.read_text()
+    assert dot.startswith("digraph npu_graph {")
+    assert f"NPU graph: {g._num_tasks()} tasks" in dot
+    assert dot.count(" -> ") == g._num_tasks() - 1  # replay order: a chain
+    assert "mul" in dot and "relu" in dot, dot
+    plain = torch.npu.NPUGraph()
+    with torch.npu.graph(plain):
+        y = x + 1
+    with pytest.warns(UserWarning, match="debug not enabled"):
+        plain.debug_dump(str(tmp_path / "other.dot"))
+    assert not (tmp_path / "other.dot").exists()
+
+
 def test_bad_use_gives_torch_cuda_graph_errors():
     g = torch.npu.NPUGraph()
     with pytest.raises(RuntimeError, match="without a preceding successful capture"):

@@ -16,6 +16,7 @@ execution would draw (docs/graph_mode.md).
 from __future__ import annotations
 
 import gc
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -76,10 +77,17 @@ class NPUGraph(_C._NPUGraph):
         return super().pool()
 
     def enable_debug_mode(self) -> None:
-        raise NotImplementedError("NPUGraph.enable_debug_mode is not implemented in SimNPU")
+        """Lets debug_dump write this graph (as torch.cuda.CUDAGraph.enable_debug_mode)."""
+        self._debug_mode = True
 
     def debug_dump(self, debug_path: str) -> None:
-        raise NotImplementedError("NPUGraph.debug_dump is not implemented in SimNPU")
+        """Writes the captured graph to ``debug_path`` as Graphviz DOT: one node per task (kernel,
+        copy, memset, event record), in the order a replay runs them."""
+        if not getattr(self, "_debug_mode", False):
+            warnings.warn("NPU Graphs debug not enabled, set with [graph].enable_debug_mode()",
+                          stacklevel=2)
+            return
+        self._debug_dump(debug_path)
 
 
 class graph:

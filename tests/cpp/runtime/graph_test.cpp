@@ -1,6 +1,7 @@
 // Graph capture and replay (runtime/graph.cpp): what is recorded, replay order and ownership,
 // fork/join, and the calls a capture refuses.
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -305,4 +306,37 @@ TEST(Graph, BadUseIsAClearError) {
   EXPECT_EQ(npuGraphLaunch(nullptr, st.a), npuErrorInvalidResourceHandle);
   ASSERT_NPU_OK(npuGraphDestroy(graph));
   EXPECT_EQ(npuGraphDestroy(graph), npuErrorInvalidResourceHandle);
+}
+
+TEST(Graph, DebugDotPrintWritesOneNodePerTaskInReplayOrder) {
+  Streams st;
+  Log log;
+  void* dev = nullptr;
+  ASSERT_NPU_OK(npuMalloc(&dev, 16));
+  ASSERT_NPU_OK(npuStreamBeginCapture(st.a, npuStreamCaptureModeGlobal));
+  ASSERT_NPU_OK(append(st.a, log, 1));
+  ASSERT_NPU_OK(npuMemsetAsync(dev, 0, 16, st.a));
+  ASSERT_NPU_OK(append(st.a, log, 2));
+  npuGraph_t graph = nullptr;
+  ASSERT_NPU_OK(npuStreamEndCapture(st.a, &graph));
+  const std::string path = ::testing::TempDir() + "npu_graph_debug.dot";
+  ASSERT_NPU_OK(npuGraphDebugDotPrint(graph, path.c_str()));
+  std::FILE* in = std::fopen(path.c_str(), "r");
+  ASSERT_NE(in, nullptr);
+  std::string dot;
+  char buffer[256];
+  while (size_t n = std::fread(buffer, 1, sizeof(buffer), in)) dot.append(buffer, n);
+  std::fclose(in);
+  std::remove(path.c_str());
+  EXPECT_TRUE(mentions(dot, "digraph npu_graph {")) << dot;
+  EXPECT_TRUE(mentions(dot, "NPU graph: 3 tasks")) << dot;
+  EXPECT_TRUE(mentions(dot, "t0 [label=\"0: append\\n(kernel)\"]")) << dot;
+  EXPECT_TRUE(mentions(dot, "(memset)")) << dot;
+  EXPECT_TRUE(mentions(dot, "t0 -> t1;") && mentions(dot, "t1 -> t2;")) << dot;
+  EXPECT_FALSE(mentions(dot, "t2 -> t3")) << dot;
+  EXPECT_EQ(npuGraphDebugDotPrint(graph, "/nonexistent-dir/x.dot"), npuErrorInvalidValue);
+  EXPECT_TRUE(mentions(lastMessage(), "cannot write '/nonexistent-dir/x.dot'")) << lastMessage();
+  ASSERT_NPU_OK(npuGraphDestroy(graph));
+  EXPECT_EQ(npuGraphDebugDotPrint(graph, path.c_str()), npuErrorInvalidResourceHandle);
+  ASSERT_NPU_OK(npuFree(dev));
 }
