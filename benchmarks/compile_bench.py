@@ -6,9 +6,11 @@ For each test model (MLP, CNN, GPT-style) a train step (forward, loss, backward)
   cpu compiled   torch.compile(model) on the CPU (Inductor's C++ kernels inline on the host)
   npu eager      the model on npu
   npu compiled   torch.compile(model) on npu (the same C++ kernels, queued on the npu stream)
+  npu graphs     torch.compile(model, mode="reduce-overhead") on npu (forward and backward
+                 replayed from NPU graphs: one queue entry each)
 
 Ratios are npu compiled / cpu eager (issue 14's goal <= 0.7) and npu compiled / cpu compiled
-(goal <= 1.1). Each round times each variant (median of 5 steps after 2 warm-up steps); the
+(goal <= 1.1), and the same for npu graphs. Each round times each variant (median of 5 steps after 2 warm-up steps); the
 figure is the median over the rounds; compile time is the first compiled npu step. Variants are
 grouped per device (both sides keep worker threads spinning after work).
 
@@ -61,6 +63,10 @@ def bench(name, repeats):
         variants[f"{device} compiled"] = (step_of(compiled, x), device)
         if device == "npu":
             npu_compile_s = compile_s
+            graphed = torch.compile(model, mode="reduce-overhead")
+            for _ in range(3):  # warm-up and capture of the forward and backward graphs
+                step_of(graphed, x)()
+            variants["npu graphs"] = (step_of(graphed, x), device)
     rows = {k: [] for k in variants}
     for _ in range(repeats):
         for key, (step, device) in variants.items():
@@ -82,6 +88,8 @@ def main():
               "  (goal <= 0.7)")
         print(f"  npu compiled / cpu compiled = "
               f"{times['npu compiled'] / times['cpu compiled']:.2f}  (goal <= 1.1)")
+        print(f"  npu graphs / cpu eager      = {times['npu graphs'] / times['cpu eager']:.2f}")
+        print(f"  npu graphs / cpu compiled   = {times['npu graphs'] / times['cpu compiled']:.2f}")
 
 
 if __name__ == "__main__":
