@@ -23,7 +23,7 @@
 namespace torch_npu {
 
 constexpr int kStreamsPerPool = 8;
-constexpr int kMaxDevices = 64;
+constexpr int kMaxDevices = NPU_MAX_DEVICES;
 
 class NPUStream {
  public:

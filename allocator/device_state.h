@@ -34,7 +34,7 @@
 namespace npu::alloc {
 namespace detail {
 
-constexpr int kMaxDevices = 64;
+constexpr int kMaxDevices = NPU_MAX_DEVICES;
 constexpr size_t kMaxRequest = size_t{1} << 60;
 // Containers' nodes are recycled (so a cached allocate/free never calls malloc); beyond this
 // many spare nodes they are released.

@@ -17,7 +17,7 @@
 namespace npu::rt {
 namespace {
 
-constexpr int kMaxDevices = NPU_REGISTRY_MAX_DEVICES;
+constexpr int kMaxDevices = NPU_MAX_DEVICES;
 
 // ASCEND_RT_VISIBLE_DEVICES, with the real stack's rules (env::parseDeviceList). Anything
 // else makes no device visible, and the warning says why and how to fix it.

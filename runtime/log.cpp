@@ -102,7 +102,7 @@ FILE* destination(pid_t pid) {
   g_file_pid = pid;
   g_file = nullptr;  // the parent's FILE stays the parent's
   const std::string dir = logConfig().dir + "/debug/plog";
-  char stamp[32];
+  char stamp[80];  // room for any int the fields could hold (no -Wformat-truncation)
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   tm local{};

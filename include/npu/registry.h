@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define NPU_REGISTRY_MAX_DEVICES 64
+#define NPU_REGISTRY_MAX_DEVICES NPU_MAX_DEVICES /* records are sized by it: part of the format */
 
 typedef struct npuProcessInfo {
   int pid;

@@ -42,6 +42,10 @@
 #define NPU_API
 #endif
 
+/* The most devices a process can see (NPU_SIM_DEVICE_COUNT's upper bound); the allocator, the
+ * adapter and the process registry size their per-device tables with it. */
+#define NPU_MAX_DEVICES 64
+
 #ifdef __cplusplus
 extern "C" {
 #endif
