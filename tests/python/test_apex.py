@@ -283,6 +283,64 @@ def test_state_dict_round_trip():
         amp.load_state_dict({"loss_scaler0": state["loss_scaler0"], "loss_scaler1": {}})
 
 
+def _o2_sgd(model):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)  # no momentum: a step has no state
+    return amp.initialize(model, opt, opt_level="O2", verbosity=0)
+
+
+def _o2_step(model, opt, x, y):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x.npu()), y.npu())
+    with amp.scale_loss(loss, opt) as scaled_loss:
+        scaled_loss.backward()
+    opt.step()
+
+
+def test_o2_load_state_dict_refreshes_master_weights():
+    # Resuming from a checkpoint after amp.initialize: the loaded weights must become the
+    # masters, or the next step would step the stale masters and copy them over the model.
+    ckpt = {k: v.clone() for k, v in _fresh("mlp", seed=1).state_dict().items()}  # float32, CPU
+    (x0, y0), (x1, y1), (x, y) = models.batches("mlp", 3)
+    trained, opt = _o2_sgd(_fresh("mlp").npu())
+    _o2_step(trained, opt, x0, y0)
+    _o2_step(trained, opt, x1, y1)
+    trained.load_state_dict(ckpt)
+    for (name, p), m in zip(trained.named_parameters(), amp.master_params(opt)):
+        assert p.dtype == torch.float16 and m.dtype == torch.float32, name
+        torch.testing.assert_close(m.cpu(), ckpt[name], rtol=0, atol=0, msg=name)  # no rounding
+        torch.testing.assert_close(p.cpu(), ckpt[name].half(), rtol=0, atol=0, msg=name)
+    _o2_step(trained, opt, x, y)
+    # The reference: a fresh O2 model that loads the checkpoint before its first step.
+    fresh, fresh_opt = _o2_sgd(_fresh("mlp", seed=2).npu())
+    fresh.load_state_dict(ckpt)
+    _o2_step(fresh, fresh_opt, x, y)
+    for (name, p), q, m, r in zip(trained.named_parameters(), fresh.parameters(),
+                                  amp.master_params(opt), amp.master_params(fresh_opt)):
+        torch.testing.assert_close(m, r, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+    # A submodule's load refreshes its own masters and leaves the others alone.
+    others = [m.clone() for m in list(amp.master_params(opt))[2:]]
+    trained.net[0].load_state_dict({"weight": ckpt["net.0.weight"], "bias": ckpt["net.0.bias"]})
+    masters = list(amp.master_params(opt))
+    torch.testing.assert_close(masters[0].cpu(), ckpt["net.0.weight"], rtol=0, atol=0)
+    for m, o in zip(masters[2:], others):
+        torch.testing.assert_close(m, o, rtol=0, atol=0)
+
+
+def test_o2_load_state_dict_assign_rebinds_master_weights():
+    # assign=True puts the checkpoint's tensors in the model as new Parameters: they are cast
+    # to float16 and the masters (refreshed) are copied into them by the next step.
+    ckpt = {k: v.npu() for k, v in _fresh("mlp", seed=1).state_dict().items()}
+    model, opt = _o2_sgd(_fresh("mlp").npu())
+    model.load_state_dict(ckpt, assign=True)
+    (x, y), = models.batches("mlp", 1)
+    _o2_step(model, opt, x, y)
+    for (name, p), m in zip(model.named_parameters(), amp.master_params(opt)):
+        assert p.dtype == torch.float16, name
+        assert not torch.equal(m.cpu(), ckpt[name].cpu()), name  # the step moved the master
+        torch.testing.assert_close(p, m.half(), rtol=0, atol=0, msg=name)
+
+
 def test_num_losses_have_their_own_scalers():
     model = _fresh().npu()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
