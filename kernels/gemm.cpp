@@ -11,8 +11,9 @@
 //  - Full tiles of a row-major float/double C are updated in place (C = alpha*AB + beta*C on
 //    the first K block, C += alpha*AB after). Edge tiles go through a small tile buffer.
 //  - Other C layouts or dtypes (column-major C is transposed away first, 16-bit C, ...) are
-//    computed into a float workspace and converted at the end, so 16-bit outputs are rounded
-//    exactly once.
+//    computed into a float workspace, so 16-bit outputs are rounded exactly once; each task
+//    converts its own block of the workspace into C right after its last K block (while the
+//    block is still in cache, and with no extra pass over C or barrier between the threads).
 //  - 16-bit inputs: two BFloat16 operands on a CPU with AVX512-BF16 are packed as bfloat16
 //    pairs of k for the vdpbf16ps micro-kernel (gemm_bf16_avx512.cpp): half the bytes packed
 //    and moved, twice the multiply-adds per instruction, float32 accumulation. Otherwise
@@ -25,10 +26,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "convert.h"
 #include "dtype_traits.h"
 #include "gemm_bf16.h"
 #include "gemm_microkernels.h"
@@ -408,11 +411,15 @@ void pack_b_any(const MatRef& b, int64_t k0, int64_t c0, int64_t kc, int64_t nc,
   }
 }
 
+// Called by the task that computed C's rows [r0, r1) x columns [c0, c1), once that block is
+// final (the workspace path converts it into the real output there).
+using BlockDone = std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
+
 // C[M x N] (row-major, leading dimension ldc, type T) = alpha * A B + beta * C, with the
 // operands packed as P (T itself, or bfloat16 pairs of k).
 template <class T, class P>
 void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const MatRef& b, T beta,
-            T* c, int64_t ldc) {
+            T* c, int64_t ldc, const BlockDone* block_done) {
   const Kernel<T, P> kern = select_kernel<T, P>();
   const int mr = kern.mr, nr = kern.nr;
   constexpr int step = kStep<P>;
@@ -485,6 +492,9 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
             }
           }
         }
+        if (block_done) {
+          (*block_done)(ic + p_begin * mr, ic + std::min(p_end * mr, mc), jc, jc + nc);
+        }
       }
     });
   }
@@ -521,35 +531,44 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
     std::swap(crs, ccs);
   }
   // Two bfloat16 operands take the vdpbf16ps kernel where the CPU has it.
-  auto run = [&](T al, T be, T* out, int64_t ld) {
+  auto run = [&](T al, T be, T* out, int64_t ld, const BlockDone* done) {
     if constexpr (std::is_same_v<T, float>) {
       if (ma.dtype == DType::BFloat16 && mb.dtype == DType::BFloat16 && use_avx512_bf16()) {
-        driver<float, uint16_t>(M, N, K, al, ma, mb, be, out, ld);
+        driver<float, uint16_t>(M, N, K, al, ma, mb, be, out, ld, done);
         return;
       }
     }
-    driver<T, T>(M, N, K, al, ma, mb, be, out, ld);
+    driver<T, T>(M, N, K, al, ma, mb, be, out, ld, done);
   };
   if (c.dtype == dtype_of<T>() && ccs == 1) {
-    run(T(alpha), T(beta), static_cast<T*>(c.data), crs);
+    run(T(alpha), T(beta), static_cast<T*>(c.data), crs, nullptr);
     return;
   }
-  // Workspace path: compute A B in T, then C = alpha * W + beta * C with conversion.
+  // Workspace path: compute A B in T, then C = alpha * W + beta * C with conversion, block by
+  // block as the tasks finish them (the plain C = W of mm / bmm: the library's vectorised
+  // conversion, one rounding).
   std::unique_ptr<T[]> w(new T[static_cast<size_t>(M * N)]);
-  run(T(1), T(0), w.get(), N);
-  dispatch_storage(c.dtype, [&]<class S>() {
-    parallel_for(0, M, std::max<int64_t>(1, 65536 / std::max<int64_t>(N, 1)),
-                 [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        for (int64_t j = 0; j < N; ++j) {
+  const ConvertFn to_c = convert_fn(dtype_of<T>(), c.dtype);
+  const int64_t c_size = static_cast<int64_t>(dtype_size(c.dtype));
+  const BlockDone convert_block = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      const T* src = w.get() + i * N;
+      if (alpha == 1 && beta == 0) {
+        to_c(src + c0, 1, static_cast<char*>(c.data) + (i * crs + c0 * ccs) * c_size, ccs,
+             c1 - c0);
+        continue;
+      }
+      dispatch_storage(c.dtype, [&]<class S>() {
+        for (int64_t j = c0; j < c1; ++j) {
           S* p = static_cast<S*>(c.data) + i * crs + j * ccs;
-          T v = T(alpha) * w[i * N + j];
+          T v = T(alpha) * src[j];
           if (beta != 0) v += T(beta) * cast_value<T>(*p);
           *p = cast_value<S>(v);
         }
-      }
-    });
-  });
+      });
+    }
+  };
+  run(T(1), T(0), w.get(), N, &convert_block);
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
-// softmax / log_softmax, layer_norm and batch_norm, with backward, on the library's
-// normalization kernels. Calls the kernels do not cover (dtypes, 0-dim inputs, half_to_float on
-// a non-half input, unusual parameter layouts) hand over to ATen's CPU kernel on the stream
-// (ExecutionPaths.h), which also gives PyTorch's messages.
+// softmax / log_softmax, layer_norm and batch_norm, with backward, and group_norm's forward, on
+// the library's normalization kernels. Calls the kernels do not cover (dtypes, 0-dim inputs,
+// half_to_float on a non-half input, unusual parameter layouts) hand over to ATen's CPU kernel
+// on the stream (ExecutionPaths.h), which also gives PyTorch's messages.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/addcmul.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
@@ -169,9 +170,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
 
 // ---- batch norm -------------------------------------------------------------------------
 
-bool bnParamOk(const std::optional<at::Tensor>& p, const at::Tensor& input) {
+// Per-channel tensors (weight, bias, running and saved statistics): 1-D, C elements of `dtype`.
+bool bnParamOk(const std::optional<at::Tensor>& p, const at::Tensor& input, at::ScalarType dtype) {
   return !p || !p->defined() ||
-         (describable(*p) && p->scalar_type() == input.scalar_type() && p->dim() == 1 &&
+         (describable(*p) && p->scalar_type() == dtype && p->dim() == 1 &&
           p->numel() == input.size(1));
 }
 
@@ -182,18 +184,56 @@ std::optional<nk::TensorDesc> optDesc(const std::optional<at::Tensor>& p) {
 
 const nk::TensorDesc* ptr(const std::optional<nk::TensorDesc>& d) { return d ? &*d : nullptr; }
 
+bool isHalfInput(const at::Tensor& input) {
+  return input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16;
+}
+
+// The dtype of the parameters (weight, bias, running stats) the kernel accepts with `input`, or
+// nullopt: ATen's CPU rule, every defined parameter in the input's dtype or, for a float16 /
+// bfloat16 input, every one in float32 (its mixed mode; autocast and apex O2 produce it). Other
+// mixes go to ATen's kernel, which raises PyTorch's message.
+std::optional<at::ScalarType> bnParamDType(const at::Tensor& input,
+                                           std::initializer_list<const std::optional<at::Tensor>*>
+                                               params) {
+  std::optional<at::ScalarType> dtype;
+  for (const std::optional<at::Tensor>* p : params) {
+    if (*p && (*p)->defined()) {
+      dtype = (*p)->scalar_type();
+      break;
+    }
+  }
+  if (!dtype) return input.scalar_type();
+  if (*dtype != input.scalar_type() && !(isHalfInput(input) && *dtype == at::kFloat)) {
+    return std::nullopt;
+  }
+  for (const std::optional<at::Tensor>* p : params) {
+    if (!bnParamOk(*p, input, *dtype)) return std::nullopt;
+  }
+  return dtype;
+}
+
+// The kernel computes in float32 for float16 / bfloat16 inputs (float64 for float64), reading
+// and writing each tensor in its own dtype, so a 16-bit input's output is rounded once.
+bool bnInputOk(const at::Tensor& input) {
+  return describableFloating(input) && input.dim() >= 2 && input.numel() > 0 &&
+         nk::batch_norm_supports(*toKernelDType(input.scalar_type()));
+}
+
+// The dtype of save_mean / save_invstd: float32 for a 16-bit input, as CUDA's kernel and
+// PyTorch's decomposition for non-CPU devices (the CPU kernel rounds them to the input's dtype,
+// which the backward then reads).
+at::ScalarType bnStatDType(const at::Tensor& input) {
+  return isHalfInput(input) ? at::kFloat : input.scalar_type();
+}
+
 bool bnOk(const at::Tensor& input, const std::optional<at::Tensor>& weight,
           const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
           const std::optional<at::Tensor>& running_var, bool training) {
-  if (!describableFloating(input) || input.dim() < 2 || input.numel() == 0 ||
-      (input.scalar_type() != at::kFloat && input.scalar_type() != at::kDouble)) {
-    return false;  // 16-bit inputs keep float statistics in ATen: its kernel does those
-  }
+  if (!bnInputOk(input)) return false;
   const bool has_stats = running_mean && running_mean->defined() && running_var &&
                          running_var->defined();
   if (!training && !has_stats) return false;
-  return bnParamOk(weight, input) && bnParamOk(bias, input) && bnParamOk(running_mean, input) &&
-         bnParamOk(running_var, input);
+  return bnParamDType(input, {&weight, &bias, &running_mean, &running_var}).has_value();
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
@@ -211,8 +251,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   const int64_t c = input.size(1);
   at::Tensor out = at::empty(input.sizes(), input.options());
   // As ATen's CPU kernel: the saved statistics are empty in eval mode.
-  at::Tensor save_mean = at::empty({training ? c : 0}, input.options());
-  at::Tensor save_invstd = at::empty({training ? c : 0}, input.options());
+  const auto stat_options = input.options().dtype(bnStatDType(input));
+  at::Tensor save_mean = at::empty({training ? c : 0}, stat_options);
+  at::Tensor save_invstd = at::empty({training ? c : 0}, stat_options);
   std::optional<nk::TensorDesc> sm, si;
   if (training) {
     sm = describe(save_mean);
@@ -233,9 +274,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
     const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd,
     bool train, double eps, std::array<bool, 3> output_mask) {
-  const bool saved_ok = !train || (save_mean && save_mean->defined() && save_invstd &&
-                                   save_invstd->defined() && bnParamOk(save_mean, input) &&
-                                   bnParamOk(save_invstd, input));
+  // The saved statistics come from our forward (float32 for a 16-bit input) or from ATen's
+  // kernel (the input's dtype): either is read in its own dtype.
+  auto savedOk = [&](const std::optional<at::Tensor>& p) {
+    return p && p->defined() &&
+           (bnParamOk(p, input, bnStatDType(input)) || bnParamOk(p, input, input.scalar_type()));
+  };
+  const bool saved_ok = !train || (savedOk(save_mean) && savedOk(save_invstd));
   if (!bnOk(input, weight, std::nullopt, running_mean, running_var, train) || !saved_ok ||
       !describable(grad_out) || grad_out.sizes() != input.sizes() ||
       grad_out.scalar_type() != input.scalar_type()) {
@@ -250,8 +295,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
   at::Tensor gi, gw, gb;
   std::optional<nk::TensorDesc> dgi, dgw, dgb;
   if (output_mask[0]) dgi = describe(gi = at::empty(input.sizes(), input.options()));
-  if (output_mask[1]) dgw = describe(gw = at::empty({c}, input.options()));
-  if (output_mask[2]) dgb = describe(gb = at::empty({c}, input.options()));
+  // grad_weight / grad_bias in the parameters' dtype (float32 in the mixed mode).
+  const auto param_options =
+      input.options().dtype(*bnParamDType(input, {&weight, &running_mean, &running_var}));
+  if (output_mask[1]) dgw = describe(gw = at::empty({c}, param_options));
+  if (output_mask[2]) dgb = describe(gb = at::empty({c}, param_options));
   launchTask(streamOf(input), "batch_norm_backward",
              [dgi, dgw, dgb, go = describe(grad_out), i = describe(input), w = optDesc(weight),
               rm = optDesc(running_mean), rv = optDesc(running_var), sm = optDesc(save_mean),
@@ -262,6 +310,63 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
   return {gi, gw, gb};
 }
 
+
+// ---- group norm -------------------------------------------------------------------------
+
+// Group norm is batch norm's kernel over the [1, N * group, D * HxW] view (each (n, g) a
+// channel, training statistics, no affine), written in the compute dtype (float32 for float16 /
+// bfloat16), then the per-channel affine in that dtype and one rounding to the input's dtype:
+// ATen's composite would round the normalised values and the affine's product to half.
+// mean / rstd are [N, group] in ATen's CPU dtypes (the input's, float32 for a 16-bit input with
+// float32 weight / bias), since the backward runs ATen's CPU kernel, which reads them so.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, c10::SymInt sym_n, c10::SymInt sym_c,
+    c10::SymInt sym_hxw, int64_t group, double eps) {
+  const int64_t N = sym_n.guard_int(__FILE__, __LINE__), C = sym_c.guard_int(__FILE__, __LINE__),
+                HxW = sym_hxw.guard_int(__FILE__, __LINE__);
+  const std::optional<at::ScalarType> param_dtype = bnParamDType(input, {&weight, &bias});
+  auto affineOk = [&](const std::optional<at::Tensor>& p) {
+    return !p || !p->defined() || (describable(*p) && p->numel() == C);
+  };
+  const bool ok = describableFloating(input) && input.dim() >= 2 && input.numel() > 0 &&
+                  group > 0 && C % group == 0 && input.size(1) == C &&
+                  input.numel() == N * C * HxW && param_dtype && affineOk(weight) &&
+                  affineOk(bias) && nk::batch_norm_supports(*toKernelDType(input.scalar_type()));
+  if (!ok) {
+    torch::jit::Stack stack;
+    torch::jit::push(stack, input, weight, bias, N, C, HxW, group, eps);
+    runOnHost(NPU_ATEN_OP("native_group_norm", ""), &stack);
+    return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
+  }
+  const c10::DeviceGuard guard(input.device());
+  const at::Tensor x = input.contiguous().view({1, N * group, (C / group) * HxW});
+  const at::ScalarType compute = bnStatDType(input);
+  const bool has_w = weight && weight->defined(), has_b = bias && bias->defined();
+  // Without affine and rounding, the kernel writes the result itself.
+  at::Tensor y = at::empty(x.sizes(), input.options().dtype(
+                                          has_w || has_b ? compute : input.scalar_type()));
+  at::Tensor mean = at::empty({N, group}, input.options().dtype(*param_dtype));
+  at::Tensor rstd = at::empty({N, group}, input.options().dtype(*param_dtype));
+  launchTask(streamOf(input), "group_norm",
+             [o = describe(y), m = describe(mean), r = describe(rstd), i = describe(x), eps] {
+               nk::batch_norm(o, &m, &r, i, nullptr, nullptr, nullptr, nullptr,
+                              /*training=*/true, /*momentum=*/0.0, eps);
+             });
+  y = y.view({N, C, HxW});
+  if (has_w || has_b) {
+    const auto perChannel = [&](const std::optional<at::Tensor>& p) {
+      return p->to(compute).view({1, C, 1});
+    };
+    if (has_w && has_b) {
+      y = at::addcmul(perChannel(bias), y, perChannel(weight));
+    } else {
+      y = has_w ? y * perChannel(weight) : y + perChannel(bias);
+    }
+    y = y.to(input.scalar_type());
+  }
+  return {y.view(input.sizes()), mean, rstd};
+}
 
 // The functional forms torch.compile / decompositions call: the same kernel.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_legit(
@@ -293,6 +398,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "native_batch_norm_backward", native_batch_norm_backward);
   NPU_IMPL(m, "_native_batch_norm_legit", native_batch_norm_legit);
   NPU_IMPL(m, "_native_batch_norm_legit.no_stats", native_batch_norm_legit_no_stats);
+  NPU_IMPL(m, "native_group_norm", native_group_norm);
 }
 
 }  // namespace torch_npu::native

@@ -296,6 +296,30 @@ at::Tensor linalg_vector_norm(const at::Tensor& self, const at::Scalar& ord, Dim
                                     dimsArg(dims), keepdim, dtype);
 }
 
+// logsumexp: one pass of the library's kernel (max, then the shifted exp-sum, in double) and
+// one rounding into the output. ATen's composite (amax, sub, exp, sum, log) would round each
+// step to half for float16 / bfloat16 inputs. Integer inputs (promoted to float by ATen), 0-dim
+// inputs and out= tensors of another dtype go to ATen's kernel. dim=() reduces every dim, as
+// amax and sum do (ATen's CPU composite raises a shape error there).
+bool logsumexpLike(const at::Tensor& self, at::IntArrayRef dims, bool keepdim, at::Tensor& out) {
+  if (!at::isFloatingType(self.scalar_type()) || self.dim() == 0) return false;
+  return sameTypeReduce(ROp::LogSumExp, self, dims, keepdim, self.scalar_type(), out, {},
+                        "logsumexp");
+}
+at::Tensor logsumexp(const at::Tensor& self, at::IntArrayRef dims, bool keepdim) {
+  at::Tensor out;
+  if (logsumexpLike(self, dims, keepdim, out)) return out;
+  return callHostKernel<at::Tensor>(NPU_ATEN_OP("logsumexp", ""), self, dims.vec(), keepdim);
+}
+at::Tensor& logsumexp_out(const at::Tensor& self, at::IntArrayRef dims, bool keepdim,
+                          at::Tensor& out) {
+  at::Tensor o = out;
+  if (!logsumexpLike(self, dims, keepdim, o)) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("logsumexp", "out"), self, dims.vec(), keepdim, out);
+  }
+  return out;
+}
+
 // ---- max / min with indices, argmax / argmin ----------------------------------------------
 
 bool argReduce(nk::ArgReduceOp op, const at::Tensor& self, DimList dims, bool keepdim,
@@ -474,6 +498,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "var_mean.correction", var_mean_correction);
   NPU_IMPL(m, "std_mean.correction", std_mean_correction);
   NPU_IMPL(m, "linalg_vector_norm", linalg_vector_norm);
+  NPU_IMPL(m, "logsumexp", logsumexp);
+  NPU_IMPL(m, "logsumexp.out", logsumexp_out);
   NPU_IMPL(m, "max.dim", max_dim);
   NPU_IMPL(m, "min.dim", min_dim);
   NPU_IMPL(m, "max", max_all);

@@ -12,7 +12,11 @@ How each level is realised:
   keep_batchnorm_fp32; their forward computes in float32 and returns the input's dtype);
   floating inputs are cast to cast_model_type, floating outputs to float32.
 - master weights (O2): each half parameter in an optimizer is replaced by a float32 copy; the
-  optimizer steps the copies and the patched step copies them back into the model.
+  optimizer steps the copies and the patched step copies them back into the model. A
+  model.load_state_dict after amp.initialize (resuming from a checkpoint) refreshes the masters
+  of the parameters it loads, from the checkpoint's values (full float32 precision when the
+  checkpoint has it), so the next step starts from the loaded weights and not from stale masters
+  that would overwrite them.
 """
 
 import torch
@@ -157,6 +161,56 @@ def _process_optimizer(optimizer, properties):
     optimizer.zero_grad = amp_zero_grad
 
 
+def _refresh_masters_on_load(models, optimizers):
+    """Hooks every module that owns parameters with float32 masters: a load_state_dict on it (or
+    on a module above it) copies each loaded value into the parameter's master. The hooks work by
+    parameter name, so load_state_dict(assign=True), which puts new Parameter objects in the
+    module, also rebinds the master to the new parameter (cast to the model's half dtype)."""
+    owner = {}  # id(model parameter) -> (stash, index in stash.model_params)
+    for optimizer in optimizers:
+        stash = optimizer._amp_stash
+        for i, p in enumerate(stash.model_params):
+            owner[id(p)] = (stash, i)
+    if not owner:
+        return
+    for model in models:
+        for module in model.modules():
+            entries = [(name, *owner[id(p)]) for name, p in module.named_parameters(recurse=False)
+                       if id(p) in owner]
+            if entries:
+                _hook_master_refresh(module, entries)
+
+
+def _hook_master_refresh(module, entries):
+    loaded = {}  # parameter name -> the value load_state_dict is about to copy in
+
+    def before_load(module, state_dict, prefix, *args):
+        loaded.clear()
+        for name, _, _ in entries:
+            if prefix + name in state_dict:
+                loaded[name] = state_dict[prefix + name]
+
+    def after_load(module, incompatible_keys):
+        with torch.no_grad():
+            for name, stash, i in entries:
+                if name not in loaded:
+                    continue  # not in this checkpoint: the parameter and its master are unchanged
+                value = loaded.pop(name)
+                p, old = module._parameters[name], stash.model_params[i]
+                master = stash.master_params[i]
+                if p is not old:  # assign=True: the module holds a new Parameter
+                    if p.dtype != old.dtype:
+                        p.data = p.data.to(old.dtype)
+                    stash.model_params[i] = p
+                # A value of the wrong shape was refused (load_state_dict raises after the hooks).
+                if isinstance(value, torch.Tensor) and value.shape == master.shape:
+                    master.copy_(value)
+        loaded.clear()
+
+    module.register_load_state_dict_pre_hook(before_load)
+    module.register_load_state_dict_post_hook(after_load)
+
+
 def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None,
                patch_torch_functions=None, keep_batchnorm_fp32=None, master_weights=None,
                loss_scale=None, cast_model_outputs=None, num_losses=1, verbosity=1,
@@ -228,6 +282,7 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
                            device_type if properties.patch_torch_functions else None)
     for optimizer in optimizer_list:
         _process_optimizer(optimizer, properties)
+    _refresh_masters_on_load(model_list, optimizer_list)
 
     device = next((p.device for m in model_list for p in m.parameters()), torch.device("npu"))
     amp_state.loss_scalers = [
