@@ -1,10 +1,16 @@
 // mm, addmm, bmm, baddbmm (and so matmul, linear, einsum's paths) on the library's GEMM.
 // Transposed operands need no copy: a descriptor with swapped strides is a transposed matrix.
 // Integer matmul, mismatched dtypes and bad shapes go to ATen's CPU kernel, which computes the
-// former and reports the latter with PyTorch's messages.
+// former and reports the latter with PyTorch's messages (dtype errors at the call, see
+// raiseDtypeErrorNow).
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/baddbmm.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -15,6 +21,24 @@
 
 namespace torch_npu::native {
 namespace {
+
+// Mixed dtypes go to ATen's CPU kernel, which runs later on the stream: its dtype error would
+// only surface at the next synchronize, naming the task. So when the dtypes differ, the CPU
+// kernel is asked now, on one-element stand-ins of the same dtypes and ranks, and the call
+// raises PyTorch's own message (or goes on, for the mixes the CPU accepts).
+at::Tensor standIn(const at::Tensor& t) {
+  return at::zeros(std::vector<int64_t>(t.dim(), 1), t.options().device(at::kCPU));
+}
+template <typename CpuCall>
+void raiseDtypeErrorNow(std::initializer_list<const at::Tensor*> tensors, CpuCall cpu_call) {
+  const c10::ScalarType first = (*tensors.begin())->scalar_type();
+  for (const at::Tensor* t : tensors) {
+    if (t->scalar_type() != first) {
+      cpu_call();
+      return;
+    }
+  }
+}
 
 bool gemmOk(const at::Tensor& a, const at::Tensor& b, int dims) {
   if (a.dim() != dims || b.dim() != dims || !describable(a) || !describable(b)) return false;
@@ -63,6 +87,7 @@ at::Tensor& sizedOut(at::Tensor& out, std::vector<int64_t> shape) {
 }
 
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
+  raiseDtypeErrorNow({&self, &mat2}, [&] { at::mm(standIn(self), standIn(mat2)); });
   if (!gemmOk(self, mat2, 2)) {
     return callHostKernel<at::Tensor>(NPU_ATEN_OP("mm", ""), self, mat2);
   }
@@ -72,6 +97,10 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   return out;
 }
 at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  raiseDtypeErrorNow({&self, &mat2, &out}, [&] {
+    at::Tensor o = standIn(out);
+    at::mm_out(o, standIn(self), standIn(mat2));
+  });
   if (!gemmOk(self, mat2, 2) || out.scalar_type() != self.scalar_type() || !describable(out)) {
     callHostKernel<at::Tensor>(NPU_ATEN_OP("mm", "out"), self, mat2, out);
     return out;
@@ -95,6 +124,8 @@ bool addOk(const at::Tensor& self, const at::Tensor& a, const at::Tensor& b, int
 
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
                  const at::Scalar& beta, const at::Scalar& alpha) {
+  raiseDtypeErrorNow({&self, &m1, &m2},
+                     [&] { at::addmm(standIn(self), standIn(m1), standIn(m2), beta, alpha); });
   if (!addOk(self, m1, m2, 2, beta, alpha)) {
     return callHostKernel<at::Tensor>(NPU_ATEN_OP("addmm", ""), self, m1, m2, beta, alpha);
   }
@@ -105,6 +136,10 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor&
 }
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
                       const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  raiseDtypeErrorNow({&self, &m1, &m2, &out}, [&] {
+    at::Tensor o = standIn(out);
+    at::addmm_out(o, standIn(self), standIn(m1), standIn(m2), beta, alpha);
+  });
   if (!addOk(self, m1, m2, 2, beta, alpha) || out.scalar_type() != m1.scalar_type() ||
       !describable(out)) {
     callHostKernel<at::Tensor>(NPU_ATEN_OP("addmm", "out"), self, m1, m2, beta, alpha, out);
@@ -124,6 +159,7 @@ at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
 }
 
 at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
+  raiseDtypeErrorNow({&self, &mat2}, [&] { at::bmm(standIn(self), standIn(mat2)); });
   if (!gemmOk(self, mat2, 3)) {
     return callHostKernel<at::Tensor>(NPU_ATEN_OP("bmm", ""), self, mat2);
   }
@@ -133,6 +169,10 @@ at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
   return out;
 }
 at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  raiseDtypeErrorNow({&self, &mat2, &out}, [&] {
+    at::Tensor o = standIn(out);
+    at::bmm_out(o, standIn(self), standIn(mat2));
+  });
   if (!gemmOk(self, mat2, 3) || out.scalar_type() != self.scalar_type() || !describable(out)) {
     callHostKernel<at::Tensor>(NPU_ATEN_OP("bmm", "out"), self, mat2, out);
     return out;
@@ -145,6 +185,8 @@ at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& 
 
 at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
                    const at::Scalar& beta, const at::Scalar& alpha) {
+  raiseDtypeErrorNow({&self, &b1, &b2},
+                     [&] { at::baddbmm(standIn(self), standIn(b1), standIn(b2), beta, alpha); });
   if (!addOk(self, b1, b2, 3, beta, alpha)) {
     return callHostKernel<at::Tensor>(NPU_ATEN_OP("baddbmm", ""), self, b1, b2, beta, alpha);
   }
@@ -155,6 +197,10 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tenso
 }
 at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
                         const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  raiseDtypeErrorNow({&self, &b1, &b2, &out}, [&] {
+    at::Tensor o = standIn(out);
+    at::baddbmm_out(o, standIn(self), standIn(b1), standIn(b2), beta, alpha);
+  });
   if (!addOk(self, b1, b2, 3, beta, alpha) || out.scalar_type() != b1.scalar_type() ||
       !describable(out)) {
     callHostKernel<at::Tensor>(NPU_ATEN_OP("baddbmm", "out"), self, b1, b2, beta, alpha, out);

@@ -317,3 +317,27 @@ def test_clamp_with_float_bounds_on_an_integer_tensor_promotes():
     out = torch.empty(0, device="npu")          # out= of another size is resized on the npu
     torch.clamp(t.npu(), 0.5, None, out=out)
     close(out, torch.clamp(t, 0.5))
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, b, c, d: torch.mm(a, b),
+    lambda a, b, c, d: torch.addmm(a, a, b),
+    lambda a, b, c, d: torch.addmm(b, a, a),
+    lambda a, b, c, d: torch.mm(a, a, out=torch.empty(2, 2, dtype=torch.half, device=a.device)),
+    lambda a, b, c, d: torch.bmm(c, d),
+    lambda a, b, c, d: torch.baddbmm(c, c, d),
+    lambda a, b, c, d: torch.nn.functional.linear(a, b),
+    lambda a, b, c, d: torch.matmul(a, b),
+], ids=["mm", "addmm-mat2", "addmm-self", "mm-out", "bmm", "baddbmm", "linear", "matmul"])
+def test_matmul_with_mixed_dtypes_raises_the_cpu_message_at_the_call(call):
+    def args(device):
+        a = torch.ones(2, 2, device=device)
+        c = torch.ones(2, 2, 2, device=device)
+        return a, a.half(), c, c.half()
+
+    with pytest.raises(RuntimeError) as cpu_error:
+        call(*args("cpu"))
+    with pytest.raises(RuntimeError) as npu_error:
+        call(*args("npu"))
+    assert str(npu_error.value) == str(cpu_error.value)
+    torch.npu.synchronize()  # nothing failed later on the stream
