@@ -221,3 +221,19 @@ def test_reduce_overhead_region_unsafe_to_replay_runs_without_a_graph_and_says_s
     assert npu["graph_replays"] == 0
     messages = " ".join(str(c.args[0]) for c in warning.call_args_list)
     assert "NPU graphs: " in messages and "randperm" in messages, messages
+
+
+def test_graph_breaks_split_the_region_and_each_part_runs_on_npu():
+    from torch._dynamo.utils import counters
+    counters.clear()
+
+    def f(x):
+        y = torch.relu(x @ x.t()) * 2
+        torch._dynamo.graph_break()  # what print(), .item() in a data-dependent branch ... cause
+        return (y.softmax(-1) + x.mean()).sum(0)
+
+    x = sample(16, 16)
+    out = torch.compile(f)(x.npu())
+    torch.testing.assert_close(out.cpu(), f(x), rtol=1e-5, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+    assert sum(counters["graph_break"].values()) >= 1
