@@ -154,8 +154,13 @@ bool streamQuery(int64_t stream_id, int64_t device_index, int64_t device_type) {
 
 void streamSynchronize(int64_t stream_id, int64_t device_index, int64_t device_type) {
   const NPUStream stream = unpack(stream_id, device_index, device_type);
+  if (C10_UNLIKELY(syncDebugMode() != 0)) {
+    // Under the GIL, so "warn" becomes a Python warning (the handler raises it on scope exit).
+    torch::PyWarningHandler handler;
+    warnOrErrorOnSync();
+  }
   py::gil_scoped_release no_gil;
-  stream.synchronize();
+  NPU_CHECK(npuStreamSynchronize(stream.handle()));
 }
 
 // Keeps the current stream busy for `ms` milliseconds (torch.cuda._sleep's twin, for tests).
@@ -334,6 +339,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getDevice", &getDeviceBody);
   m.def("_npu_getDeviceProperties", &getDeviceProperties);
   m.def("_npu_synchronize", &synchronizeDevice);
+  m.def("_npu_get_sync_debug_mode", &syncDebugMode);
+  m.def("_npu_set_sync_debug_mode", &setSyncDebugMode);
   m.def("_npu_getUtilization", &getUtilization);
   m.def("_npu_memGetInfo", &memGetInfo);
   m.def("_npu_visibleDevicesWarning", &visibleDevicesWarning);

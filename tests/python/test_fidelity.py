@@ -226,8 +226,6 @@ def test_npu_utils_answers_and_refusals():
     assert torch.npu.get_allocator_backend() == "native"
     assert torch.npu.get_sync_debug_mode() == 0
     torch.npu.set_sync_debug_mode("default")
-    with pytest.raises(NotImplementedError, match="only 0 \\('default'\\)"):
-        torch.npu.set_sync_debug_mode("warn")
     with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
         torch.npu.set_sync_debug_mode(7)
     torch.npu.ipc_collect()
@@ -458,3 +456,57 @@ def test_index_put_accepts_what_cpu_accepts():
         assert torch.equal(got.cpu(), want)
         got = base.npu().index_put(tuple(i.npu() for i in indices), values.npu(), accumulate)
         assert torch.equal(got.cpu(), want)
+
+
+# ---- torch.npu.set_sync_debug_mode ---------------------------------------------------------------
+
+@pytest.fixture
+def sync_debug_mode():
+    yield torch.npu.set_sync_debug_mode
+    torch.npu.set_sync_debug_mode(0)
+
+
+SYNCHRONIZING = {
+    "item": lambda x: x.sum().item(),
+    "cpu": lambda x: x.cpu(),
+    "to_npu": lambda x: torch.ones(3).npu(),
+    "nonzero": lambda x: torch.nonzero(x),
+    "masked_select": lambda x: torch.masked_select(x, x > 0),
+    "stream.synchronize": lambda x: torch.npu.current_stream().synchronize(),
+}
+ASYNCHRONOUS = {
+    "add": lambda x: x + 1,
+    "sum": lambda x: x.sum(),
+    "erfcx (ATen's kernel on the stream)": lambda x: torch.special.erfcx(x),
+    "pinned non_blocking to_npu": lambda x: torch.ones(3).pin_memory().to("npu", non_blocking=True),
+    "torch.npu.synchronize": lambda x: torch.npu.synchronize(),
+}
+
+
+def test_sync_debug_mode_warns_on_each_synchronizing_call(sync_debug_mode):
+    import warnings
+
+    x = torch.randn(8).npu()
+    torch.npu.synchronize()
+    sync_debug_mode("warn")
+    assert torch.npu.get_sync_debug_mode() == 1
+    for name, call in {**SYNCHRONIZING, **ASYNCHRONOUS}.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call(x)
+        warned = [w for w in caught if "called a synchronizing NPU operation" in str(w.message)]
+        assert bool(warned) == (name in SYNCHRONIZING), name
+
+
+def test_sync_debug_mode_error_raises_before_waiting(sync_debug_mode):
+    x = torch.randn(8).npu()
+    torch.npu.synchronize()
+    sync_debug_mode(2)
+    assert torch.npu.get_sync_debug_mode() == 2
+    for name, call in SYNCHRONIZING.items():
+        with pytest.raises(RuntimeError, match="called a synchronizing NPU operation"):
+            call(x)
+    for name, call in ASYNCHRONOUS.items():
+        call(x)
+    sync_debug_mode("default")
+    assert torch.equal(x.cpu(), x.cpu()) and torch.npu.get_sync_debug_mode() == 0
