@@ -293,6 +293,19 @@ void setMemoryFraction(double fraction, int64_t device) {
   alloc::CachingAllocator::instance().setMemoryFraction(fraction, initializedDevice(device));
 }
 
+// torch.npu.memory._set_allocator_settings: PYTORCH_NPU_ALLOC_CONF's grammar, at run time.
+void setAllocatorSettings(const std::string& conf) {
+  try {
+    alloc::CachingAllocator::instance().setSettings(conf);
+  } catch (const std::invalid_argument& e) {
+    // The variable's own message, with the name of the call that gave the setting.
+    std::string what = e.what();
+    const std::string prefix = "PYTORCH_NPU_ALLOC_CONF: ";
+    if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    TORCH_CHECK(false, "torch.npu.memory._set_allocator_settings: ", what);
+  }
+}
+
 double getMemoryFraction(int64_t device) {
   return alloc::CachingAllocator::instance().getMemoryFraction(initializedDevice(device));
 }
@@ -365,6 +378,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_resetAccumulatedMemoryStats", &resetAccumulatedMemoryStats);
   m.def("_npu_setMemoryFraction", &setMemoryFraction);
   m.def("_npu_getMemoryFraction", &getMemoryFraction);
+  m.def("_npu_setAllocatorSettings", &setAllocatorSettings);
 
   m.def("_npu_getDefaultGenerator", &getDefaultGenerator);
   m.def("_fallback_ops", &fallbackOps);

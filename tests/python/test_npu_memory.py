@@ -129,3 +129,61 @@ def test_memory_snapshot_in_torchs_layout(tmp_path):
     torch.npu.memory._record_memory_history(enabled=None)
     with pytest.raises(NotImplementedError, match="allocation history"):
         torch.npu.memory._record_memory_history()
+
+
+# ---- allocator settings at run time (torch.npu.memory._set_allocator_settings) ----------------
+
+def _segment_of(t):
+    for s in torch.npu.memory_snapshot():
+        if s["address"] <= t.data_ptr() < s["address"] + s["total_size"]:
+            return s
+    raise AssertionError("no segment holds the tensor")
+
+
+def test_set_allocator_settings_changes_later_segments():
+    MiB = 1 << 20
+    torch.npu.empty_cache()
+    try:
+        torch.npu.memory._set_allocator_settings("large_segment_size_mb:40")
+        x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+        assert _segment_of(x)["total_size"] == 40 * MiB
+        torch.npu.memory._set_allocator_settings("expandable_segments:True")
+        y = torch.empty(300 * MiB, dtype=torch.uint8, device="npu")
+        assert _segment_of(y)["is_expandable"] and not _segment_of(x)["is_expandable"]
+        del x, y
+    finally:
+        torch.npu.memory._set_allocator_settings("expandable_segments:False,large_segment_size_mb:20")
+        torch.npu.empty_cache()
+    z = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    assert _segment_of(z)["total_size"] == 20 * MiB
+
+
+def test_set_allocator_settings_refuses_bad_settings_and_changes_nothing():
+    with pytest.raises(RuntimeError, match="_set_allocator_settings: bad value 'Maybe' for "
+                                           "expandable_segments; expected True or False"):
+        torch.npu.memory._set_allocator_settings("large_segment_size_mb:64,expandable_segments:Maybe")
+    with pytest.raises(RuntimeError, match="unknown key 'bogus'"):
+        torch.npu.memory._set_allocator_settings("bogus:1")
+    with pytest.raises(TypeError, match="must be a str"):
+        torch.npu.memory._set_allocator_settings(64)
+    MiB = 1 << 20
+    torch.npu.empty_cache()
+    x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    assert _segment_of(x)["total_size"] == 20 * MiB  # the valid first key was not applied
+
+
+def test_torch_npus_alloc_conf_keys_from_the_environment(python):
+    r = python("""
+import torch, torch_npu
+x = torch.empty(3 << 20, dtype=torch.uint8, device="npu")
+seg = [s for s in torch.npu.memory_snapshot()
+       if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]][0]
+print(torch.npu.get_per_process_memory_fraction(), seg["total_size"] >> 20)
+""", env={"PYTORCH_NPU_ALLOC_CONF": "per_process_memory_fraction:0.5,large_segment_size_mb:64,"
+                                    "multi_stream_lazy_reclaim:True,base_addr_aligned_kb:0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0.5", "64"]
+    r = python("import torch, torch_npu; torch.ones(1, device='npu')",
+               env={"PYTORCH_NPU_ALLOC_CONF": "segment_size_mb:1000"})
+    assert r.returncode != 0 and "segment_size_mb; expected an integer number of MiB in [20, 512]" \
+        in r.stderr

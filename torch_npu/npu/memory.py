@@ -98,6 +98,18 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
     _C._npu_setMemoryFraction(float(fraction), _index(device))
 
 
+def _set_allocator_settings(env: str) -> None:
+    """Changes allocator settings at run time, as torch_npu's (and torch.cuda.memory's) do:
+    ``env`` has PYTORCH_NPU_ALLOC_CONF's grammar and keys ("expandable_segments:True",
+    "max_split_size_mb:64,garbage_collection_threshold:0.8", ...). Only the keys named change;
+    later allocations follow them, existing segments stay. A bad setting raises RuntimeError
+    and changes nothing."""
+    if not isinstance(env, str):
+        raise TypeError(f"torch.npu.memory._set_allocator_settings: env must be a str such as "
+                        f"'expandable_segments:True', got {type(env).__name__}")
+    _C._npu_setAllocatorSettings(env)
+
+
 def get_per_process_memory_fraction(device=None) -> float:
     return _C._npu_getMemoryFraction(_index(device))
 
