@@ -14,6 +14,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "NPUException.h"
+#include "MemoryHistory.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUGraph.h"
@@ -379,6 +380,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_setMemoryFraction", &setMemoryFraction);
   m.def("_npu_getMemoryFraction", &getMemoryFraction);
   m.def("_npu_setAllocatorSettings", &setAllocatorSettings);
+  m.def("_npu_recordMemoryHistory", &memory_history::configure);
+  m.def("_npu_memoryHistory", [] {
+    return memory_history::snapshot(static_cast<int>(deviceCount()));
+  });
 
   m.def("_npu_getDefaultGenerator", &getDefaultGenerator);
   m.def("_fallback_ops", &fallbackOps);

@@ -126,9 +126,74 @@ def test_memory_snapshot_in_torchs_layout(tmp_path):
     path = tmp_path / "snap.pickle"
     torch.npu.memory._dump_snapshot(str(path))
     assert pickle.loads(path.read_bytes())["segments"] == torch.npu.memory._snapshot()["segments"]
-    torch.npu.memory._record_memory_history(enabled=None)
-    with pytest.raises(NotImplementedError, match="allocation history"):
-        torch.npu.memory._record_memory_history()
+    assert all(trace == [] for trace in snap["device_traces"])  # nothing recorded
+
+
+def _allocate_here(n):
+    return torch.empty(n, dtype=torch.uint8, device="npu")
+
+
+def test_record_memory_history_traces_allocations_with_their_stacks(tmp_path):
+    import pickle
+
+    from torch.cuda import _memory_viz
+
+    torch.npu.memory._record_memory_history(max_entries=1000)
+    try:
+        kept = _allocate_here(3 * MiB)
+        gone = _allocate_here(1000)
+        gone_address = gone.data_ptr()
+        del gone
+        snap = torch.npu.memory._snapshot()
+        torch.npu.memory._dump_snapshot(str(tmp_path / "history.pickle"))
+    finally:
+        torch.npu.memory._record_memory_history(enabled=None)
+    trace = snap["device_traces"][0]
+    actions = [(e["action"], e["addr"]) for e in trace]
+    assert actions == [("alloc", kept.data_ptr()), ("alloc", gone_address),
+                       ("free_requested", gone_address), ("free_completed", gone_address)]
+    assert trace[0]["size"] == 3 * MiB and trace[1]["size"] == 1000  # the requested sizes
+    assert all(e["stream"] == trace[0]["stream"] and e["time_us"] > 0 for e in trace)
+    test_name = "test_record_memory_history_traces_allocations_with_their_stacks"
+    for e in trace:  # innermost frame first: allocations in _allocate_here, the free at `del`
+        names = [f["name"] for f in e["frames"]]
+        assert e["frames"][0]["filename"] == __file__
+        if e["action"] == "alloc":
+            assert names[:2] == ["_allocate_here", test_name]
+        else:
+            assert names[0] == test_name
+    block = [b for s in snap["segments"] for b in s["blocks"] if b["address"] == kept.data_ptr()]
+    assert block[0]["state"] == "active_allocated" and block[0]["frames"][0]["name"] == "_allocate_here"
+    # PyTorch's memory_viz reads the pickle: its text views parse the trace and the segments.
+    data = pickle.loads((tmp_path / "history.pickle").read_bytes())
+    assert "4 entries" in _memory_viz.trace(data) and "segments:" in _memory_viz.segsum(data)
+    assert "<html" in _memory_viz.trace_plot(data).lower()
+    # Stopped: the history is gone and nothing more is recorded.
+    _allocate_here(10)
+    assert torch.npu.memory._snapshot()["device_traces"][0] == []
+
+
+def test_record_memory_history_options():
+    torch.npu.memory._record_memory_history(max_entries=2, context=None)
+    try:
+        for _ in range(3):
+            _allocate_here(100)
+        trace = torch.npu.memory._snapshot()["device_traces"][0]
+        assert len(trace) == 2 and all(e["frames"] == [] for e in trace)  # the last two entries
+        torch.npu.memory._record_memory_history("state")  # stacks of live blocks, no trace
+        x = _allocate_here(100)
+        snap = torch.npu.memory._snapshot()
+        assert len(snap["device_traces"][0]) == 2
+        block = [b for s in snap["segments"] for b in s["blocks"] if b["address"] == x.data_ptr()]
+        assert block[0]["frames"][0]["name"] == "_allocate_here"
+        torch.npu.memory._record_memory_history(True, trace_alloc_max_entries=5)  # the old form
+        assert len(torch.npu.memory._snapshot()["device_traces"][0]) == 2
+    finally:
+        torch.npu.memory._record_memory_history(enabled=None)
+    with pytest.raises(ValueError, match="enabled must be None, 'state' or 'all'"):
+        torch.npu.memory._record_memory_history("yes")
+    with pytest.raises(ValueError, match="context must be"):
+        torch.npu.memory._record_memory_history(context="python")
 
 
 # ---- allocator settings at run time (torch.npu.memory._set_allocator_settings) ----------------
