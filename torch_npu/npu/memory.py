@@ -216,6 +216,24 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     _C._npu_recordMemoryHistory(enabled or "", context or "", int(max_entries), bool(clear_history))
 
 
+_NO_MEM_POOLS = ("user memory pools are not implemented in SimNPU yet: the caching allocator "
+                 "keeps private pools only for graph capture (torch.npu.graph's pool=); "
+                 "docs/api.md lists it")
+
+
+class MemPool:
+    """torch_npu's (and torch.cuda's) user memory pool: refused, not silently ignored, since
+    code that routes allocations into a pool relies on where they go."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError(f"torch.npu.MemPool: {_NO_MEM_POOLS}")
+
+
+def use_mem_pool(*args, **kwargs):
+    """Refused with MemPool (see there)."""
+    raise NotImplementedError(f"torch.npu.use_mem_pool: {_NO_MEM_POOLS}")
+
+
 def _format_size(num: int) -> str:
     for unit in ("B  ", "KiB", "MiB", "GiB", "TiB"):
         if abs(num) < 1024 or unit == "TiB":
