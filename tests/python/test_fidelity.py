@@ -386,13 +386,15 @@ def test_comparison_with_a_python_scalar_matches_cpu(dtype):
             if dtype.is_floating_point:
                 y = x.npu()
                 getattr(y, name + "_")(s)
-                assert torch.equal(y.cpu(), getattr(x.clone(), name + "_")(s)), (name, s, "in place")
+                want_in_place = getattr(x.clone(), name + "_")(s)
+                assert torch.equal(y.cpu(), want_in_place), (name, s, "in place")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_arithmetic_with_a_python_scalar_matches_cpu_bit_for_bit(dtype):
     # add / sub / remainder / fmod / pow round the scalar to the tensor's dtype; mul and the
-    # three divisions read it unrounded (the CPU's reduced-float scalar kernels): both as the CPU, bit for bit.
+    # three divisions read it unrounded (the CPU's reduced-float scalar kernels): both as the
+    # CPU, bit for bit.
     x = scalar_operand_inputs(dtype)
     for s in SCALARS[:-1]:
         for name, call in [("add", torch.add), ("sub", torch.sub), ("mul", torch.mul),

@@ -163,7 +163,8 @@ def test_record_memory_history_traces_allocations_with_their_stacks(tmp_path):
         else:
             assert names[0] == test_name
     block = [b for s in snap["segments"] for b in s["blocks"] if b["address"] == kept.data_ptr()]
-    assert block[0]["state"] == "active_allocated" and block[0]["frames"][0]["name"] == "_allocate_here"
+    assert block[0]["state"] == "active_allocated"
+    assert block[0]["frames"][0]["name"] == "_allocate_here"
     # PyTorch's memory_viz reads the pickle: its text views parse the trace and the segments.
     data = pickle.loads((tmp_path / "history.pickle").read_bytes())
     assert "4 entries" in _memory_viz.trace(data) and "segments:" in _memory_viz.segsum(data)
@@ -198,43 +199,55 @@ def test_record_memory_history_options():
 
 # ---- allocator settings at run time (torch.npu.memory._set_allocator_settings) ----------------
 
-def _segment_of(t):
+_SEGMENT_OF = """
+import torch, torch_npu
+MiB = 1 << 20
+def segment_of(t):
     for s in torch.npu.memory_snapshot():
         if s["address"] <= t.data_ptr() < s["address"] + s["total_size"]:
             return s
     raise AssertionError("no segment holds the tensor")
+"""
 
 
-def test_set_allocator_settings_changes_later_segments():
-    MiB = 1 << 20
-    torch.npu.empty_cache()
-    try:
-        torch.npu.memory._set_allocator_settings("large_segment_size_mb:40")
-        x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
-        assert _segment_of(x)["total_size"] == 40 * MiB
-        torch.npu.memory._set_allocator_settings("expandable_segments:True")
-        y = torch.empty(300 * MiB, dtype=torch.uint8, device="npu")
-        assert _segment_of(y)["is_expandable"] and not _segment_of(x)["is_expandable"]
-        del x, y
-    finally:
-        torch.npu.memory._set_allocator_settings("expandable_segments:False,large_segment_size_mb:20")
-        torch.npu.empty_cache()
-    z = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
-    assert _segment_of(z)["total_size"] == 20 * MiB
+def test_set_allocator_settings_changes_later_segments(python):
+    # In a fresh process: the cache of this one may hold a free block a request fits in.
+    r = python(_SEGMENT_OF + """
+torch.npu.memory._set_allocator_settings("large_segment_size_mb:40")
+x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+print(segment_of(x)["total_size"] // MiB)
+torch.npu.memory._set_allocator_settings("expandable_segments:True")
+y = torch.empty(300 * MiB, dtype=torch.uint8, device="npu")
+print(segment_of(y)["is_expandable"], segment_of(x)["is_expandable"])
+torch.npu.memory._set_allocator_settings("expandable_segments:False,large_segment_size_mb:20")
+del x, y
+torch.npu.empty_cache()
+z = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+print(segment_of(z)["total_size"] // MiB)
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["40", "True", "False", "20"]
 
 
-def test_set_allocator_settings_refuses_bad_settings_and_changes_nothing():
+def test_set_allocator_settings_refuses_bad_settings_and_changes_nothing(python):
     with pytest.raises(RuntimeError, match="_set_allocator_settings: bad value 'Maybe' for "
                                            "expandable_segments; expected True or False"):
-        torch.npu.memory._set_allocator_settings("large_segment_size_mb:64,expandable_segments:Maybe")
+        torch.npu.memory._set_allocator_settings(
+            "large_segment_size_mb:64,expandable_segments:Maybe")
     with pytest.raises(RuntimeError, match="unknown key 'bogus'"):
         torch.npu.memory._set_allocator_settings("bogus:1")
     with pytest.raises(TypeError, match="must be a str"):
         torch.npu.memory._set_allocator_settings(64)
-    MiB = 1 << 20
-    torch.npu.empty_cache()
-    x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
-    assert _segment_of(x)["total_size"] == 20 * MiB  # the valid first key was not applied
+    r = python(_SEGMENT_OF + """
+try:
+    torch.npu.memory._set_allocator_settings("large_segment_size_mb:64,expandable_segments:Maybe")
+except RuntimeError:
+    pass
+x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+print(segment_of(x)["total_size"] // MiB)  # the valid first key was not applied
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["20"]
 
 
 def test_torch_npus_alloc_conf_keys_from_the_environment(python):

@@ -157,7 +157,8 @@ def test_torch_ops_npu_in_place_factory_one_hot_and_autograd():
     assert e.device.type == "npu" and e.dtype == torch.float16 and e.shape == (2, 3)
     assert torch.ops.npu.get_npu_format(e) == 29
     a = torch.tensor([5, 3, 2, 1], dtype=torch.int32)
-    _same(torch.ops.npu.npu_one_hot(a.npu(), depth=5), torch_npu.npu_one_hot(a.npu(), depth=5).cpu())
+    _same(torch.ops.npu.npu_one_hot(a.npu(), depth=5),
+          torch_npu.npu_one_hot(a.npu(), depth=5).cpu())
     xn = X.npu().requires_grad_()
     x = X.clone().requires_grad_()
     torch.ops.npu.npu_mish(xn).sum().backward()

@@ -201,8 +201,6 @@ CUDA_SURFACE: dict[str, tuple[str, object]] = {
                                    + _NOT_YET + "; set PYTORCH_NO_NPU_MEMORY_CACHING=1 at start"),
     "CUDAPluggableAllocator": ("refuse", "pluggable allocators are " + _NOT_YET),
     "change_current_allocator": ("refuse", "pluggable allocators are " + _NOT_YET),
-    "MemPool": ("refuse", "memory pools are " + _NOT_YET),
-    "use_mem_pool": ("refuse", "memory pools are " + _NOT_YET),
     "host_memory_stats": ("refuse", "host-allocator statistics are " + _NOT_YET),
     "host_memory_stats_as_nested_dict": ("refuse", "host-allocator statistics are " + _NOT_YET),
     "reset_accumulated_host_memory_stats": ("refuse", "host-allocator statistics are " + _NOT_YET),
