@@ -15,6 +15,7 @@
 
 #include "AtExit.h"
 #include "NPUException.h"
+#include "MemoryHistory.h"
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUGraph.h"
@@ -155,8 +156,13 @@ bool streamQuery(int64_t stream_id, int64_t device_index, int64_t device_type) {
 
 void streamSynchronize(int64_t stream_id, int64_t device_index, int64_t device_type) {
   const NPUStream stream = unpack(stream_id, device_index, device_type);
+  if (C10_UNLIKELY(syncDebugMode() != 0)) {
+    // Under the GIL, so "warn" becomes a Python warning (the handler raises it on scope exit).
+    torch::PyWarningHandler handler;
+    warnOrErrorOnSync();
+  }
   py::gil_scoped_release no_gil;
-  stream.synchronize();
+  NPU_CHECK(npuStreamSynchronize(stream.handle()));
 }
 
 // Keeps the current stream busy for `ms` milliseconds (torch.cuda._sleep's twin, for tests).
@@ -289,6 +295,19 @@ void setMemoryFraction(double fraction, int64_t device) {
   alloc::CachingAllocator::instance().setMemoryFraction(fraction, initializedDevice(device));
 }
 
+// torch.npu.memory._set_allocator_settings: PYTORCH_NPU_ALLOC_CONF's grammar, at run time.
+void setAllocatorSettings(const std::string& conf) {
+  try {
+    alloc::CachingAllocator::instance().setSettings(conf);
+  } catch (const std::invalid_argument& e) {
+    // The variable's own message, with the name of the call that gave the setting.
+    std::string what = e.what();
+    const std::string prefix = "PYTORCH_NPU_ALLOC_CONF: ";
+    if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    TORCH_CHECK(false, "torch.npu.memory._set_allocator_settings: ", what);
+  }
+}
+
 double getMemoryFraction(int64_t device) {
   return alloc::CachingAllocator::instance().getMemoryFraction(initializedDevice(device));
 }
@@ -367,6 +386,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getDevice", &getDeviceBody);
   m.def("_npu_getDeviceProperties", &getDeviceProperties);
   m.def("_npu_synchronize", &synchronizeDevice);
+  m.def("_npu_get_sync_debug_mode", &syncDebugMode);
+  m.def("_npu_set_sync_debug_mode", &setSyncDebugMode);
   m.def("_npu_getUtilization", &getUtilization);
   m.def("_npu_memGetInfo", &memGetInfo);
   m.def("_npu_visibleDevicesWarning", &visibleDevicesWarning);
@@ -392,6 +413,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_resetAccumulatedMemoryStats", &resetAccumulatedMemoryStats);
   m.def("_npu_setMemoryFraction", &setMemoryFraction);
   m.def("_npu_getMemoryFraction", &getMemoryFraction);
+  m.def("_npu_setAllocatorSettings", &setAllocatorSettings);
+  m.def("_npu_recordMemoryHistory", &memory_history::configure);
+  m.def("_npu_memoryHistory", [] {
+    return memory_history::snapshot(static_cast<int>(deviceCount()));
+  });
 
   m.def("_npu_getDefaultGenerator", &getDefaultGenerator);
   m.def("_fallback_ops", &fallbackOps);

@@ -1,6 +1,7 @@
 // c10::DeviceAllocator for the npu device: thin forwarding to npu::alloc::CachingAllocator.
 // allocate() and the deleter never take the GIL (they run on any thread, including stream
-// workers).
+// workers), except to record a Python stack while _record_memory_history asks for one, and
+// then only on threads Python runs on (MemoryHistory.h).
 #include "NPUAllocator.h"
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include "NPUException.h"
+#include "MemoryHistory.h"
 #include "NPUFunctions.h"
 #include "NPUStream.h"
 #include "Profiler.h"
@@ -32,6 +34,7 @@ void freeBlock(void* ptr) {
     int device = -1;
     size_t size = 0;
     if (report) caching().findAllocation(ptr, &device, nullptr, &size);
+    if (C10_UNLIKELY(memory_history::recording())) memory_history::recordFree(ptr);
     caching().free(ptr);
     if (report && device >= 0) reportToProfiler(ptr, -static_cast<int64_t>(size), device);
   } catch (const std::exception& e) {
@@ -97,6 +100,7 @@ class NPUDeviceAllocator final : public c10::DeviceAllocator {
       TORCH_CHECK(false, e.what());
     }
     if (ptr) reportToProfiler(ptr, static_cast<int64_t>(nbytes), device);
+    if (C10_UNLIKELY(memory_history::recording())) memory_history::recordAlloc(ptr, device, stream);
     return {ptr, ptr, &freeBlock, c10::Device(kNPU, device)};
   }
 

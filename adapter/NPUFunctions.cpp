@@ -146,4 +146,22 @@ void throwNpuError(npuError_t error, const char* expr, const char* file, int lin
 }
 
 }  // namespace detail
+namespace {
+std::atomic<int> g_sync_debug_mode{0};
+}  // namespace
+
+int syncDebugMode() noexcept { return g_sync_debug_mode.load(std::memory_order_relaxed); }
+
+void setSyncDebugMode(int mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 2, "invalid value of debug_mode ", mode,
+              ", expected one of 0 / 'default', 1 / 'warn', 2 / 'error'");
+  g_sync_debug_mode.store(mode, std::memory_order_relaxed);
+}
+
+void warnOrErrorOnSync() {
+  const int mode = syncDebugMode();
+  TORCH_CHECK(mode != 2, "called a synchronizing NPU operation");
+  if (mode == 1) TORCH_WARN("called a synchronizing NPU operation");
+}
+
 }  // namespace torch_npu

@@ -30,6 +30,15 @@ extern const char* const kBadForkMessage;
 // The warning the runtime gives for a rejected ASCEND_RT_VISIBLE_DEVICES ("" if none).
 std::string visibleDevicesWarning();
 
+// torch.npu.set_sync_debug_mode: 0 ignores synchronizing operations, 1 warns and 2 raises on
+// each (torch_npu's "called a synchronizing NPU operation"). Every stream synchronize the
+// adapter does on the caller's behalf checks it first (NPUStream::synchronize): a blocking
+// copy to or from the host, item(), a data-dependent op, Stream.synchronize. The device-wide
+// torch.npu.synchronize() does not, as in torch_npu and CUDA.
+int syncDebugMode() noexcept;
+void setSyncDebugMode(int mode);
+void warnOrErrorOnSync();
+
 // Restores the calling thread's current device on scope exit (a light c10::DeviceGuard that
 // the runtime-only code paths use without going through the guard registry).
 class DeviceSwitch {

@@ -124,7 +124,10 @@ bool NPUStream::query() const {
   return true;
 }
 
-void NPUStream::synchronize() const { NPU_CHECK(npuStreamSynchronize(handle())); }
+void NPUStream::synchronize() const {
+  if (C10_UNLIKELY(syncDebugMode() != 0)) warnOrErrorOnSync();
+  NPU_CHECK(npuStreamSynchronize(handle()));
+}
 
 NPUStream getCurrentNPUStream(c10::DeviceIndex device) {
   device = resolveDevice(device);

@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include "allocator/allocator_internal.h"
@@ -23,7 +24,21 @@ namespace {
 constexpr std::string_view kVariable = "PYTORCH_NPU_ALLOC_CONF";
 constexpr std::string_view kKnownKeys =
     "max_split_size_mb, garbage_collection_threshold, expandable_segments, "
-    "roundup_power2_divisions";
+    "roundup_power2_divisions, base_addr_aligned_kb, page_size, segment_size_mb, "
+    "large_segment_size_mb, per_process_memory_fraction, multi_stream_lazy_reclaim, "
+    "pinned_use_background_threads, pin_memory_expandable_segments, pinned_mem_register";
+
+bool knownKey(std::string_view key) {
+  // kKnownKeys is the list, ", "-separated: a key is known when it is one whole entry.
+  size_t start = 0;
+  while (start < kKnownKeys.size()) {
+    size_t end = kKnownKeys.find(", ", start);
+    if (end == std::string_view::npos) end = kKnownKeys.size();
+    if (kKnownKeys.substr(start, end - start) == key) return true;
+    start = end + 2;
+  }
+  return false;
+}
 
 [[noreturn]] void reject(const std::string& what) {
   throw std::invalid_argument(std::string(kVariable) + ": " + what);
@@ -116,16 +131,42 @@ void parseGarbageCollectionThreshold(Parser& p, AllocatorConfig& c) {
   c.garbage_collection_threshold = v;
 }
 
-void parseExpandableSegments(Parser& p, AllocatorConfig& c) {
-  const std::string key = "expandable_segments";
+bool parseBool(Parser& p, const std::string& key) {
   std::string text = p.next(key);
-  if (text == "True") {
-    c.expandable_segments = true;
-  } else if (text == "False") {
-    c.expandable_segments = false;
-  } else {
-    reject("bad value '" + text + "' for " + key + "; expected True or False");
+  if (text == "True") return true;
+  if (text == "False") return false;
+  reject("bad value '" + text + "' for " + key + "; expected True or False");
+}
+
+void parseExpandableSegments(Parser& p, AllocatorConfig& c) {
+  c.expandable_segments = parseBool(p, "expandable_segments");
+}
+
+// An integer in [low, high] (high 0: no upper bound).
+size_t parseBounded(Parser& p, const std::string& key, size_t low, size_t high,
+                    const std::string& accepted) {
+  std::string text = p.next(key);
+  size_t v = toSize(text, key, accepted);
+  if (v < low || (high != 0 && v > high)) {
+    reject("bad value '" + text + "' for " + key + "; expected " + accepted);
   }
+  return v;
+}
+
+void parsePageSize(Parser& p, AllocatorConfig& c) {
+  const std::string key = "page_size";
+  std::string text = p.next(key);
+  if (text != "1g") reject("bad value '" + text + "' for " + key + "; expected 1g (the only size)");
+  c.huge_pages = true;
+}
+
+void parseMemoryFraction(Parser& p, AllocatorConfig& c) {
+  const std::string key = "per_process_memory_fraction";
+  const std::string accepted = "a fraction in [0.0, 1.0]";
+  std::string text = p.next(key);
+  double v = toDouble(text, key, accepted);
+  if (!(v >= 0.0 && v <= 1.0)) reject("bad value '" + text + "' for " + key + "; expected " + accepted);
+  c.per_process_memory_fraction = v;
 }
 
 void parseRoundupPower2Divisions(Parser& p, AllocatorConfig& c) {
@@ -200,13 +241,21 @@ bool cachingDisabled(const char* value) {
 
 AllocatorConfig AllocatorConfig::parse(const std::string& conf) {
   AllocatorConfig c;
+  update(conf, c);
+  return c;
+}
+
+void AllocatorConfig::update(const std::string& conf, AllocatorConfig& config) {
+  AllocatorConfig c = config;  // applied only once the whole setting parsed
+  bool large_segment_named = false;
+  std::optional<size_t> segment_size;
   Parser p(tokenize(conf));
   while (!p.done()) {
     std::string key = p.next("");
     if (key == ",") continue;  // tolerate empty entries ("a:1,,b:2", a trailing comma)
-    const bool known = key == "max_split_size_mb" || key == "garbage_collection_threshold" ||
-                       key == "expandable_segments" || key == "roundup_power2_divisions";
-    if (!known) reject("unknown key '" + key + "'; expected one of " + std::string(kKnownKeys));
+    if (!knownKey(key)) {
+      reject("unknown key '" + key + "'; expected one of " + std::string(kKnownKeys));
+    }
     p.expect(":", key);
     if (key == "max_split_size_mb") {
       parseMaxSplitSize(p, c);
@@ -214,12 +263,46 @@ AllocatorConfig AllocatorConfig::parse(const std::string& conf) {
       parseGarbageCollectionThreshold(p, c);
     } else if (key == "expandable_segments") {
       parseExpandableSegments(p, c);
-    } else {
+    } else if (key == "roundup_power2_divisions") {
       parseRoundupPower2Divisions(p, c);
+    } else if (key == "base_addr_aligned_kb") {
+      c.base_addr_aligned_kb = parseBounded(p, key, 0, 16, "an integer in [0, 16] (KiB)");
+    } else if (key == "page_size") {
+      parsePageSize(p, c);
+    } else if (key == "segment_size_mb") {
+      segment_size = parseBounded(p, key, 20, 512, "an integer number of MiB in [20, 512]");
+    } else if (key == "large_segment_size_mb") {
+      // torch_npu's bound: greater than 10 (the largest request a large segment is shared by).
+      c.large_segment_size =
+          parseBounded(p, key, 11, SIZE_MAX / kMiB, "an integer number of MiB greater than 10") *
+          kMiB;
+      large_segment_named = true;
+    } else if (key == "per_process_memory_fraction") {
+      parseMemoryFraction(p, c);
+    } else if (key == "multi_stream_lazy_reclaim") {
+      c.multi_stream_lazy_reclaim = parseBool(p, key);
+    } else if (key == "pinned_use_background_threads") {
+      c.pinned_use_background_threads = parseBool(p, key);
+    } else if (key == "pin_memory_expandable_segments") {
+      c.pin_memory_expandable_segments = parseBool(p, key);
+    } else if (key == "pinned_mem_register") {
+      c.pinned_mem_register = parseBool(p, key);
+    } else {
+      reject("unknown key '" + key + "'; expected one of " + std::string(kKnownKeys));
     }
     if (!p.done()) p.expect(",", key);
   }
-  return c;
+  // segment_size_mb is the deprecated spelling: large_segment_size_mb wins when both are named.
+  if (segment_size && !large_segment_named) c.large_segment_size = *segment_size * kMiB;
+  if (c.max_split_size != SIZE_MAX && c.max_split_size < c.large_segment_size) {
+    reject("max_split_size_mb (" + std::to_string(c.max_split_size / kMiB) +
+           ") must be at least large_segment_size_mb (" +
+           std::to_string(c.large_segment_size / kMiB) + ")");
+  }
+  if (c.pin_memory_expandable_segments && c.pinned_mem_register) {
+    reject("pinned_mem_register:True cannot be combined with pin_memory_expandable_segments:True");
+  }
+  config = std::move(c);
 }
 
 AllocatorConfig AllocatorConfig::fromEnvironment() {

@@ -8,6 +8,7 @@
 namespace npu::alloc {
 
 constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kGiB = size_t{1} << 30;
 constexpr size_t kMinBlockSize = 512;         // every size is a multiple of this
 constexpr size_t kSmallSize = 1 * kMiB;       // requests up to here use the small pool
 constexpr size_t kSmallBuffer = 2 * kMiB;     // segment size of the small pool
@@ -24,6 +25,6 @@ constexpr size_t kRoundupPower2Intervals = 16;
 // `divisions` equal steps between two powers of two when roundup_power2_divisions asks for it.
 size_t roundSize(size_t size, const AllocatorConfig& config);
 // The segment size requested from the runtime for a block of `size` (already rounded) bytes.
-size_t segmentSize(size_t size);
+size_t segmentSize(size_t size, const AllocatorConfig& config);
 
 }  // namespace npu::alloc

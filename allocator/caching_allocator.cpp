@@ -152,7 +152,7 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
     if (block == nullptr) {
       // Like PyTorch, report what was asked of the runtime: the segment, for fixed segments.
       const bool fixed_segments = !config.caching_disabled && !config.expandable_segments;
-      throwOutOfMemory(lock, fixed_segments ? segmentSize(size) : size);
+      throwOutOfMemory(lock, fixed_segments ? segmentSize(size, config) : size);
     }
   }
   Block* used = useBlock(block, size, request);
@@ -181,7 +181,7 @@ Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t 
     return growExpandable(pool, stream, size);
   }
   // Without caching a segment is exactly one block, returned to the runtime when freed.
-  const size_t bytes = config.caching_disabled ? size : segmentSize(size);
+  const size_t bytes = config.caching_disabled ? size : segmentSize(size, config);
   if (bytes > allowedBytes() || reserved + bytes > allowedBytes()) return nullptr;
   void* ptr = nullptr;
   npuError_t err;
@@ -471,6 +471,10 @@ struct CachingAllocator::Impl {
     size_t page = npuMemGetGranularity();
     if (page == 0) page = kSmallBuffer;
     s = new DeviceState(device, config, prop.total_memory, stream, page);
+    if (config.per_process_memory_fraction >= 0.0) {  // PYTORCH_NPU_ALLOC_CONF's cap
+      s->fraction = config.per_process_memory_fraction;
+      s->fraction_set = true;
+    }
     devices[device].store(s, std::memory_order_release);
     if (device_limit.load() <= device) device_limit.store(device + 1);
     return *s;
@@ -636,6 +640,30 @@ bool CachingAllocator::findAllocation(const void* ptr, int* device, void** base,
 }
 
 const AllocatorConfig& CachingAllocator::config() const { return impl_->config; }
+
+void CachingAllocator::setSettings(const std::string& conf) {
+  std::lock_guard<std::mutex> init(impl_->init_mutex);  // no device state appears meanwhile
+  AllocatorConfig updated = impl_->config;
+  AllocatorConfig::update(conf, updated);  // throws, changing nothing, on a bad setting
+  // The device states read the config under their locks: take them all while it changes.
+  std::vector<std::unique_lock<DeviceLock>> locks;
+  std::vector<DeviceState*> states;
+  for (auto& slot : impl_->devices) {
+    DeviceState* s = slot.load(std::memory_order_acquire);
+    if (s == nullptr) continue;
+    locks.emplace_back(s->mutex);
+    states.push_back(s);
+  }
+  const bool new_fraction =
+      updated.per_process_memory_fraction != impl_->config.per_process_memory_fraction;
+  impl_->config = std::move(updated);
+  if (new_fraction && impl_->config.per_process_memory_fraction >= 0.0) {
+    for (DeviceState* s : states) {
+      s->fraction = impl_->config.per_process_memory_fraction;
+      s->fraction_set = true;
+    }
+  }
+}
 
 std::string formatSize(uint64_t bytes) {
   std::ostringstream os;

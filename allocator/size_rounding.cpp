@@ -42,9 +42,10 @@ size_t roundSize(size_t size, const AllocatorConfig& config) {
   return roundUp(size, kMinBlockSize);
 }
 
-size_t segmentSize(size_t size) {
+size_t segmentSize(size_t size, const AllocatorConfig& config) {
   if (size <= kSmallSize) return kSmallBuffer;
-  if (size < kMinLargeAlloc) return kLargeBuffer;
+  if (config.huge_pages) return roundUp(size, kGiB);
+  if (size < kMinLargeAlloc) return std::max(config.large_segment_size, size);
   return roundUp(size, kRoundLarge);
 }
 

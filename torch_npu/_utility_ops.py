@@ -6,6 +6,10 @@ Each is what torch_npu's documentation says the operator computes; where torch_n
 the obvious PyTorch op, the difference is kept and said (npu_max's indices are int32,
 npu_one_hot's output is float32 and an out-of-range class gives a row of off_value, ...).
 docs/api.md lists torch_npu's whole operator list with ours / composite / missing per row.
+
+As in torch_npu, each is also ``torch.ops.npu.<name>`` (npu_max / npu_min as the ``.dim``
+overload): the schemas are torch_npu's (adapter/ops/NpuLibrary.cpp) and these functions are their
+CompositeImplicitAutograd kernels (``_register_torch_ops``).
 """
 
 from __future__ import annotations
@@ -191,3 +195,32 @@ def empty_with_format(size: Sequence[int], dtype: torch.dtype | None = None, lay
     out = torch.empty(size, dtype=dtype, layout=layout, device=device or "npu",
                       pin_memory=pin_memory)
     return out if acl_format == 2 else torch_npu.npu_format_cast(out, acl_format)
+
+
+# The kernels of the torch.ops.npu schemas (NpuLibrary.cpp): the functions above, for every
+# backend and for autograd (CompositeImplicitAutograd), so the two spellings give one result.
+_TORCH_OPS = {
+    "npu_silu": npu_silu, "npu_mish": npu_mish, "fast_gelu": fast_gelu,
+    "npu_transpose": npu_transpose, "npu_confusion_transpose": npu_confusion_transpose,
+    "npu_broadcast": npu_broadcast, "npu_slice": npu_slice,
+    "npu_max.dim": npu_max, "npu_min.dim": npu_min, "npu_dtype_cast": npu_dtype_cast,
+    "npu_one_hot": npu_one_hot, "one_": one_, "copy_memory_": copy_memory_,
+    "npu_linear": npu_linear, "npu_bmmV2": npu_bmmV2,
+    "npu_layer_norm_eval": npu_layer_norm_eval, "npu_reshape": npu_reshape,
+    "npu_sort_v2": npu_sort_v2,
+    "npu_softmax_cross_entropy_with_logits": npu_softmax_cross_entropy_with_logits,
+    "empty_with_format": empty_with_format,
+}
+_library = None
+
+
+def _register_torch_ops() -> None:
+    global _library
+    if _library is not None:
+        return
+    _library = torch.library.Library("npu", "IMPL")  # kept alive: dropping it unregisters
+    for name, fn in _TORCH_OPS.items():
+        _library.impl(name, fn, "CompositeImplicitAutograd")
+
+
+_register_torch_ops()

@@ -86,21 +86,54 @@ Result unary(const char* name, UOp op, Kind kind, const at::Tensor& out, const a
   return result;
 }
 
+// ATen's CPU mul and division (true, trunc and floor) read a scalar second operand of a float16
+// / bfloat16 op unrounded; every other binary op casts it to the tensor's dtype first
+// (ScalarRead; both measured against the CPU in test_fidelity.py).
+ScalarRead scalarReadOf(BOp op) {
+  const bool original = op == BOp::Mul || op == BOp::Div || op == BOp::DivTrunc ||
+                        op == BOp::DivFloor;
+  return original ? ScalarRead::kOriginalScalar : ScalarRead::kCommon;
+}
+
 // `kernel_ok` false: the call is ATen's (integer division, whose CPU kernel raises
 // ZeroDivisionError).
-Result binary(const char* name, BOp op, Kind kind, const at::Tensor& out, const at::Tensor& a,
-              const at::Tensor& b, nk::Scalar p0 = 1, bool kernel_ok = true) {
-  const c10::DeviceGuard guard(a.is_cpu() ? b.device() : a.device());
-  at::TensorIterator iter = buildBinary(kind, out, a, b);
+// A device input of a float16 / bfloat16 op whose dtype differs (an integer tensor, a float32
+// 0-dim tensor), cast to the half dtype on the device first, as ATen's CPU iterator casts it:
+// our kernels would read it in float. CPU scalars are rounded by iterOperandsRounded.
+const at::Tensor& castToReducedCommon(const at::Tensor& t, at::ScalarType common, bool keep,
+                                      c10::MaybeOwned<at::Tensor>& holder) {
+  if (keep || t.scalar_type() == common || t.is_cpu()) return t;
+  holder = c10::MaybeOwned<at::Tensor>::owned(t.to(common));
+  return *holder;
+}
+
+Result binary(const char* name, BOp op, Kind kind, const at::Tensor& out, const at::Tensor& a_in,
+              const at::Tensor& b_in, nk::Scalar p0 = 1, bool kernel_ok = true) {
+  const c10::DeviceGuard guard(a_in.is_cpu() ? b_in.device() : a_in.device());
+  c10::MaybeOwned<at::Tensor> a_cast, b_cast;
+  const at::Tensor* a = &a_in;
+  const at::Tensor* b = &b_in;
+  if (a_in.scalar_type() != b_in.scalar_type()) {  // the common case skips result_type
+    const at::ScalarType common = at::result_type(a_in, b_in);
+    if (at::isReducedFloatingType(common)) {
+      const bool keep_b = scalarReadOf(op) == ScalarRead::kOriginalScalar && b_in.numel() == 1;
+      a = &castToReducedCommon(a_in, common, false, a_cast);
+      b = &castToReducedCommon(b_in, common, keep_b, b_cast);
+    }
+  }
+  at::TensorIterator iter = buildBinary(kind, out, *a, *b);
   at::Tensor result = iter.output();
   if (iter.numel() == 0) return result;
   const std::optional<nk::DType> compute = computeDType(iter);
   if (!kernel_ok || !compute || !iterSupported(iter) || !nk::binary_supports(op, *compute)) {
     return std::nullopt;
   }
+  std::optional<std::vector<Operand>> operands = iterOperandsRounded(iter, scalarReadOf(op));
+  if (!operands) return std::nullopt;
   launchTask(streamOf(result), name,
-             [op, o = iterOperand(iter, 0), x = iterOperand(iter, 1), y = iterOperand(iter, 2),
-              c = *compute, p0] { nk::binary(op, o.get(), x.get(), y.get(), c, p0); });
+             [op, o = (*operands)[0], x = (*operands)[1], y = (*operands)[2], c = *compute, p0] {
+               nk::binary(op, o.get(), x.get(), y.get(), c, p0);
+             });
   return result;
 }
 

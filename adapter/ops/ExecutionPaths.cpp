@@ -7,6 +7,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
@@ -178,6 +179,12 @@ void returnResults(torch::jit::Stack* stack, size_t num_args, std::vector<c10::I
   for (c10::IValue& r : results) stack->push_back(std::move(r));
 }
 
+// True for an out= argument: keyword-only and written by the op.
+bool isOutArgument(const c10::Argument& arg) {
+  const c10::AliasInfo* alias = arg.alias_info();
+  return arg.kwarg_only() && alias != nullptr && alias->isWrite();
+}
+
 // ---- path 2a: asynchronous host kernel ------------------------------------------------------
 
 // Runs the meta kernel on meta twins of the arguments: the results' sizes, strides and dtypes.
@@ -269,6 +276,7 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
     if (returns[r].alias_info() != nullptr) {
       TORCH_INTERNAL_ASSERT(next_written < written.size(), schema, ": unmatched returned alias");
       const c10::IValue& arg = (*stack)[begin + written[next_written++]];
+      // Plainly: resizing the meta twin of an out= tensor already gave ATen's warning.
       if (arg.isTensor() && arg.toTensor().sizes() != sized.toTensor().sizes()) {
         arg.toTensor().resize_(sized.toTensor().sizes());
       }
@@ -288,11 +296,7 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
   // shape), which a host alias of device memory cannot do. They get a CPU tensor of their own,
   // copied into the device tensor after the kernel.
   for (size_t i = 0; i < num_args; ++i) {
-    const c10::Argument& arg = schema.arguments()[i];
-    const c10::AliasInfo* alias = arg.alias_info();
-    if (!arg.kwarg_only() || alias == nullptr || !alias->isWrite() || !task.host[i].isTensor()) {
-      continue;
-    }
+    if (!isOutArgument(schema.arguments()[i]) || !task.host[i].isTensor()) continue;
     const at::Tensor& device_out = (*stack)[begin + i].toTensor();
     if (!device_out.defined() || !device_out.is_privateuseone()) continue;
     // Empty, so the kernel sizes it without the "resized a non-empty output" warning.
@@ -321,6 +325,18 @@ void runSynchronizing(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   getCurrentNPUStream(device).synchronize();
 
   torch::jit::Stack host = hostArguments(*stack, begin, num_args);
+  // out= arguments: the result's size is only known once the kernel ran (masked_select), and a
+  // host alias of device memory cannot grow. The kernel fills an empty CPU tensor instead (so it
+  // sizes it without a warning); the device tensor is then resized as ATen resizes an out=
+  // tensor, with its warning, and receives the values.
+  std::vector<bool> in_cpu_buffer(num_args, false);
+  for (size_t i = 0; i < num_args; ++i) {
+    if (!isOutArgument(schema.arguments()[i]) || !host[i].isTensor()) continue;
+    const at::Tensor& device_out = (*stack)[begin + i].toTensor();
+    if (!device_out.defined() || !device_out.is_privateuseone()) continue;
+    host[i] = at::empty({0}, device_out.options().device(c10::kCPU));
+    in_cpu_buffer[i] = true;
+  }
   {
     HostGuard guard;
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
@@ -332,14 +348,16 @@ void runSynchronizing(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     const c10::IValue& v = host[r];
     if (schema.returns()[r].alias_info() != nullptr) {
-      const c10::IValue& arg = (*stack)[begin + written[next_written++]];
+      const size_t index = written[next_written++];
+      const c10::IValue& arg = (*stack)[begin + index];
       if (arg.isTensor() && v.isTensor()) {
-        // An out= the CPU kernel had to resize now lives in a CPU buffer: bring it over.
         const at::Tensor& out = arg.toTensor();
         const at::Tensor& got = v.toTensor();
-        if (got.numel() > 0 && got.data_ptr() != hostAlias(out).data_ptr()) {
-          out.resize_(got.sizes());
-          out.copy_(got);
+        // An in-place self was written through its alias; an out= lives in its CPU buffer.
+        if (in_cpu_buffer[index]) {
+          // As ATen's kernels resize an out= tensor: the deprecation warning when it had elements.
+          at::native::resize_output(out, got.sizes());
+          if (got.numel() > 0) out.copy_(got);
         }
       }
       results.push_back(arg);

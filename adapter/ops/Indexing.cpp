@@ -1,5 +1,5 @@
 // Indexing and shape ops on the library's indexing kernels: embedding (backward), index_select,
-// gather, scatter / scatter_add, index_add, cat, flip, roll, tril / triu.
+// gather, scatter / scatter_add, index_add, cat, flip, roll, tril / triu; index_put_'s checks.
 //
 // Index values are data on the device, so they are checked where the kernel runs: an index out
 // of range fails the task before the kernel touches memory, and the error (PyTorch's message)
@@ -7,7 +7,11 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/count_nonzero.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/index.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -403,9 +407,53 @@ at::Tensor& tril_triu_(at::Tensor& self, int64_t diagonal) {
   return tril_triu_out<kUpper>(self, diagonal, self);
 }
 
+// ---- index_put_ ----------------------------------------------------------------------------
+
+// The shape of self[indices], computed on the meta device. A boolean mask is counted (waiting for
+// its stream when it is on the npu) and stands for the long indices nonzero() would give, as
+// ATen expands masks.
+std::vector<int64_t> indexingResultShape(const at::Tensor& self,
+                                         const c10::List<std::optional<at::Tensor>>& indices) {
+  c10::List<std::optional<at::Tensor>> meta;
+  for (const std::optional<at::Tensor>& index : indices.vec()) {
+    if (!index || !index->defined()) {
+      meta.push_back(std::nullopt);
+      continue;
+    }
+    if (index->scalar_type() == at::kBool || index->scalar_type() == at::kByte) {
+      const int64_t count = index->count_nonzero().item<int64_t>();
+      for (int64_t d = 0; d < index->dim(); ++d) {
+        meta.push_back(at::empty({count}, index->options().dtype(at::kLong).device(c10::kMeta)));
+      }
+      continue;
+    }
+    meta.push_back(at::empty_strided(index->sizes(), index->strides(),
+                                     index->options().device(c10::kMeta)));
+  }
+  const at::Tensor meta_self =
+      at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
+  return at::index(meta_self, meta).sizes().vec();
+}
+
+// index_put_ runs as ATen's CPU kernel on the stream; its value-shape check runs here first, so a
+// mismatch raises at the call (with the CPU's message) rather than from a later synchronize.
+at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                            const at::Tensor& values, bool accumulate, bool unsafe) {
+  if (values.numel() > 1) {  // one element broadcasts to any result
+    const std::vector<int64_t> result = indexingResultShape(self, indices);
+    TORCH_CHECK(at::is_expandable_to(values.sizes(), result), "shape mismatch: value tensor of shape ",
+                values.sizes(), " cannot be broadcast to indexing result of shape ",
+                c10::IntArrayRef(result));
+  }
+  callHostKernel<at::Tensor>(NPU_ATEN_OP("_index_put_impl_", ""), self, indices, values,
+                             accumulate, unsafe);
+  return self;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "_index_put_impl_", index_put_impl_);
   NPU_IMPL(m, "index_select", index_select);
   NPU_IMPL(m, "index_select.out", index_select_out);
   NPU_IMPL(m, "embedding_dense_backward", embedding_dense_backward);

@@ -1,6 +1,9 @@
 #include "KernelBridge.h"
 
 #include <cstring>
+#include <vector>
+
+#include <c10/util/TypeCast.h>
 
 #include "NPUStream.h"
 
@@ -94,6 +97,32 @@ Operand iterOperand(const at::TensorIteratorBase& iter, int arg) {
     d.data = iter.numel() > 0 ? iter.data_ptr(arg) : nullptr;
   }
   return op;
+}
+
+std::optional<std::vector<Operand>> iterOperandsRounded(const at::TensorIteratorBase& iter,
+                                                        ScalarRead read) {
+  std::vector<Operand> operands;
+  operands.reserve(static_cast<size_t>(iter.ntensors()));
+  for (int k = 0; k < iter.ntensors(); ++k) operands.push_back(iterOperand(iter, k));
+  const std::optional<at::ScalarType> common = iter.maybe_common_dtype();
+  if (!common || !at::isReducedFloatingType(*common)) return operands;
+  for (int k = iter.noutputs(); k < iter.ntensors(); ++k) {
+    if (iter.dtype(k) == *common) continue;
+    const bool second_input = k == iter.noutputs() + 1;
+    if (read == ScalarRead::kOriginalScalar && second_input && iter.is_scalar(k)) continue;
+    if (!iter.is_cpu_scalar(k)) return std::nullopt;
+    // The scalar's value, cast to the common dtype as ATen's promotion (a dtype copy) casts it.
+    Operand& op = operands[static_cast<size_t>(k)];
+    op.desc.dtype = *toKernelDType(*common);
+    if (*common == at::kHalf) {
+      const c10::Half v = c10::fetch_and_cast<c10::Half>(iter.dtype(k), iter.data_ptr(k));
+      std::memcpy(op.value, &v, sizeof(v));
+    } else {
+      const c10::BFloat16 v = c10::fetch_and_cast<c10::BFloat16>(iter.dtype(k), iter.data_ptr(k));
+      std::memcpy(op.value, &v, sizeof(v));
+    }
+  }
+  return operands;
 }
 
 NPUStream streamOf(const at::Tensor& t) { return getCurrentNPUStream(t.device().index()); }

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <vector>
 
 #include "NPUStream.h"
 #include "TaskTensor.h"
@@ -58,6 +59,21 @@ struct Operand {
 bool iterSupported(const at::TensorIteratorBase& iter);
 // Operand `arg` of a built iterator, broadcast to its shape, in the library's row-major order.
 Operand iterOperand(const at::TensorIteratorBase& iter, int arg);
+
+// How a binary kernel reads an input whose dtype differs from the iterator's common dtype when
+// that is float16 / bfloat16 (our kernels compute those in float, ATen's CPU kernels round):
+//  - kCommon: as ATen's CPU TensorIterator does, the input is first cast to the common dtype
+//    (`fp16 + 0.3` adds 0.30078125; `fp16 >= 76.89` compares with 76.875);
+//  - kOriginalScalar: a scalar second input keeps its value in float, as ATen's CPU mul and
+//    division read it; any other input is cast as kCommon.
+enum class ScalarRead { kCommon, kOriginalScalar };
+
+// The operands 0..ntensors-1 of `iter` for a kernel that computes in float for float16 /
+// bfloat16: CPU scalars are rounded to the common dtype as `read` says. nullopt when a device
+// input would need that rounding too (a float32 0-dim tensor, an integer tensor; callers cast
+// those first): the caller then hands the call to ATen's kernel, which rounds it.
+std::optional<std::vector<Operand>> iterOperandsRounded(const at::TensorIteratorBase& iter,
+                                                        ScalarRead read);
 
 // The current stream of `t`'s device: where a kernel on `t` is queued.
 NPUStream streamOf(const at::Tensor& t);

@@ -52,4 +52,32 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
   m.def("npu_format_cast(Tensor self, int acl_format) -> Tensor");
   m.def("npu_format_cast_(Tensor(a!) self, int acl_format) -> Tensor(a!)");
   m.def("get_npu_format(Tensor self) -> int");
+
+  // torch_npu's general-purpose operators: composites of PyTorch ops, implemented in Python for
+  // every backend (CompositeImplicitAutograd, torch_npu/_utility_ops.py), so torch.ops.npu.X and
+  // torch_npu.X both work and autograd runs through the parts.
+  m.def("npu_silu(Tensor self) -> Tensor");
+  m.def("npu_mish(Tensor self) -> Tensor");
+  m.def("fast_gelu(Tensor self) -> Tensor");
+  m.def("npu_transpose(Tensor self, int[] perm, bool require_contiguous=True) -> Tensor");
+  m.def("npu_confusion_transpose(Tensor self, int[] perm, int[] shape, bool transpose_first) "
+        "-> Tensor");
+  m.def("npu_broadcast(Tensor self, int[] size) -> Tensor");
+  m.def("npu_slice(Tensor self, int[] offsets, int[] size) -> Tensor");
+  m.def("npu_max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)");
+  m.def("npu_min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)");
+  m.def("npu_dtype_cast(Tensor self, ScalarType dtype) -> Tensor");
+  m.def("npu_one_hot(Tensor self, int num_classes=-1, int depth=1, Scalar on_value=1, "
+        "Scalar off_value=0) -> Tensor");
+  m.def("one_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("copy_memory_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)");
+  m.def("npu_linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+  m.def("npu_bmmV2(Tensor self, Tensor mat2, int[] output_sizes=[]) -> Tensor");
+  m.def("npu_layer_norm_eval(Tensor input, int[] normalized_shape, Tensor? weight=None, "
+        "Tensor? bias=None, float eps=1e-05) -> Tensor");
+  m.def("npu_reshape(Tensor self, int[] shape, bool can_refresh=False) -> Tensor");
+  m.def("npu_sort_v2(Tensor self, int dim=-1, bool descending=False) -> Tensor");
+  m.def("npu_softmax_cross_entropy_with_logits(Tensor self, Tensor labels) -> Tensor");
+  m.def("empty_with_format(int[] size, *, ScalarType? dtype=None, Layout? layout=None, "
+        "Device? device=None, bool? pin_memory=None, int acl_format=2) -> Tensor");
 }

@@ -72,16 +72,34 @@ struct SegmentInfo {
   std::vector<BlockInfo> blocks;
 };
 
-// Parsed PYTORCH_NPU_ALLOC_CONF.
+// Parsed PYTORCH_NPU_ALLOC_CONF: every key torch_npu documents. The ones marked "accepted" are
+// checked as torch_npu checks them and kept (collect_env, the settings string) but change
+// nothing: they tune hardware or host-side work that SimNPU does not have.
 struct AllocatorConfig {
   size_t max_split_size = SIZE_MAX;            // max_split_size_mb (MiB in the variable)
   double garbage_collection_threshold = 0.0;   // 0 = off; else in (0, 1)
   bool expandable_segments = false;
   std::vector<size_t> roundup_power2_divisions; // per power-of-two interval, 0 = off
   bool caching_disabled = false;               // PYTORCH_NO_NPU_MEMORY_CACHING=1
+  // large_segment_size_mb (> 10; segment_size_mb, 20..512, when it is absent): the segment
+  // size of the large pool for requests of 1 to 10 MiB. SIZE: bytes.
+  size_t large_segment_size = 20u << 20;
+  // page_size:1g: large-pool segments are whole GiB (1 GiB huge pages).
+  bool huge_pages = false;
+  // per_process_memory_fraction in [0, 1]: each device's cap, as set_per_process_memory_fraction
+  // sets it, from the device's first use; < 0 = not set.
+  double per_process_memory_fraction = -1.0;
+  size_t base_addr_aligned_kb = 16;            // accepted (0..16)
+  bool multi_stream_lazy_reclaim = false;      // accepted (host-side event polling)
+  bool pinned_use_background_threads = false;  // accepted (host-side event polling)
+  bool pin_memory_expandable_segments = false; // accepted (host allocator)
+  bool pinned_mem_register = false;            // accepted (host memory registration)
 
   // Throws std::invalid_argument naming the bad key or value and the accepted forms.
   static AllocatorConfig parse(const std::string& conf);
+  // Applies the keys `conf` names to `config`, leaving the others (torch.npu.memory.
+  // _set_allocator_settings); on a bad setting throws with `config` unchanged.
+  static void update(const std::string& conf, AllocatorConfig& config);
   static AllocatorConfig fromEnvironment();
 };
 
@@ -146,6 +164,11 @@ class NPU_ALLOC_API CachingAllocator {
   bool findAllocation(const void* ptr, int* device, void** base, size_t* size) const;
 
   const AllocatorConfig& config() const;
+  // Changes the settings `conf` names (PYTORCH_NPU_ALLOC_CONF's grammar and keys) at run time:
+  // later allocations follow them; existing segments stay as they are. A
+  // per_process_memory_fraction applies to every device in use too. Throws
+  // std::invalid_argument, changing nothing, on a bad setting.
+  void setSettings(const std::string& conf);
 
  private:
   struct Impl;

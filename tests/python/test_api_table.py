@@ -83,6 +83,8 @@ def test_operator_row(name, status):
     _check(f"torch_npu.{name}", status)
     if status == "composite":
         assert name in torch_npu._utility_ops.__all__
+    if status in ("ours", "composite"):  # both spellings, as in torch_npu
+        assert hasattr(torch.ops.npu, name), f"torch.ops.npu.{name} is not registered"
 
 
 @pytest.mark.parametrize("name,status", ROWS["Other modules"],

@@ -226,8 +226,6 @@ def test_npu_utils_answers_and_refusals():
     assert torch.npu.get_allocator_backend() == "native"
     assert torch.npu.get_sync_debug_mode() == 0
     torch.npu.set_sync_debug_mode("default")
-    with pytest.raises(NotImplementedError, match="only 0 \\('default'\\)"):
-        torch.npu.set_sync_debug_mode("warn")
     with pytest.raises(RuntimeError, match="invalid value of debug_mode"):
         torch.npu.set_sync_debug_mode(7)
     torch.npu.ipc_collect()
@@ -306,3 +304,211 @@ def test_device_capability_follows_torch_npu_device_capability(monkeypatch):
     monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "eight")
     with pytest.warns(UserWarning, match="can't parse TORCH_NPU_DEVICE_CAPABILITY"):
         assert torch.npu.get_device_capability() is None
+
+
+# ---- out= on the host-kernel paths: resized as ATen resizes an out= tensor ----------------------
+
+def resize_warnings(call):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    return result, sum("was resized" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("out_shape", [(0,), (4, 4), (2,), (40,)])
+def test_synchronizing_out_is_resized_with_atens_warning(out_shape):
+    # masked_select / nonzero size their result from the data (the synchronizing path): an out=
+    # of another size, larger or smaller, takes the result's shape and values, as on the CPU.
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0))
+    m = x > 0
+    cases = [
+        (lambda o, d: torch.masked_select(x.to(d), m.to(d), out=o), torch.float32),
+        (lambda o, d: torch.nonzero(x.to(d) > 0.5, out=o), torch.int64),
+    ]
+    for call, dtype in cases:
+        cpu_out = torch.ones(out_shape, dtype=dtype)
+        npu_out = torch.ones(out_shape, dtype=dtype, device="npu")
+        want, cpu_warned = resize_warnings(lambda: call(cpu_out, "cpu"))
+        got, npu_warned = resize_warnings(lambda: call(npu_out, "npu"))
+        assert got is npu_out and npu_out.shape == cpu_out.shape
+        assert torch.equal(npu_out.cpu(), cpu_out)
+        assert npu_warned == cpu_warned == (1 if cpu_out.shape != out_shape and
+                                            0 not in out_shape else 0)
+
+
+def test_synchronizing_out_of_an_empty_result():
+    x = torch.full((3, 3), -1.0)
+    out = torch.ones(4, device="npu")
+    torch.masked_select(x.npu(), x.npu() > 0, out=out)
+    assert out.shape == (0,)
+
+
+def test_async_out_is_resized_with_one_warning():
+    # all(dim) runs its CPU kernel on the stream: the out= takes the meta kernel's shape, and
+    # ATen's warning is given once, as on the CPU.
+    u8 = torch.randint(0, 2, (3, 5), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    cpu_out = torch.zeros(7, dtype=torch.uint8)
+    npu_out = torch.zeros(7, dtype=torch.uint8, device="npu")
+    _, cpu_warned = resize_warnings(lambda: torch.all(u8, 0, out=cpu_out))
+    _, npu_warned = resize_warnings(lambda: torch.all(u8.npu(), 0, out=npu_out))
+    assert npu_out.shape == (5,) and torch.equal(npu_out.cpu(), cpu_out)
+    assert npu_warned == cpu_warned == 1
+
+
+# ---- Python scalars in float16 / bfloat16 ops are read as ATen's CPU kernels read them -----------
+
+COMPARISONS = ["eq", "ne", "lt", "le", "gt", "ge"]
+SCALARS = [76.8909856, 0.1234567, 3.3333333, 1.0006, -2.5, 7, 100, 2.0 ** 24 + 1]
+
+
+def scalar_operand_inputs(dtype):
+    g = torch.Generator().manual_seed(2)
+    if dtype.is_floating_point:
+        return (torch.randn(4096, generator=g) * 100).to(dtype)
+    return torch.randint(0, 200, (4096,), generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int32,
+                                   torch.int64, torch.uint8])
+def test_comparison_with_a_python_scalar_matches_cpu(dtype):
+    # The scalar is cast to the common dtype first: float16 76.875 >= 76.8909856 (which is
+    # 76.875 in float16); an int tensor against 3.5 compares in float32, not against 3.
+    assert torch.ge(torch.tensor([76.875], dtype=torch.float16).npu(), 76.8909856).item()
+    x = scalar_operand_inputs(dtype)
+    for name in COMPARISONS:
+        for s in SCALARS + [3.5, 4.0]:
+            want = getattr(torch, name)(x, s)
+            assert torch.equal(getattr(torch, name)(x.npu(), s).cpu(), want), (name, s)
+            out = torch.empty(0, dtype=torch.bool, device="npu")
+            getattr(torch, name)(x.npu(), s, out=out)
+            assert torch.equal(out.cpu(), want), (name, s, "out=")
+            if dtype.is_floating_point:
+                y = x.npu()
+                getattr(y, name + "_")(s)
+                want_in_place = getattr(x.clone(), name + "_")(s)
+                assert torch.equal(y.cpu(), want_in_place), (name, s, "in place")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_arithmetic_with_a_python_scalar_matches_cpu_bit_for_bit(dtype):
+    # add / sub / remainder / fmod / pow round the scalar to the tensor's dtype; mul and the
+    # three divisions read it unrounded (the CPU's reduced-float scalar kernels): both as the
+    # CPU, bit for bit.
+    x = scalar_operand_inputs(dtype)
+    for s in SCALARS[:-1]:
+        for name, call in [("add", torch.add), ("sub", torch.sub), ("mul", torch.mul),
+                           ("div", torch.div), ("remainder", torch.remainder),
+                           ("fmod", torch.fmod), ("pow", torch.pow),
+                           ("trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc")),
+                           ("floor", lambda a, b: torch.div(a, b, rounding_mode="floor"))]:
+            torch.testing.assert_close(call(x.npu(), s).cpu(), call(x, s), rtol=0, atol=0,
+                                       equal_nan=True, msg=f"{name} {s}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_op_with_a_device_operand_of_another_dtype_matches_cpu(dtype):
+    # A float32 0-dim tensor or an int32 tensor with a float16 tensor: ATen casts them to float16
+    # before computing; so do we (through ATen's kernel where ours would read them in float).
+    x = scalar_operand_inputs(dtype)
+    others = [torch.tensor(0.1234567), torch.tensor(76.8909856, dtype=torch.float64),
+              torch.randint(-3000, 3000, (4096,), dtype=torch.int32,
+                            generator=torch.Generator().manual_seed(3))]
+    for other in others:
+        for name in ["add", "sub", "mul", "div", "ge", "eq", "maximum", "atan2"]:
+            f = getattr(torch, name)
+            assert torch.equal(f(x.npu(), other.npu()).cpu(), f(x, other)), (name, other.dtype)
+            assert torch.equal(f(other.npu(), x.npu()).cpu(), f(other, x)), (name, other.dtype)
+
+
+# ---- index_put_ checks the values' shape at the call ---------------------------------------------
+
+def test_index_put_shape_mismatch_raises_at_the_call_with_cpus_message():
+    cases = [
+        ((torch.tensor([0, 1]),), torch.ones(2, 5)),
+        ((torch.tensor([[0], [1]]), torch.tensor([0, 2])), torch.ones(3, 2)),
+        ((torch.tensor([True, False, True, True]),), torch.ones(2, 3)),   # a mask: 3 rows
+        ((slice(None), torch.tensor([0, 2])), torch.ones(3, 2)),
+    ]
+    for indices, values in cases:
+        with pytest.raises(RuntimeError) as cpu_error:
+            torch.zeros(4, 3)[indices] = values
+        npu_index = tuple(i if isinstance(i, slice) else i.npu() for i in indices)
+        with pytest.raises(RuntimeError) as npu_error:
+            torch.zeros(4, 3, device="npu")[npu_index] = values.npu()
+        assert str(npu_error.value) == str(cpu_error.value)
+        assert "shape mismatch" in str(npu_error.value)
+    torch.npu.synchronize()   # nothing was queued that fails later
+
+
+def test_index_put_accepts_what_cpu_accepts():
+    g = torch.Generator().manual_seed(4)
+    base = torch.randn(4, 3, generator=g)
+    mask = base > 0
+    cases = [
+        ((torch.tensor([0, 2]),), torch.randn(2, 3, generator=g), False),
+        ((torch.tensor([0, 2]),), torch.randn(3, generator=g), True),        # broadcast
+        ((mask,), torch.randn(int(mask.sum()), generator=g), False),
+        ((mask,), torch.tensor(5.0), False),
+        ((torch.tensor([1, 1, 3]), torch.tensor([0, 0, 2])), torch.ones(3), True),
+    ]
+    for indices, values, accumulate in cases:
+        want = base.clone().index_put_(indices, values, accumulate)
+        got = base.npu().index_put_(tuple(i.npu() for i in indices), values.npu(), accumulate)
+        assert torch.equal(got.cpu(), want)
+        got = base.npu().index_put(tuple(i.npu() for i in indices), values.npu(), accumulate)
+        assert torch.equal(got.cpu(), want)
+
+
+# ---- torch.npu.set_sync_debug_mode ---------------------------------------------------------------
+
+@pytest.fixture
+def sync_debug_mode():
+    yield torch.npu.set_sync_debug_mode
+    torch.npu.set_sync_debug_mode(0)
+
+
+SYNCHRONIZING = {
+    "item": lambda x: x.sum().item(),
+    "cpu": lambda x: x.cpu(),
+    "to_npu": lambda x: torch.ones(3).npu(),
+    "nonzero": lambda x: torch.nonzero(x),
+    "masked_select": lambda x: torch.masked_select(x, x > 0),
+    "stream.synchronize": lambda x: torch.npu.current_stream().synchronize(),
+}
+ASYNCHRONOUS = {
+    "add": lambda x: x + 1,
+    "sum": lambda x: x.sum(),
+    "erfcx (ATen's kernel on the stream)": lambda x: torch.special.erfcx(x),
+    "pinned non_blocking to_npu": lambda x: torch.ones(3).pin_memory().to("npu", non_blocking=True),
+    "torch.npu.synchronize": lambda x: torch.npu.synchronize(),
+}
+
+
+def test_sync_debug_mode_warns_on_each_synchronizing_call(sync_debug_mode):
+    import warnings
+
+    x = torch.randn(8).npu()
+    torch.npu.synchronize()
+    sync_debug_mode("warn")
+    assert torch.npu.get_sync_debug_mode() == 1
+    for name, call in {**SYNCHRONIZING, **ASYNCHRONOUS}.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call(x)
+        warned = [w for w in caught if "called a synchronizing NPU operation" in str(w.message)]
+        assert bool(warned) == (name in SYNCHRONIZING), name
+
+
+def test_sync_debug_mode_error_raises_before_waiting(sync_debug_mode):
+    x = torch.randn(8).npu()
+    torch.npu.synchronize()
+    sync_debug_mode(2)
+    assert torch.npu.get_sync_debug_mode() == 2
+    for name, call in SYNCHRONIZING.items():
+        with pytest.raises(RuntimeError, match="called a synchronizing NPU operation"):
+            call(x)
+    for name, call in ASYNCHRONOUS.items():
+        call(x)
+    sync_debug_mode("default")
+    assert torch.equal(x.cpu(), x.cpu()) and torch.npu.get_sync_debug_mode() == 0

@@ -126,6 +126,142 @@ def test_memory_snapshot_in_torchs_layout(tmp_path):
     path = tmp_path / "snap.pickle"
     torch.npu.memory._dump_snapshot(str(path))
     assert pickle.loads(path.read_bytes())["segments"] == torch.npu.memory._snapshot()["segments"]
-    torch.npu.memory._record_memory_history(enabled=None)
-    with pytest.raises(NotImplementedError, match="allocation history"):
-        torch.npu.memory._record_memory_history()
+    assert all(trace == [] for trace in snap["device_traces"])  # nothing recorded
+
+
+def _allocate_here(n):
+    return torch.empty(n, dtype=torch.uint8, device="npu")
+
+
+def test_record_memory_history_traces_allocations_with_their_stacks(tmp_path):
+    import pickle
+
+    from torch.cuda import _memory_viz
+
+    torch.npu.memory._record_memory_history(max_entries=1000)
+    try:
+        kept = _allocate_here(3 * MiB)
+        gone = _allocate_here(1000)
+        gone_address = gone.data_ptr()
+        del gone
+        snap = torch.npu.memory._snapshot()
+        torch.npu.memory._dump_snapshot(str(tmp_path / "history.pickle"))
+    finally:
+        torch.npu.memory._record_memory_history(enabled=None)
+    trace = snap["device_traces"][0]
+    actions = [(e["action"], e["addr"]) for e in trace]
+    assert actions == [("alloc", kept.data_ptr()), ("alloc", gone_address),
+                       ("free_requested", gone_address), ("free_completed", gone_address)]
+    assert trace[0]["size"] == 3 * MiB and trace[1]["size"] == 1000  # the requested sizes
+    assert all(e["stream"] == trace[0]["stream"] and e["time_us"] > 0 for e in trace)
+    test_name = "test_record_memory_history_traces_allocations_with_their_stacks"
+    for e in trace:  # innermost frame first: allocations in _allocate_here, the free at `del`
+        names = [f["name"] for f in e["frames"]]
+        assert e["frames"][0]["filename"] == __file__
+        if e["action"] == "alloc":
+            assert names[:2] == ["_allocate_here", test_name]
+        else:
+            assert names[0] == test_name
+    block = [b for s in snap["segments"] for b in s["blocks"] if b["address"] == kept.data_ptr()]
+    assert block[0]["state"] == "active_allocated"
+    assert block[0]["frames"][0]["name"] == "_allocate_here"
+    # PyTorch's memory_viz reads the pickle: its text views parse the trace and the segments.
+    data = pickle.loads((tmp_path / "history.pickle").read_bytes())
+    assert "4 entries" in _memory_viz.trace(data) and "segments:" in _memory_viz.segsum(data)
+    assert "<html" in _memory_viz.trace_plot(data).lower()
+    # Stopped: the history is gone and nothing more is recorded.
+    _allocate_here(10)
+    assert torch.npu.memory._snapshot()["device_traces"][0] == []
+
+
+def test_record_memory_history_options():
+    torch.npu.memory._record_memory_history(max_entries=2, context=None)
+    try:
+        for _ in range(3):
+            _allocate_here(100)
+        trace = torch.npu.memory._snapshot()["device_traces"][0]
+        assert len(trace) == 2 and all(e["frames"] == [] for e in trace)  # the last two entries
+        torch.npu.memory._record_memory_history("state")  # stacks of live blocks, no trace
+        x = _allocate_here(100)
+        snap = torch.npu.memory._snapshot()
+        assert len(snap["device_traces"][0]) == 2
+        block = [b for s in snap["segments"] for b in s["blocks"] if b["address"] == x.data_ptr()]
+        assert block[0]["frames"][0]["name"] == "_allocate_here"
+        torch.npu.memory._record_memory_history(True, trace_alloc_max_entries=5)  # the old form
+        assert len(torch.npu.memory._snapshot()["device_traces"][0]) == 2
+    finally:
+        torch.npu.memory._record_memory_history(enabled=None)
+    with pytest.raises(ValueError, match="enabled must be None, 'state' or 'all'"):
+        torch.npu.memory._record_memory_history("yes")
+    with pytest.raises(ValueError, match="context must be"):
+        torch.npu.memory._record_memory_history(context="python")
+
+
+# ---- allocator settings at run time (torch.npu.memory._set_allocator_settings) ----------------
+
+_SEGMENT_OF = """
+import torch, torch_npu
+MiB = 1 << 20
+def segment_of(t):
+    for s in torch.npu.memory_snapshot():
+        if s["address"] <= t.data_ptr() < s["address"] + s["total_size"]:
+            return s
+    raise AssertionError("no segment holds the tensor")
+"""
+
+
+def test_set_allocator_settings_changes_later_segments(python):
+    # In a fresh process: the cache of this one may hold a free block a request fits in.
+    r = python(_SEGMENT_OF + """
+torch.npu.memory._set_allocator_settings("large_segment_size_mb:40")
+x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+print(segment_of(x)["total_size"] // MiB)
+torch.npu.memory._set_allocator_settings("expandable_segments:True")
+y = torch.empty(300 * MiB, dtype=torch.uint8, device="npu")
+print(segment_of(y)["is_expandable"], segment_of(x)["is_expandable"])
+torch.npu.memory._set_allocator_settings("expandable_segments:False,large_segment_size_mb:20")
+del x, y
+torch.npu.empty_cache()
+z = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+print(segment_of(z)["total_size"] // MiB)
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["40", "True", "False", "20"]
+
+
+def test_set_allocator_settings_refuses_bad_settings_and_changes_nothing(python):
+    with pytest.raises(RuntimeError, match="_set_allocator_settings: bad value 'Maybe' for "
+                                           "expandable_segments; expected True or False"):
+        torch.npu.memory._set_allocator_settings(
+            "large_segment_size_mb:64,expandable_segments:Maybe")
+    with pytest.raises(RuntimeError, match="unknown key 'bogus'"):
+        torch.npu.memory._set_allocator_settings("bogus:1")
+    with pytest.raises(TypeError, match="must be a str"):
+        torch.npu.memory._set_allocator_settings(64)
+    r = python(_SEGMENT_OF + """
+try:
+    torch.npu.memory._set_allocator_settings("large_segment_size_mb:64,expandable_segments:Maybe")
+except RuntimeError:
+    pass
+x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+print(segment_of(x)["total_size"] // MiB)  # the valid first key was not applied
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["20"]
+
+
+def test_torch_npus_alloc_conf_keys_from_the_environment(python):
+    r = python("""
+import torch, torch_npu
+x = torch.empty(3 << 20, dtype=torch.uint8, device="npu")
+seg = [s for s in torch.npu.memory_snapshot()
+       if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]][0]
+print(torch.npu.get_per_process_memory_fraction(), seg["total_size"] >> 20)
+""", env={"PYTORCH_NPU_ALLOC_CONF": "per_process_memory_fraction:0.5,large_segment_size_mb:64,"
+                                    "multi_stream_lazy_reclaim:True,base_addr_aligned_kb:0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0.5", "64"]
+    r = python("import torch, torch_npu; torch.ones(1, device='npu')",
+               env={"PYTORCH_NPU_ALLOC_CONF": "segment_size_mb:1000"})
+    assert r.returncode != 0 and "segment_size_mb; expected an integer number of MiB in [20, 512]" \
+        in r.stderr

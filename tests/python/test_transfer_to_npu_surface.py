@@ -95,14 +95,16 @@ import torch.cuda.memory as m
 x = torch.ones(1 << 20, device="cuda")
 print(m.memory_allocated() == torch.npu.memory_allocated() > 0)
 torch.cuda.reset_max_memory_cached()
-try:
-    torch.cuda.memory._record_memory_history(max_entries=1000)
-except NotImplementedError as e:
-    print("refused:", e)
+torch.cuda.memory._record_memory_history(max_entries=1000)
+y = torch.ones(10, device="cuda")
+trace = torch.cuda.memory._snapshot()["device_traces"][0]
+print("traced:", [e["action"] for e in trace], y.data_ptr() == trace[-1]["addr"])
+torch.cuda.memory._record_memory_history(enabled=None)
+torch.cuda.memory._set_allocator_settings("expandable_segments:False")
 """)
     assert r.returncode == 0, r.stderr
     assert "True" in r.stdout
-    assert "refused: torch.npu.memory._record_memory_history: allocation history" in r.stdout
+    assert "traced: ['alloc'] True" in r.stdout
 
 
 def test_nvtx_ranges_become_profiler_ranges(python):

@@ -118,3 +118,51 @@ def test_utility_ops_reject_bad_arguments_by_name():
         torch_npu.npu_bmmV2(X.npu(), X.npu().transpose(1, 2), [3, 5, 5])
     with pytest.raises(TypeError, match="self must be a Tensor"):
         torch_npu.npu_silu([1.0])
+
+
+# torch_npu also exposes each as torch.ops.npu.<name>: (op, arguments after self)
+TORCH_OPS_CASES = [
+    ("npu_silu", ()), ("npu_mish", ()), ("fast_gelu", ()), ("npu_transpose", ([2, 0, 1],)),
+    ("npu_transpose", ([1, 0, 2], False)), ("npu_confusion_transpose", ([0, 2, 1], [3, 20], True)),
+    ("npu_broadcast", ([2, 3, 4, 5],)), ("npu_slice", ([1, 0, 2], [2, 3, 3])),
+    ("npu_max", (2,)), ("npu_min", (1, True)), ("npu_dtype_cast", (torch.float16,)),
+    ("npu_bmmV2", (X.transpose(1, 2), [3, 4, 4])), ("npu_reshape", ([4, 15],)),
+    ("npu_layer_norm_eval", ([5], X[0, 0], X[0, 1], 1e-5)), ("npu_sort_v2", (1, True)),
+    ("npu_linear", (X[0], X[1, :, 0])),
+    ("npu_softmax_cross_entropy_with_logits", (X.softmax(-1),)),
+]
+
+
+@pytest.mark.parametrize("name,args", TORCH_OPS_CASES, ids=[c[0] for c in TORCH_OPS_CASES])
+def test_torch_ops_npu_spelling_gives_the_same_result(name, args):
+    to_npu = [a.npu() if isinstance(a, torch.Tensor) else a for a in args]
+    got = getattr(torch.ops.npu, name)(X.npu(), *to_npu)
+    want = getattr(torch_npu, name)(X.npu(), *to_npu)
+    if isinstance(want, tuple):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w.cpu())
+    else:
+        _same(got, want.cpu())
+
+
+def test_torch_ops_npu_in_place_factory_one_hot_and_autograd():
+    x = X.npu().clone()
+    assert torch.ops.npu.one_(x) is x
+    _same(x, torch.ones_like(X))
+    y = torch.zeros_like(X).npu()
+    torch.ops.npu.copy_memory_(y, X.npu())
+    _same(y, X)
+    e = torch.ops.npu.empty_with_format([2, 3], dtype=torch.float16, acl_format=29)
+    assert e.device.type == "npu" and e.dtype == torch.float16 and e.shape == (2, 3)
+    assert torch.ops.npu.get_npu_format(e) == 29
+    a = torch.tensor([5, 3, 2, 1], dtype=torch.int32)
+    _same(torch.ops.npu.npu_one_hot(a.npu(), depth=5),
+          torch_npu.npu_one_hot(a.npu(), depth=5).cpu())
+    xn = X.npu().requires_grad_()
+    x = X.clone().requires_grad_()
+    torch.ops.npu.npu_mish(xn).sum().backward()
+    F.mish(x).sum().backward()
+    torch.testing.assert_close(xn.grad.cpu(), x.grad, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="does not fit"):
+        torch.ops.npu.npu_slice(X.npu(), [3, 0, 0], [2, 1, 1])

@@ -201,8 +201,6 @@ CUDA_SURFACE: dict[str, tuple[str, object]] = {
                                    + _NOT_YET + "; set PYTORCH_NO_NPU_MEMORY_CACHING=1 at start"),
     "CUDAPluggableAllocator": ("refuse", "pluggable allocators are " + _NOT_YET),
     "change_current_allocator": ("refuse", "pluggable allocators are " + _NOT_YET),
-    "MemPool": ("refuse", "memory pools are " + _NOT_YET),
-    "use_mem_pool": ("refuse", "memory pools are " + _NOT_YET),
     "host_memory_stats": ("refuse", "host-allocator statistics are " + _NOT_YET),
     "host_memory_stats_as_nested_dict": ("refuse", "host-allocator statistics are " + _NOT_YET),
     "reset_accumulated_host_memory_stats": ("refuse", "host-allocator statistics are " + _NOT_YET),
@@ -258,10 +256,8 @@ def _patch_torch_cuda_surface() -> None:
             setattr(torch.cuda.memory, name, _redirect(getattr(npu.memory, name)))
     for name in CUDA_MEMORY_PRIVATE:
         own = getattr(npu.memory, name, None)
-        why = ("allocator settings at run time are " + _NOT_YET + "; set PYTORCH_NPU_ALLOC_CONF "
-               "before the program starts") if name == "_set_allocator_settings" else _NOT_YET
         setattr(torch.cuda.memory, name, _redirect(own) if own is not None else _refusal(
-            f"memory.{name}", why))
+            f"memory.{name}", _NOT_YET))
     REDIRECTED.append("torch.cuda.memory.*")
     # torch.backends.cuda's SDPA switches act on npu's attention kernel (torch.npu's toggles).
     for name in ("enable_flash_sdp", "flash_sdp_enabled", "enable_math_sdp", "math_sdp_enabled",

@@ -33,6 +33,7 @@ from ._device import (  # noqa: F401
     utilization,
 )
 from .memory import (  # noqa: F401
+    MemPool,
     caching_allocator_alloc,
     caching_allocator_delete,
     empty_cache,
@@ -53,6 +54,7 @@ from .memory import (  # noqa: F401
     reset_max_memory_cached,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
+    use_mem_pool,
 )
 from .random import (  # noqa: F401
     _get_generator,
@@ -152,6 +154,7 @@ __all__ = [
     "caching_allocator_alloc", "caching_allocator_delete", "get_per_process_memory_fraction",
     "max_memory_cached", "memory_cached", "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
+    "MemPool", "use_mem_pool",
 ] + _legacy_types_all
 
 

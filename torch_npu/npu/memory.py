@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Any
 
 import torch
@@ -98,6 +99,18 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
     _C._npu_setMemoryFraction(float(fraction), _index(device))
 
 
+def _set_allocator_settings(env: str) -> None:
+    """Changes allocator settings at run time, as torch_npu's (and torch.cuda.memory's) do:
+    ``env`` has PYTORCH_NPU_ALLOC_CONF's grammar and keys ("expandable_segments:True",
+    "max_split_size_mb:64,garbage_collection_threshold:0.8", ...). Only the keys named change;
+    later allocations follow them, existing segments stay. A bad setting raises RuntimeError
+    and changes nothing."""
+    if not isinstance(env, str):
+        raise TypeError(f"torch.npu.memory._set_allocator_settings: env must be a str such as "
+                        f"'expandable_segments:True', got {type(env).__name__}")
+    _C._npu_setAllocatorSettings(env)
+
+
 def get_per_process_memory_fraction(device=None) -> float:
     return _C._npu_getMemoryFraction(_index(device))
 
@@ -145,32 +158,80 @@ def caching_allocator_delete(mem_ptr: int) -> None:
 
 
 def _snapshot(device=None) -> dict[str, Any]:
-    """torch.cuda.memory._snapshot's layout: {"segments": [...], "device_traces": [...]}; the
-    traces are empty, since allocation history is not recorded (see _record_memory_history).
-    torch.cuda.memory._dump_snapshot's pickle of it renders in PyTorch's memory_viz."""
+    """torch.cuda.memory._snapshot's layout: {"segments": [...], "device_traces": [...]}. Each
+    segment lists its blocks; while _record_memory_history records, each device's trace holds
+    its allocations and frees (action, addr, size, stream, time_us, frames) and each live
+    block its allocating stack ("frames": [{"filename", "line", "name"}, ...]).
+    _dump_snapshot's pickle of it renders in PyTorch's memory_viz."""
     if not is_initialized():
         return {"segments": [], "device_traces": []}
-    from ._device import device_count
-
-    return {"segments": _C._npu_memorySnapshot()["segments"],
-            "device_traces": [[] for _ in range(device_count())]}
+    history = _C._npu_memoryHistory()
+    segments = _C._npu_memorySnapshot()["segments"]
+    frames = history["block_frames"]
+    for segment in segments:
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated" and block["address"] in frames:
+                block["frames"] = frames[block["address"]]
+    return {"segments": segments, "device_traces": history["device_traces"]}
 
 
 def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Writes _snapshot() as a pickle (drag it into https://pytorch.org/memory_viz)."""
     import pickle
 
     with open(filename, "wb") as f:
         pickle.dump(_snapshot(), f)
 
 
-def _record_memory_history(enabled="all", *args, **kwargs) -> None:
-    """Turning history off (enabled=None) is accepted; recording it is not implemented yet."""
-    if enabled is None:
-        return
-    raise NotImplementedError(
-        "torch.npu.memory._record_memory_history: allocation history (stack traces of each "
-        "alloc / free) is not recorded in SimNPU yet; torch.npu.memory._snapshot() gives the "
-        "segments and blocks without it")
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                           device=None, clear_history=False, **legacy) -> None:
+    """torch.cuda.memory._record_memory_history's twin. enabled: None (stop and forget),
+    "state" (the stack of each live allocation) or "all" (also a trace of every allocation and
+    free, the last max_entries per device); context: None, "state", "alloc" (stacks of
+    allocations) or "all" (of frees too). Stacks are Python stacks: stacks="all" also asks
+    CUDA for C++ frames, which SimNPU does not record. The old form (True / False with
+    trace_alloc_max_entries=...) is accepted, as torch.cuda accepts it."""
+    if isinstance(enabled, bool):  # _record_memory_history(True, trace_alloc_max_entries=...)
+        max_entries = legacy.pop("trace_alloc_max_entries", 1)
+        record_context = legacy.pop("record_context", True)
+        trace_alloc = legacy.pop("trace_alloc_record_context", False)
+        legacy.pop("_enable_expandable_segments", None)
+        legacy.pop("record_context_cpp", None)
+        enabled = ("all" if trace_alloc or max_entries > 1 else "state") if enabled else None
+        context = "all" if record_context else None
+    if legacy:
+        raise TypeError(f"_record_memory_history() got unexpected keyword arguments "
+                        f"{sorted(legacy)}")
+    if enabled not in (None, "state", "all"):
+        raise ValueError(f"_record_memory_history: enabled must be None, 'state' or 'all', got "
+                         f"{enabled!r}")
+    if context not in (None, "state", "alloc", "all"):
+        raise ValueError(f"_record_memory_history: context must be None, 'state', 'alloc' or "
+                         f"'all', got {context!r}")
+    if stacks not in ("python", "all"):
+        raise ValueError(f"_record_memory_history: stacks must be 'python' or 'all', got "
+                         f"{stacks!r}")
+    if enabled is not None:
+        _lazy_init()
+    _C._npu_recordMemoryHistory(enabled or "", context or "", int(max_entries), bool(clear_history))
+
+
+_NO_MEM_POOLS = ("user memory pools are not implemented in SimNPU yet: the caching allocator "
+                 "keeps private pools only for graph capture (torch.npu.graph's pool=); "
+                 "docs/api.md lists it")
+
+
+class MemPool:
+    """torch_npu's (and torch.cuda's) user memory pool: refused, not silently ignored, since
+    code that routes allocations into a pool relies on where they go."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError(f"torch.npu.MemPool: {_NO_MEM_POOLS}")
+
+
+def use_mem_pool(*args, **kwargs):
+    """Refused with MemPool (see there)."""
+    raise NotImplementedError(f"torch.npu.use_mem_pool: {_NO_MEM_POOLS}")
 
 
 def _format_size(num: int) -> str:

@@ -11,6 +11,8 @@ NotImplementedError naming what is missing, and the sync debug mode accepts its 
 
 from __future__ import annotations
 
+import torch_npu._C as _C
+
 from ._device import (  # noqa: F401
     _get_device_index,
     current_device,
@@ -54,23 +56,24 @@ _SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
 
 
 def get_sync_debug_mode() -> int:
-    """0: synchronizing operations are neither reported nor refused (the only mode here)."""
-    return 0
+    """The current mode: 0 default, 1 warn, 2 error (set_sync_debug_mode)."""
+    return _C._npu_get_sync_debug_mode()
 
 
 def set_sync_debug_mode(debug_mode) -> None:
-    """torch.cuda.set_sync_debug_mode's twin: 0 / "default" is accepted; 1 / "warn" and 2 / "error"
-    (report or refuse each operation that synchronizes with the device) are not implemented."""
+    """torch.cuda.set_sync_debug_mode's twin. 0 / "default": synchronizing operations pass;
+    1 / "warn": each warns "called a synchronizing NPU operation"; 2 / "error": each raises
+    RuntimeError with that message instead of waiting. A synchronizing operation is one that
+    waits for a stream on the caller's behalf: a blocking copy between npu and host, item(),
+    an op whose result size depends on the data (nonzero, masked_select, ...),
+    Stream.synchronize. torch.npu.synchronize() is not one, as in torch_npu and CUDA."""
     mode = debug_mode
     if isinstance(debug_mode, str):
         mode = _SYNC_DEBUG_MODES.get(debug_mode, debug_mode)
     if mode not in (0, 1, 2) or isinstance(mode, bool):
         raise RuntimeError(f"invalid value of debug_mode {debug_mode!r}, expected one of "
                            "0 / 'default', 1 / 'warn', 2 / 'error'")
-    if mode != 0:
-        raise NotImplementedError(
-            f"torch.npu.set_sync_debug_mode({debug_mode!r}): reporting synchronizing operations "
-            "is not implemented in SimNPU; only 0 ('default') is available")
+    _C._npu_set_sync_debug_mode(mode)
 
 
 def ipc_collect() -> None:

@@ -63,7 +63,12 @@ TEST(AllocatorConfig, RoundupListForm) {
 TEST(AllocatorConfig, UnknownKeyNamesKeyAndAcceptedKeys) {
   EXPECT_EQ(parseError("foo:1"),
             "PYTORCH_NPU_ALLOC_CONF: unknown key 'foo'; expected one of max_split_size_mb, "
-            "garbage_collection_threshold, expandable_segments, roundup_power2_divisions");
+            "garbage_collection_threshold, expandable_segments, roundup_power2_divisions, "
+            "base_addr_aligned_kb, page_size, segment_size_mb, large_segment_size_mb, "
+            "per_process_memory_fraction, multi_stream_lazy_reclaim, "
+            "pinned_use_background_threads, pin_memory_expandable_segments, pinned_mem_register");
+  // A part of a known key is not a key.
+  EXPECT_NE(parseError("size_mb:20").find("unknown key 'size_mb'"), std::string::npos);
   EXPECT_NE(parseError("max_split_size_mb:64,bar:2").find("unknown key 'bar'"),
             std::string::npos);
 }
@@ -146,6 +151,63 @@ TEST(AllocatorConfig, FormatSize) {
   EXPECT_EQ(formatSize(1024 * kMiB), "1024.00 MiB");
   EXPECT_EQ(formatSize(1536 * kMiB), "1.50 GiB");
   EXPECT_EQ(formatSize(64ull << 30), "64.00 GiB");
+}
+
+// ---- torch_npu's other keys ------------------------------------------------------------
+
+TEST(AllocatorConfig, TorchNpusOtherKeysWithTheirDefaults) {
+  AllocatorConfig d = AllocatorConfig::parse("");
+  EXPECT_EQ(d.large_segment_size, 20 * kMiB);
+  EXPECT_FALSE(d.huge_pages);
+  EXPECT_LT(d.per_process_memory_fraction, 0.0);
+  EXPECT_EQ(d.base_addr_aligned_kb, 16u);
+  AllocatorConfig c = AllocatorConfig::parse(
+      "large_segment_size_mb:50,page_size:1g,per_process_memory_fraction:0.5,"
+      "base_addr_aligned_kb:0,multi_stream_lazy_reclaim:True,pinned_use_background_threads:True,"
+      "pin_memory_expandable_segments:True");
+  EXPECT_EQ(c.large_segment_size, 50 * kMiB);
+  EXPECT_TRUE(c.huge_pages);
+  EXPECT_DOUBLE_EQ(c.per_process_memory_fraction, 0.5);
+  EXPECT_EQ(c.base_addr_aligned_kb, 0u);
+  EXPECT_TRUE(c.multi_stream_lazy_reclaim && c.pinned_use_background_threads &&
+              c.pin_memory_expandable_segments);
+  EXPECT_TRUE(AllocatorConfig::parse("pinned_mem_register:True").pinned_mem_register);
+  // segment_size_mb is the older spelling; large_segment_size_mb wins when both are given.
+  EXPECT_EQ(AllocatorConfig::parse("segment_size_mb:40").large_segment_size, 40 * kMiB);
+  EXPECT_EQ(AllocatorConfig::parse("segment_size_mb:40,large_segment_size_mb:30").large_segment_size,
+            30 * kMiB);
+  EXPECT_EQ(AllocatorConfig::parse("large_segment_size_mb:30,segment_size_mb:40").large_segment_size,
+            30 * kMiB);
+}
+
+TEST(AllocatorConfig, TorchNpusOtherKeysRejectWhatTorchNpuRejects) {
+  EXPECT_NE(parseError("base_addr_aligned_kb:17").find("[0, 16]"), std::string::npos);
+  EXPECT_NE(parseError("page_size:2m").find("expected 1g"), std::string::npos);
+  EXPECT_NE(parseError("segment_size_mb:19").find("[20, 512]"), std::string::npos);
+  EXPECT_NE(parseError("segment_size_mb:513").find("[20, 512]"), std::string::npos);
+  EXPECT_NE(parseError("large_segment_size_mb:10").find("greater than 10"), std::string::npos);
+  EXPECT_NE(parseError("per_process_memory_fraction:1.5").find("[0.0, 1.0]"), std::string::npos);
+  EXPECT_NE(parseError("multi_stream_lazy_reclaim:yes").find("True or False"), std::string::npos);
+  EXPECT_NE(parseError("max_split_size_mb:30,large_segment_size_mb:40")
+                .find("must be at least large_segment_size_mb (40)"),
+            std::string::npos);
+  EXPECT_NE(parseError("pinned_mem_register:True,pin_memory_expandable_segments:True")
+                .find("cannot be combined"),
+            std::string::npos);
+}
+
+TEST(AllocatorConfig, UpdateChangesOnlyTheNamedKeysAndNothingOnError) {
+  AllocatorConfig c = AllocatorConfig::parse("max_split_size_mb:64,expandable_segments:True");
+  AllocatorConfig::update("expandable_segments:False,large_segment_size_mb:32", c);
+  EXPECT_EQ(c.max_split_size, 64 * kMiB);
+  EXPECT_FALSE(c.expandable_segments);
+  EXPECT_EQ(c.large_segment_size, 32 * kMiB);
+  EXPECT_THROW(AllocatorConfig::update("garbage_collection_threshold:0.5,page_size:4k", c),
+               std::invalid_argument);
+  EXPECT_EQ(c.garbage_collection_threshold, 0.0);  // the valid first key was not applied
+  // A later setting is checked against the ones already in force.
+  EXPECT_THROW(AllocatorConfig::update("large_segment_size_mb:100", c), std::invalid_argument);
+  EXPECT_EQ(c.large_segment_size, 32 * kMiB);
 }
 
 }  // namespace

@@ -405,6 +405,66 @@ TEST(CachingAllocator, MemoryFractionCapsReserved) {
   EXPECT_THROW(a->setMemoryFraction(-0.1, 0), std::invalid_argument);
 }
 
+TEST(CachingAllocator, LargeSegmentSizeAndHugePagesSizeTheLargePool) {
+  auto a = makeAllocator("large_segment_size_mb:50");
+  void* p = a->allocate(3 * kMiB, 0, nullptr);  // 1..10 MiB requests share 50 MiB segments
+  EXPECT_EQ(cur(a->getStats(0).reserved_bytes, kLargePool), static_cast<int64_t>(50 * kMiB));
+  void* q = a->allocate(30 * kMiB, 0, nullptr);  // fits the rest of that segment
+  EXPECT_EQ(cur(a->getStats(0).segment, kLargePool), 1);
+  a->free(p);
+  a->free(q);
+  auto h = makeAllocator("page_size:1g");
+  void* big = h->allocate(3 * kMiB, 0, nullptr);  // a whole GiB
+  void* small = h->allocate(kKiB, 0, nullptr);     // the small pool keeps 2 MiB segments
+  EXPECT_EQ(cur(h->getStats(0).reserved_bytes, kLargePool), static_cast<int64_t>(kGiB));
+  EXPECT_EQ(cur(h->getStats(0).reserved_bytes, kSmallPool), static_cast<int64_t>(2 * kMiB));
+  h->free(big);
+  h->free(small);
+}
+
+TEST(CachingAllocator, MemoryFractionFromTheConfigAndAtRunTime) {
+  REQUIRE_ONE_GIB_DEVICE();
+  auto a = makeAllocator("per_process_memory_fraction:0.25");
+  EXPECT_EQ(a->getMemoryFraction(0), 1.0);  // no state yet for the device
+  void* p = a->allocate(200 * kMiB, 0, nullptr);
+  EXPECT_EQ(a->getMemoryFraction(0), 0.25);
+  EXPECT_THROW(a->allocate(100 * kMiB, 0, nullptr), OutOfMemoryError);
+  a->setSettings("per_process_memory_fraction:0.5");  // the devices in use follow
+  EXPECT_EQ(a->getMemoryFraction(0), 0.5);
+  void* q = a->allocate(100 * kMiB, 0, nullptr);
+  a->free(p);
+  a->free(q);
+}
+
+TEST(CachingAllocator, SettingsChangeAtRunTime) {
+  auto a = makeAllocator();
+  void* p = a->allocate(9 * kMiB, 0, nullptr);
+  EXPECT_EQ(cur(a->getStats(0).reserved_bytes, kLargePool), static_cast<int64_t>(20 * kMiB));
+  a->setSettings("large_segment_size_mb:40");
+  EXPECT_EQ(a->config().large_segment_size, 40 * kMiB);
+  void* p2 = a->allocate(9 * kMiB, 0, nullptr);  // still fits the 20 MiB segment
+  void* q = a->allocate(9 * kMiB, 0, nullptr);   // no room left there: a new 40 MiB segment
+  EXPECT_EQ(cur(a->getStats(0).reserved_bytes, kLargePool), static_cast<int64_t>(60 * kMiB));
+  a->setSettings("expandable_segments:True");
+  EXPECT_TRUE(a->config().expandable_segments);
+  EXPECT_EQ(a->config().large_segment_size, 40 * kMiB);  // unnamed keys keep their values
+  void* r = a->allocate(100 * kMiB, 0, nullptr);  // bigger than any cached free block
+  bool expandable = false;
+  for (const SegmentInfo& seg : a->snapshot()) expandable = expandable || seg.is_expandable;
+  EXPECT_TRUE(expandable);
+  try {
+    a->setSettings("expandable_segments:Maybe");
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected True or False"), std::string::npos);
+  }
+  EXPECT_TRUE(a->config().expandable_segments);
+  a->free(p);
+  a->free(p2);
+  a->free(q);
+  a->free(r);
+}
+
 TEST(CachingAllocator, OutOfMemoryMessageAndCounters) {
   REQUIRE_ONE_GIB_DEVICE();
   auto a = makeAllocator();

@@ -1,0 +1,34 @@
+// Allocation history of the npu allocator, for torch.npu.memory._record_memory_history /
+// _snapshot / _dump_snapshot (the pickle PyTorch's memory_viz reads), as torch.cuda records it:
+//  - while recording, each allocation and free of the npu allocator becomes a trace entry
+//    (action, address, size, stream, time), kept per device in a ring of max_entries;
+//  - with a context, the Python stack of the call is captured (CapturedTraceback) and
+//    symbolized only when a snapshot asks, so recording costs a stack walk, not a lookup;
+//  - the stack of each live allocation is kept too, for the snapshot's blocks.
+// Stacks are taken only on threads Python runs on (taking the GIL for the walk): allocations
+// and frees also happen on stream workers, which must never wait for it (NPUAllocator.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <pybind11/pybind11.h>
+
+namespace torch_npu::memory_history {
+
+// enabled: "state" (live allocations' stacks only) or "all" (and the trace), "" to stop;
+// context: "" none, "state", "alloc" (stacks of allocations), "all" (and of frees).
+// Throws c10::Error naming a bad value.
+void configure(const std::string& enabled, const std::string& context, size_t max_entries,
+               bool clear);
+bool recording() noexcept;
+
+void recordAlloc(void* ptr, int device, void* stream);
+void recordFree(void* ptr);
+
+// {"device_traces": [[entry, ...] per device], "block_frames": {address: frames}} with each
+// stack symbolized into [{"filename", "line", "name"}, ...]. Needs the GIL.
+pybind11::dict snapshot(int device_count);
+
+}  // namespace torch_npu::memory_history
