@@ -1,0 +1,122 @@
+"""Offline inference end to end: PyTorch -> ONNX -> atc -> .om -> the engine through AscendCL's
+model API -> ais_bench, compared with onnxruntime's CPU provider on the same ONNX file."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from ais_bench._acl import AclError  # noqa: E402
+from ais_bench.infer.interface import InferSession  # noqa: E402
+from onnx_models import TOL, atc, convert, make_models, onnxruntime_run  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return make_models(tmp_path_factory.mktemp("models"))
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder"])
+def test_model_matches_onnxruntime(models, name):
+    onnx_path, om_path, shape = models[name]
+    x = np.random.RandomState(0).randn(*shape).astype(np.float32)
+    expected = onnxruntime_run(onnx_path, x)
+    session = InferSession(0, om_path)
+    assert [t.shape for t in session.get_inputs()] == [list(shape)]
+    assert [t.shape for t in session.get_outputs()] == [list(e.shape) for e in expected]
+    for _ in range(2):  # the second run reuses the arena and buffers of the first
+        got = session.infer([x])
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL)
+    session.free_resource()
+
+
+
+def test_atc_input_shape_sets_the_batch(models, tmp_path):
+    onnx_path = models["mlp"][0]
+    om_path = convert(onnx_path, tmp_path / "mlp8", "--input_shape=x:8,32")
+    # The exported graph says batch 4; --input_shape replaces it and shape inference carries
+    # the new batch through every node.
+    session = InferSession(0, om_path)
+    assert session.get_inputs()[0].shape == [8, 32]
+    x = np.random.RandomState(1).randn(8, 32).astype(np.float32)
+    (got,) = session.infer([x])
+    # onnxruntime keeps the file's batch of 4: the reference is two runs of 4 rows.
+    expected = np.concatenate([onnxruntime_run(onnx_path, x[:4])[0],
+                               onnxruntime_run(onnx_path, x[4:])[0]])
+    np.testing.assert_allclose(got, expected, rtol=TOL, atol=TOL)
+    r = atc(f"--model={onnx_path}", "--framework=5", "--output=x", "--soc_version=Ascend910B2",
+            "--input_shape=y:1,32")
+    assert r.returncode == 1 and "has no input of that name" in r.stderr
+
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b[: len(b) // 2], "truncated"),
+    (lambda b: b[:40], "truncated"),
+    (lambda b: b[:-100] + bytes(100), "corrupt"),
+    (lambda b: b"PK\x03\x04" + b[4:], "not an offline model"),
+    (lambda b: b[:8] + (2).to_bytes(4, "little") + b[12:], "version 2"),
+])
+def test_damaged_om_is_refused(models, tmp_path, damage, message):
+    data = open(models["mlp"][1], "rb").read()
+    bad = tmp_path / "bad.om"
+    bad.write_bytes(damage(data))
+    with pytest.raises(AclError, match=message) as e:
+        InferSession(0, str(bad))
+    assert e.value.code == 100013  # ACL_ERROR_PARSE_MODEL
+
+
+
+def test_missing_om_is_refused(tmp_path):
+    with pytest.raises(AclError, match="cannot open the model file") as e:
+        InferSession(0, str(tmp_path / "missing.om"))
+    assert e.value.code == 100014  # ACL_ERROR_READ_MODEL_FAILURE
+
+
+
+def test_infer_checks_feeds(models):
+    session = InferSession(0, models["mlp"][1])
+    with pytest.raises(ValueError, match=r"input x must be float32 of shape \[4, 32\]"):
+        session.infer([np.zeros((3, 32), np.float32)])
+    with pytest.raises(ValueError, match="1 inputs"):
+        session.infer([np.zeros((4, 32), np.float32)] * 2)
+    got = session.infer({"x": np.zeros((4, 32), np.float32)})
+    assert got[0].shape == (4, 10)
+
+
+
+def test_ais_bench_cli(models, tmp_path):
+    onnx_path, om_path, shape = models["cnn"]
+    inputs, outputs = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir()
+    xs = [np.random.RandomState(i).randn(*shape).astype(np.float32) for i in range(2)]
+    for i, x in enumerate(xs):
+        np.save(inputs / f"sample{i}.npy", x)
+    r = subprocess.run([sys.executable, "-m", "ais_bench", "--model", om_path, "--input",
+                        str(inputs), "--output", str(outputs), "--outfmt", "NPY", "--loop", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Performance Summary" in r.stdout and "NPU_compute_time (ms)" in r.stdout
+    assert "throughput 1000*batchsize.mean(2)" in r.stdout
+    for i, x in enumerate(xs):
+        got = np.load(outputs / f"sample{i}_0.npy")
+        np.testing.assert_allclose(got, onnxruntime_run(onnx_path, x)[0], rtol=TOL, atol=TOL)
+
+
+
+def test_checked_in_example_model_is_what_atc_writes(tmp_path):
+    """examples/acl/mlp_infer.c runs examples/acl/tiny_mlp.om (ctest); it must stay what this
+    atc writes for examples/acl/make_tiny_mlp.py's model."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    r = subprocess.run([sys.executable, os.path.join(root, "examples/acl/make_tiny_mlp.py"),
+                        str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(root, "examples/acl/tiny_mlp.om"), "rb") as f:
+        assert (tmp_path / "tiny_mlp.om").read_bytes() == f.read()
+
