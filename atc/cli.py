@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         data, stats = convert(args.model, args.input_shape, args.soc_version)
     except (ConvertError, NotImplementedError) as e:
         return _fail(str(e))
+    except Exception as e:  # a bug in atc: still an ATC-style failure, with what broke
+        import traceback
+        traceback.print_exc()
+        return _fail(f"E19999: internal error while converting {args.model}: "
+                     f"{type(e).__name__}: {e}. This is a bug in atc; please report it.")
     out = args.output if args.output.endswith(".om") else args.output + ".om"
     with open(out, "wb") as f:
         f.write(data)

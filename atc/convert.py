@@ -77,7 +77,8 @@ class Graph:
         return uses
 
     def add_const(self, name, value):
-        value = np.ascontiguousarray(value)
+        # np.ascontiguousarray would turn a 0-d scalar into shape (1,): keep the rank.
+        value = np.array(value, order="C", copy=None)
         self.tensors[name] = Tensor(value.dtype, tuple(value.shape), value)
         return name
 

@@ -102,10 +102,12 @@ def onnxruntime_run(onnx_path, x):
 
 
 def make_models(directory):
-    """Exports and converts the MLP, the CNN (BNs left in the ONNX file, so atc folds them)
-    and the encoder layer; returns {name: (onnx path, om path, input shape)}."""
+    """Exports and converts the MLP, the CNN and the encoder layer; returns {name: (onnx path,
+    om path, input shape)}. The CNN and the encoder are exported without the exporter's
+    constant folding, so atc itself must fold the BNs and the shape arithmetic (Shape /
+    Gather / Unsqueeze / Concat feeding Reshape, 0-d constants included)."""
     specs = {"mlp": (MLP, (4, 32), True), "cnn": (CNN, (2, 3, 32, 32), False),
-             "encoder": (Encoder, (2, 8, 32), True)}
+             "encoder": (Encoder, (2, 8, 32), False)}
     out = {}
     for name, (cls, shape, fold) in specs.items():
         torch.manual_seed(1)
