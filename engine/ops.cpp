@@ -165,6 +165,7 @@ struct MatMulKernel : Model::Kernel {
   struct Gemm {
     TensorDesc a, b, c;
     size_t a_off, b_off, c_off;  // bytes
+    bool batched = false;        // 3-D descriptors for gemm_batched
   };
   uint32_t a_id, b_id, out_id;
   std::vector<Gemm> gemms;
@@ -193,7 +194,11 @@ struct MatMulKernel : Model::Kernel {
       g.a.data = a + g.a_off;
       g.b.data = b + g.b_off;
       g.c.data = c + g.c_off;
-      k::gemm(g.c, g.a, g.b, alpha, has_bias ? beta : 0.0);
+      if (g.batched) {
+        k::gemm_batched(g.c, g.a, g.b, alpha, has_bias ? beta : 0.0);
+      } else {
+        k::gemm(g.c, g.a, g.b, alpha, has_bias ? beta : 0.0);
+      }
     }
     out_flat.data = c;
     act.apply(out_flat);
@@ -250,8 +255,22 @@ std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& 
   for (size_t d = 0; d + 2 < b.size(); ++d) bb[rank - b.size() + d] = b[d];
   for (size_t d = 0; d + 2 < rank; ++d) batch[d] = std::max(ab[d], bb[d]);
   auto as = contiguous_strides(ab), bs = contiguous_strides(bb), cs = contiguous_strides(batch);
-  int64_t total = 1;
+  int64_t total = 1, a_total = 1, b_total = 1;
   for (int64_t v : batch) total *= v;
+  for (int64_t v : ab) a_total *= v;
+  for (int64_t v : bb) b_total *= v;
+  // One gemm_batched call when each operand either has the full batch or none (stride 0).
+  if ((a_total == total || a_total == 1) && (b_total == total || b_total == 1) &&
+      (ab == batch || a_total == 1) && (bb == batch || b_total == 1)) {
+    auto batch3 = [total](int64_t rows, int64_t cols, bool broadcast) {
+      return TensorDesc::make(nullptr, DType::Float32, {total, rows, cols},
+                              {broadcast ? 0 : rows * cols, cols, 1});
+    };
+    MatMulKernel::Gemm g{batch3(m, kk, a_total == 1 && total > 1), batch3(kk, nn, b_total == 1 && total > 1),
+           batch3(m, nn, false), 0, 0, 0, true};
+    kr->gemms.push_back(g);
+    return kr;
+  }
   for (int64_t i = 0; i < total; ++i) {
     int64_t rem = i, ai = 0, bi = 0;
     for (size_t d = 0; d < batch.size(); ++d) {

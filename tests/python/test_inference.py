@@ -120,3 +120,52 @@ def test_checked_in_example_model_is_what_atc_writes(tmp_path):
     with open(os.path.join(root, "examples/acl/tiny_mlp.om"), "rb") as f:
         assert (tmp_path / "tiny_mlp.om").read_bytes() == f.read()
 
+
+
+def test_more_ops_match_onnxruntime(tmp_path):
+    """Ops the exported models do not reach, in one hand-built graph: MatMul whose batch
+    broadcasts (one gemm per batch index), Transpose, Concat, Sub/Div/Pow with broadcasting,
+    Clip, LeakyRelu, Exp/Log/Sqrt/Abs/Neg, LogSoftmax, AveragePool, GlobalAveragePool."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.RandomState(3)
+    w = rng.randn(3, 5, 6).astype(np.float32)
+    c = rng.rand(6).astype(np.float32) + 0.5
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),                       # [2,3,4,6]
+        helper.make_node("Transpose", ["m"], ["t"], perm=[0, 1, 3, 2]),      # [2,3,6,4]
+        helper.make_node("Div", ["m", "c"], ["d"]),
+        helper.make_node("Sub", ["d", "m"], ["s"]),
+        helper.make_node("Abs", ["s"], ["a"]),
+        helper.make_node("Sqrt", ["a"], ["q"]),
+        helper.make_node("Neg", ["q"], ["n"]),
+        helper.make_node("Exp", ["n"], ["e"]),
+        helper.make_node("Log", ["e"], ["l"]),
+        helper.make_node("Clip", ["l", "lo", "hi"], ["cl"]),
+        helper.make_node("LeakyRelu", ["m"], ["lr"], alpha=0.2),
+        helper.make_node("Pow", ["cl", "two"], ["p"]),
+        helper.make_node("Concat", ["p", "lr"], ["cat"], axis=3),            # [2,3,4,12]
+        helper.make_node("LogSoftmax", ["cat"], ["ls"], axis=-1),
+        helper.make_node("AveragePool", ["t"], ["ap"], kernel_shape=[2, 2], strides=[2, 2],
+                         pads=[1, 1, 1, 1], count_include_pad=1),
+        helper.make_node("GlobalAveragePool", ["t"], ["gp"]),
+    ]
+    inits = [numpy_helper.from_array(v, n) for v, n in (
+        (w, "w"), (c, "c"), (np.array(-0.5, np.float32), "lo"), (np.array(1.5, np.float32), "hi"),
+        (np.array(2.0, np.float32), "two"))]
+    graph = helper.make_graph(
+        nodes, "ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("ls", "ap", "gp")],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(tmp_path / "ops.onnx")
+    onnx_module = pytest.importorskip("onnx")
+    onnx_module.save(model, path)
+    om_path = convert(path, tmp_path / "ops")
+    x = rng.randn(2, 3, 4, 5).astype(np.float32)
+    import onnxruntime as ort
+    expected = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = InferSession(0, om_path).infer([x])
+    assert [g.shape for g in got] == [(2, 3, 4, 12), (2, 3, 4, 3), (2, 3, 1, 1)]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL)
