@@ -169,6 +169,8 @@ def import_onnx(path: str, input_shapes: dict[str, tuple]) -> Graph:
             elif isinstance(v, list):
                 v = [int(x) if isinstance(x, (int, np.integer)) else x for x in v]
             attrs[a.name] = v
+        if n.op_type == "Split":
+            attrs["_num_outputs"] = len(n.output)
         g.nodes.append(Node(n.op_type, n.name or f"{n.op_type}_{i}", list(n.input),
                             list(n.output), attrs))
     return g
@@ -230,6 +232,8 @@ def rewrite(g: Graph) -> None:
             n.attrs = {"trans_a": n.attrs.get("transA", 0), "trans_b": n.attrs.get("transB", 0),
                        "alpha": float(n.attrs.get("alpha", 1.0)),
                        "beta": float(n.attrs.get("beta", 1.0))}
+        elif n.op == "Split":
+            n.inputs = n.inputs[:1]
         elif n.op == "Clip":
             lo = g.const(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else None
             hi = g.const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
@@ -352,6 +356,10 @@ def lower_attrs(g: Graph, n: Node) -> dict:
                 "count_include_pad": a.get("count_include_pad", 0)}
     if n.op == "Transpose":
         return {"perm": a.get("perm", list(range(rank))[::-1])}
+    if n.op == "Gather":
+        return {"axis": norm_axis(a.get("axis", 0), rank, n.name)}
+    if n.op == "Split":
+        return {"axis": norm_axis(a.get("axis", 0), rank, n.name)}  # sizes: the outputs' dims
     if n.op == "LeakyRelu":
         return {"alpha": float(a.get("alpha", 0.01))}
     if n.op == "Clip":
@@ -422,6 +430,8 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
                      for name in order if name not in g.inputs and name not in g.outputs
                      and g.const(name) is None}
     offsets, arena_size = plan_memory(arena_tensors, first, last)
+    # Integer tensors the engine takes: Gather's indices (token ids, for embeddings).
+    index_tensors = {n.inputs[1] for n in g.nodes if n.op == "Gather"}
     tensors = []
     for name in order:
         t = g.tensors[name]
@@ -439,7 +449,8 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
             weights += b"\0" * (-len(weights) % om.ALIGN)
         else:
             storage, offset = om.ARENA, offsets[name]
-        if storage != om.WEIGHT and t.dtype != np.float32:
+        if storage != om.WEIGHT and t.dtype != np.float32 and not (
+                name in index_tensors and t.dtype in (np.int64, np.int32)):
             raise ConvertError("E19012", f"tensor {name} is {t.dtype}; the engine computes in "
                                "float32 only (cast the model to float32 before export)")
         tensors.append(om.OmTensor(name, t.dtype, t.shape, storage, offset, nbytes))

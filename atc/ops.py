@@ -19,13 +19,14 @@ ENGINE_OPS = {
     "Conv", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Sigmoid", "Tanh", "Erf",
     "Gelu", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "LeakyRelu", "Clip",
     "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "Reshape", "Transpose", "Concat",
+    "AveragePool", "GlobalAveragePool", "Reshape", "Transpose", "Concat", "Split", "Gather",
+    "Where",
 }
 # ONNX ops atc accepts: the engine's, those it rewrites into them, and shape arithmetic that
 # must fold away.
 REWRITTEN = {"Gemm", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Constant"}
-FOLD_ONLY = {"Shape", "Gather", "Cast", "ConstantOfShape", "Range", "Slice", "Equal",
-             "Where", "Expand"}
+FOLD_ONLY = {"Shape", "Cast", "ConstantOfShape", "Range", "Slice", "Equal", "Expand", "Trilu",
+             "Not"}
 SUPPORTED = ENGINE_OPS | REWRITTEN | FOLD_ONLY
 MIN_OPSET, MAX_OPSET = 13, 21
 
@@ -174,6 +175,10 @@ def infer(op: str, node: str, ins: list, attrs: dict, consts: list) -> list:
     if op == "Constant":
         v = attrs["value"]
         return [(v.dtype, v.shape)]
+    if op == "Split":
+        axis = norm_axis(attrs.get("axis", 0), len(x[1]), node)
+        sizes = split_sizes(x[1][axis], len(ins), consts, attrs, node)
+        return [(x[0], (*x[1][:axis], s, *x[1][axis + 1:])) for s in sizes]
     if op == "Shape":
         return [(np.dtype("int64"), (len(x[1]),))]
     if op == "Gather":
@@ -183,6 +188,19 @@ def infer(op: str, node: str, ins: list, attrs: dict, consts: list) -> list:
         return [(np.dtype(_onnx_dtype(attrs["to"])), x[1])]
     # ConstantOfShape, Range, Slice, Expand: only ever folded, shape from the folded value.
     return [None]
+
+
+def split_sizes(dim: int, num_inputs: int, consts: list, attrs: dict, node: str) -> list[int]:
+    if num_inputs > 1 and consts[1] is not None:
+        sizes = [int(v) for v in consts[1]]
+    elif "split" in attrs:
+        sizes = list(attrs["split"])
+    else:
+        n = attrs.get("num_outputs", attrs.get("_num_outputs"))
+        sizes = [-(-dim // n)] * (n - 1) + [dim - -(-dim // n) * (n - 1)]
+    if sum(sizes) != dim:
+        raise ShapeError(f"node {node}: Split sizes {sizes} do not add up to {dim}")
+    return sizes
 
 
 def _onnx_dtype(code: int):
@@ -199,6 +217,15 @@ def evaluate(op: str, node: str, vals: list, attrs: dict) -> list:
         return [BINARY[op](x, vals[1]).astype(bool if op == "Equal" else x.dtype)]
     if op == "Where":
         return [np.where(x, vals[1], vals[2])]
+    if op == "Not":
+        return [np.logical_not(x)]
+    if op == "Trilu":
+        k = int(vals[1]) if len(vals) > 1 and vals[1] is not None else 0
+        return [np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)]
+    if op == "Split":
+        axis = attrs.get("axis", 0) % x.ndim
+        sizes = split_sizes(x.shape[axis], len(vals), vals, attrs, node)
+        return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
     if op == "Constant":
         return [attrs["value"]]
     if op == "Shape":

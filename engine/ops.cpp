@@ -6,6 +6,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <stdexcept>
+#include <string>
 
 #include "engine/engine_internal.h"
 #include "npu/kernels/batch_norm.h"
@@ -367,6 +369,42 @@ struct CopyKernel : Model::Kernel {
   }
 };
 
+// Gather along `axis` (embeddings: data [V, D], indices [B, T] of token ids): whole inner rows
+// are copied; a negative index counts from the end, one out of range fails the run naming it.
+struct GatherKernel : Model::Kernel {
+  uint32_t out_id, data_id, index_id;
+  bool index64 = true;
+  std::string node;
+  int64_t outer = 1, dim = 1, count = 1;
+  size_t row_bytes = 0;
+  void run(void* const* ptrs) override {
+    const char* data = static_cast<const char*>(ptrs[data_id]);
+    char* out = static_cast<char*>(ptrs[out_id]);
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t idx = index64 ? static_cast<const int64_t*>(ptrs[index_id])[j]
+                            : static_cast<const int32_t*>(ptrs[index_id])[j];
+      if (idx < -dim || idx >= dim) {
+        throw std::out_of_range("Gather node " + node + ": index " + std::to_string(idx) +
+                                " is out of range for a dimension of size " +
+                                std::to_string(dim));
+      }
+      if (idx < 0) idx += dim;
+      for (int64_t o = 0; o < outer; ++o) {
+        std::memcpy(out + (o * count + j) * row_bytes, data + (o * dim + idx) * row_bytes,
+                    row_bytes);
+      }
+    }
+  }
+};
+
+struct WhereKernel : Model::Kernel {
+  Bound out, cond, x, y;
+  void run(void* const* ptrs) override {
+    for (Bound* b : {&out, &cond, &x, &y}) b->bind(ptrs);
+    k::ternary(k::TernaryOp::Where, out.desc, cond.desc, x.desc, y.desc, DType::Float32);
+  }
+};
+
 void symmetric_pads(const NodeInfo& n, const std::vector<int64_t>& pads, int64_t out[2]) {
   if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
     refuse(n, "asymmetric padding is not supported (pads must be [h, w, h, w])");
@@ -593,6 +631,62 @@ const std::map<std::string, Factory>& factories() {
          kr->copies.emplace_back(bound(def, n.outputs[0]), src);
          return kr;
        }},
+      {"Gather",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 2, 2);
+         auto kr = std::make_unique<GatherKernel>();
+         kr->out_id = n.outputs[0];
+         kr->data_id = n.inputs[0];
+         kr->index_id = n.inputs[1];
+         kr->node = n.name;
+         const auto& dims = def.tensors[n.inputs[0]].dims;
+         int64_t axis = int_attr(n, "axis", 0);
+         if (axis < 0 || axis >= static_cast<int64_t>(dims.size())) refuse(n, "bad axis");
+         int64_t inner = 1;
+         for (size_t d = 0; d < dims.size(); ++d) {
+           if (static_cast<int64_t>(d) < axis) kr->outer *= dims[d];
+           if (static_cast<int64_t>(d) > axis) inner *= dims[d];
+         }
+         kr->dim = dims[axis];
+         kr->row_bytes = static_cast<size_t>(inner) * 4;
+         const auto& idx = def.tensors[n.inputs[1]];
+         kr->index64 = idx.dtype == DType::Int64;
+         kr->count = 1;
+         for (int64_t v : idx.dims) kr->count *= v;
+         return kr;
+       }},
+      {"Where",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 3, 3);
+         auto kr = std::make_unique<WhereKernel>();
+         const auto& shape = def.tensors[n.outputs[0]].dims;
+         kr->out = bound(def, n.outputs[0]);
+         kr->cond = broadcast_to(def, n.inputs[0], shape);
+         kr->x = broadcast_to(def, n.inputs[1], shape);
+         kr->y = broadcast_to(def, n.inputs[2], shape);
+         return kr;
+       }},
+      {"Split",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         if (n.inputs.size() != 1 || n.outputs.empty()) refuse(n, "needs one input");
+         const auto& in_dims = def.tensors[n.inputs[0]].dims;
+         auto in_strides = contiguous_strides(in_dims);
+         int64_t axis = int_attr(n, "axis", 0);
+         auto kr = std::make_unique<CopyKernel>();
+         int64_t at = 0;
+         for (uint32_t id : n.outputs) {
+           const auto& dims = def.tensors[id].dims;
+           Bound src;
+           src.id = n.inputs[0];
+           src.desc = TensorDesc::make(nullptr, DType::Float32, dims.data(),
+                                       static_cast<int>(dims.size()), in_strides.data());
+           src.byte_offset = static_cast<size_t>(at * in_strides[axis] * 4);
+           at += dims[axis];
+           kr->copies.emplace_back(bound(def, id), src);
+         }
+         if (at != in_dims[axis]) refuse(n, "the outputs do not cover the input");
+         return kr;
+       }},
       {"Concat",
        [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
          if (n.inputs.empty() || n.outputs.size() != 1) refuse(n, "needs inputs");
@@ -626,8 +720,14 @@ std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& 
     throw ModelError("node " + n.name + ": op " + n.op + " is not supported by this engine "
                      "(the .om was written by a newer atc?)");
   }
-  for (uint32_t id : n.inputs) {
-    if (id != kNoTensor && def.tensors[id].dtype != DType::Float32) {
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    uint32_t id = n.inputs[i];
+    if (id == kNoTensor) continue;
+    DType t = def.tensors[id].dtype;
+    bool allowed = t == DType::Float32 ||
+                   (n.op == "Gather" && i == 1 && (t == DType::Int64 || t == DType::Int32)) ||
+                   (n.op == "Where" && i == 0);  // any dtype is a condition (!= 0)
+    if (!allowed) {
       refuse(n, "the engine computes in float32; tensor " + def.tensors[id].name + " is " +
                     k::dtype_name(def.tensors[id].dtype));
     }

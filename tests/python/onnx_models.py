@@ -68,16 +68,53 @@ class Encoder(nn.Module):
         return x + self.ff2(nn.functional.gelu(self.ff1(self.ln2(x))))
 
 
+class DecoderBlock(nn.Module):
+    """A GPT block: fused qkv Linear split in three, causal mask (tril -> masked_fill, folded
+    by atc into a constant condition for Where), LayerNorm, GELU MLP."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ff1, self.ff2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.ff2(nn.functional.gelu(self.ff1(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    """A small GPT-style decoder without KV cache: token ids in (int64), logits out."""
+
+    def __init__(self, vocab=50, d=32, context=16):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(context, d)
+        self.blocks = nn.Sequential(DecoderBlock(d), DecoderBlock(d))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        return self.head(self.ln(self.blocks(x)))
+
+
 class WithReduceMean(nn.Module):
     def forward(self, x):
         return torch.relu(x).mean(dim=(2, 3))
 
 
-def export(model, shape, path, fold=True):
+def export(model, shape, path, fold=True, example=None):
     torch.manual_seed(0)
     model.eval()
     with torch.no_grad():
-        torch.onnx.export(model, (torch.randn(*shape),), str(path), dynamo=False,
+        example = torch.randn(*shape) if example is None else example
+        torch.onnx.export(model, (example,), str(path), dynamo=False,
                           input_names=["x"], output_names=["y"], opset_version=17,
                           do_constant_folding=fold)
     return str(path)
@@ -113,4 +150,8 @@ def make_models(directory):
         torch.manual_seed(1)
         path = export(cls(), shape, directory / f"{name}.onnx", fold=fold)
         out[name] = (path, convert(path, directory / name), shape)
+    torch.manual_seed(1)
+    ids = torch.randint(0, 50, (2, 16))
+    path = export(GPT(), ids.shape, directory / "gpt.onnx", fold=False, example=ids)
+    out["gpt"] = (path, convert(path, directory / "gpt"), tuple(ids.shape))
     return out

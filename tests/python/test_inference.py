@@ -56,6 +56,23 @@ def test_atc_input_shape_sets_the_batch(models, tmp_path):
 
 
 
+def test_gpt_decoder_matches_onnxruntime(models):
+    """Token ids (int64) through embeddings (Gather), a split qkv, a causal mask (Where over a
+    folded constant) and two decoder blocks."""
+    onnx_path, om_path, shape = models["gpt"]
+    session = InferSession(0, om_path)
+    assert session.get_inputs()[0].datatype == "int64"
+    ids = np.random.RandomState(0).randint(0, 50, shape).astype(np.int64)
+    (got,) = session.infer([ids])
+    np.testing.assert_allclose(got, onnxruntime_run(onnx_path, ids)[0], rtol=TOL, atol=TOL)
+    bad = ids.copy()
+    bad[1, 3] = 50  # the vocabulary has 50 tokens
+    with pytest.raises(AclError, match="index 50 is out of range for a dimension of size 50"):
+        session.infer([bad])
+    (again,) = session.infer([ids])  # the failure was reported; the stream runs again
+    np.testing.assert_array_equal(again, got)
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda b: b[: len(b) // 2], "truncated"),
     (lambda b: b[:40], "truncated"),
