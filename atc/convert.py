@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from atc import om
-from atc.ops import (ENGINE_OPS, FOLD_ONLY, MAX_OPSET, MIN_OPSET, SUPPORTED, ShapeError,
-                     evaluate, infer, norm_axis)
+from atc.ops import (ENGINE_OPS, FOLD_ONLY, MAX_OPSET, MIN_OPSET, REDUCE, SUPPORTED, ShapeError,
+                     evaluate, infer, norm_axis, reduce_axes)
 
 FUSABLE_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")
 
@@ -234,6 +234,11 @@ def rewrite(g: Graph) -> None:
                        "beta": float(n.attrs.get("beta", 1.0))}
         elif n.op == "Split":
             n.inputs = n.inputs[:1]
+        elif n.op in REDUCE:  # the axes become an attribute; the engine gets the data only
+            rank = len(g.tensors[n.inputs[0]].shape)
+            n.attrs = {"axes": reduce_axes(rank, len(n.inputs), [g.const(i) for i in n.inputs],
+                                           n.attrs, n.name)}
+            n.inputs = n.inputs[:1]
         elif n.op == "Clip":
             lo = g.const(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else None
             hi = g.const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
@@ -358,6 +363,8 @@ def lower_attrs(g: Graph, n: Node) -> dict:
         return {"perm": a.get("perm", list(range(rank))[::-1])}
     if n.op == "Gather":
         return {"axis": norm_axis(a.get("axis", 0), rank, n.name)}
+    if n.op in REDUCE:
+        return {"axes": a["axes"]}
     if n.op == "Split":
         return {"axis": norm_axis(a.get("axis", 0), rank, n.name)}  # sizes: the outputs' dims
     if n.op == "LeakyRelu":

@@ -20,8 +20,9 @@ ENGINE_OPS = {
     "Gelu", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "LeakyRelu", "Clip",
     "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MaxPool",
     "AveragePool", "GlobalAveragePool", "Reshape", "Transpose", "Concat", "Split", "Gather",
-    "Where",
+    "Where", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
 }
+REDUCE = {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min}
 # ONNX ops atc accepts: the engine's, those it rewrites into them, and shape arithmetic that
 # must fold away.
 REWRITTEN = {"Gemm", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Constant"}
@@ -175,6 +176,11 @@ def infer(op: str, node: str, ins: list, attrs: dict, consts: list) -> list:
     if op == "Constant":
         v = attrs["value"]
         return [(v.dtype, v.shape)]
+    if op in REDUCE:
+        axes = reduce_axes(len(x[1]), len(ins), consts, attrs, node)
+        keep = attrs.get("keepdims", 1)
+        shape = [1 if i in axes else d for i, d in enumerate(x[1]) if keep or i not in axes]
+        return [(x[0], tuple(shape))]
     if op == "Split":
         axis = norm_axis(attrs.get("axis", 0), len(x[1]), node)
         sizes = split_sizes(x[1][axis], len(ins), consts, attrs, node)
@@ -203,6 +209,22 @@ def split_sizes(dim: int, num_inputs: int, consts: list, attrs: dict, node: str)
     return sizes
 
 
+def reduce_axes(rank: int, num_inputs: int, consts: list, attrs: dict, node: str) -> list[int]:
+    """The reduced axes, normalized and sorted (every axis when none are given, unless
+    noop_with_empty_axes)."""
+    if "axes" in attrs:
+        axes = list(attrs["axes"])
+    elif num_inputs > 1 and consts[1] is not None:
+        axes = [int(v) for v in consts[1]]
+    elif num_inputs > 1:
+        raise ShapeError(f"node {node}: reduction axes computed at run time are not supported")
+    else:
+        axes = []
+    if not axes:
+        return [] if attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted({norm_axis(a, rank, node) for a in axes})
+
+
 def _onnx_dtype(code: int):
     from onnx import helper
     return helper.tensor_dtype_to_np_dtype(code)
@@ -219,6 +241,10 @@ def evaluate(op: str, node: str, vals: list, attrs: dict) -> list:
         return [np.where(x, vals[1], vals[2])]
     if op == "Not":
         return [np.logical_not(x)]
+    if op in REDUCE:
+        axes = reduce_axes(x.ndim, len(vals), vals, attrs, node)
+        return [REDUCE[op](x, axis=tuple(axes), keepdims=bool(attrs.get("keepdims", 1)))
+                .astype(x.dtype)]
     if op == "Trilu":
         k = int(vals[1]) if len(vals) > 1 and vals[1] is not None else 0
         return [np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)]

@@ -16,6 +16,7 @@
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/normalization.h"
 #include "npu/kernels/pooling.h"
+#include "npu/kernels/reduce.h"
 
 namespace npu::engine {
 
@@ -369,6 +370,8 @@ struct CopyKernel : Model::Kernel {
   }
 };
 
+using Factory = std::function<std::unique_ptr<Model::Kernel>(const ModelDef&, const NodeInfo&)>;
+
 // Gather along `axis` (embeddings: data [V, D], indices [B, T] of token ids): whole inner rows
 // are copied; a negative index counts from the end, one out of range fails the run naming it.
 struct GatherKernel : Model::Kernel {
@@ -397,6 +400,41 @@ struct GatherKernel : Model::Kernel {
   }
 };
 
+// ReduceMean / Sum / Max / Min: the output seen with the input's rank (size 1 along each
+// reduced axis), the kernel library's keepdim convention; keepdims=0 is the same bytes.
+struct ReduceKernel : Model::Kernel {
+  Bound out, in;
+  k::ReduceOp op;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    in.bind(ptrs);
+    k::reduce(op, out.desc, in.desc, DType::Float32);
+  }
+};
+
+Factory reduce(k::ReduceOp op) {
+  return [op](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+    need_inputs(n, 1, 1);
+    auto kr = std::make_unique<ReduceKernel>();
+    kr->op = op;
+    kr->in = bound(def, n.inputs[0]);
+    std::vector<int64_t> kept = def.tensors[n.inputs[0]].dims;
+    for (int64_t a : ints_attr(n, "axes", {})) {
+      if (a < 0 || a >= static_cast<int64_t>(kept.size())) refuse(n, "bad axis");
+      kept[a] = 1;
+    }
+    Bound out;
+    out.id = n.outputs[0];
+    out.desc = TensorDesc::make(nullptr, DType::Float32, kept.data(),
+                                static_cast<int>(kept.size()));
+    if (out.desc.numel() * 4 != static_cast<int64_t>(def.tensors[out.id].nbytes)) {
+      refuse(n, "the output's size does not match the reduced axes");
+    }
+    kr->out = out;
+    return kr;
+  };
+}
+
 struct WhereKernel : Model::Kernel {
   Bound out, cond, x, y;
   void run(void* const* ptrs) override {
@@ -419,7 +457,6 @@ void need_rank(const ModelDef& def, const NodeInfo& n, uint32_t id, size_t rank)
   }
 }
 
-using Factory = std::function<std::unique_ptr<Model::Kernel>(const ModelDef&, const NodeInfo&)>;
 
 std::unique_ptr<Model::Kernel> make_unary(const ModelDef& def, const NodeInfo& n,
                                           k::UnaryOp op, k::Scalar p0 = {}, k::Scalar p1 = {}) {
@@ -631,6 +668,10 @@ const std::map<std::string, Factory>& factories() {
          kr->copies.emplace_back(bound(def, n.outputs[0]), src);
          return kr;
        }},
+      {"ReduceMean", reduce(k::ReduceOp::Mean)},
+      {"ReduceSum", reduce(k::ReduceOp::Sum)},
+      {"ReduceMax", reduce(k::ReduceOp::Amax)},
+      {"ReduceMin", reduce(k::ReduceOp::Amin)},
       {"Gather",
        [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
          need_inputs(n, 2, 2);

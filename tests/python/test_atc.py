@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from onnx_models import WithReduceMean, atc, convert, export, make_models  # noqa: E402
+from onnx_models import WithCumSum, atc, convert, export, make_models  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +45,13 @@ def test_atc_is_deterministic(models, tmp_path):
 
 
 def test_atc_refuses_unsupported_op(tmp_path):
-    path = export(WithReduceMean(), (1, 3, 8, 8), tmp_path / "reduce.onnx")
-    r = atc(f"--model={path}", "--framework=5", f"--output={tmp_path / 'reduce'}",
+    path = export(WithCumSum(), (1, 3, 8, 8), tmp_path / "cumsum.onnx")
+    r = atc(f"--model={path}", "--framework=5", f"--output={tmp_path / 'cumsum'}",
             "--soc_version=Ascend910B2")
     assert r.returncode == 1
     assert "ATC run failed" in r.stderr
-    assert "'ReduceMean'" in r.stderr and "opset 17" in r.stderr and "node '" in r.stderr
-    assert not (tmp_path / "reduce.om").exists()
+    assert "'CumSum'" in r.stderr and "opset 17" in r.stderr and "node '" in r.stderr
+    assert not (tmp_path / "cumsum.om").exists()
 
 
 

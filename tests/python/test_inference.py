@@ -13,7 +13,8 @@ pytest.importorskip("onnxruntime")
 
 from ais_bench._acl import AclError  # noqa: E402
 from ais_bench.infer.interface import InferSession  # noqa: E402
-from onnx_models import TOL, atc, convert, make_models, onnxruntime_run  # noqa: E402
+from onnx_models import (TOL, WithReduceMean, atc, convert, export, make_models,  # noqa: E402
+                         onnxruntime_run)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +143,8 @@ def test_checked_in_example_model_is_what_atc_writes(tmp_path):
 def test_more_ops_match_onnxruntime(tmp_path):
     """Ops the exported models do not reach, in one hand-built graph: MatMul whose batch
     broadcasts (one gemm per batch index), Transpose, Concat, Sub/Div/Pow with broadcasting,
-    Clip, LeakyRelu, Exp/Log/Sqrt/Abs/Neg, LogSoftmax, AveragePool, GlobalAveragePool."""
+    Clip, LeakyRelu, Exp/Log/Sqrt/Abs/Neg, LogSoftmax, AveragePool, GlobalAveragePool,
+    ReduceSum (axes as an input, keepdims=0), ReduceMax (axes attribute)."""
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.RandomState(3)
     w = rng.randn(3, 5, 6).astype(np.float32)
@@ -165,13 +167,15 @@ def test_more_ops_match_onnxruntime(tmp_path):
         helper.make_node("AveragePool", ["t"], ["ap"], kernel_shape=[2, 2], strides=[2, 2],
                          pads=[1, 1, 1, 1], count_include_pad=1),
         helper.make_node("GlobalAveragePool", ["t"], ["gp"]),
+        helper.make_node("ReduceSum", ["t", "axes"], ["rs"], keepdims=0),  # axes as an input
+        helper.make_node("ReduceMax", ["m"], ["rm"], axes=[-2]),
     ]
     inits = [numpy_helper.from_array(v, n) for v, n in (
         (w, "w"), (c, "c"), (np.array(-0.5, np.float32), "lo"), (np.array(1.5, np.float32), "hi"),
-        (np.array(2.0, np.float32), "two"))]
+        (np.array(2.0, np.float32), "two"), (np.array([1, -1], np.int64), "axes"))]
     graph = helper.make_graph(
         nodes, "ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("ls", "ap", "gp")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("ls", "ap", "gp", "rs", "rm")],
         inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -183,6 +187,14 @@ def test_more_ops_match_onnxruntime(tmp_path):
     import onnxruntime as ort
     expected = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     got = InferSession(0, om_path).infer([x])
-    assert [g.shape for g in got] == [(2, 3, 4, 12), (2, 3, 4, 3), (2, 3, 1, 1)]
+    assert [g.shape for g in got] == [(2, 3, 4, 12), (2, 3, 4, 3), (2, 3, 1, 1), (2, 6),
+                                      (2, 3, 1, 6)]
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL)
+
+
+def test_reduce_mean_model_matches_onnxruntime(tmp_path):
+    path = export(WithReduceMean(), (2, 3, 8, 8), tmp_path / "mean.onnx")
+    x = np.random.RandomState(4).randn(2, 3, 8, 8).astype(np.float32)
+    (got,) = InferSession(0, convert(path, tmp_path / "mean")).infer([x])
+    np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
