@@ -198,3 +198,27 @@ def test_reduce_mean_model_matches_onnxruntime(tmp_path):
     x = np.random.RandomState(4).randn(2, 3, 8, 8).astype(np.float32)
     (got,) = InferSession(0, convert(path, tmp_path / "mean")).infer([x])
     np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+
+
+def test_c_program_builds_with_find_package(tmp_path):
+    """examples/acl as a user's CMake project: find_package(ascendcl) through the toolkit
+    layout of this install (make setup writes .venv/Ascend), then the program runs the
+    checked-in model."""
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    toolkit = os.path.join(venv, "Ascend", "ascend-toolkit", "latest")
+    if not os.path.isdir(toolkit):
+        pytest.skip("no toolkit layout (make setup creates .venv/Ascend)")
+    cmake = os.path.join(os.path.dirname(sys.executable), "cmake")
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "acl")
+    build = tmp_path / "build"
+    r = subprocess.run([cmake, "-S", examples, "-B", str(build),
+                        f"-DCMAKE_PREFIX_PATH={toolkit}/lib64/cmake"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([cmake, "--build", str(build)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([str(build / "mlp_infer"), os.path.join(examples, "tiny_mlp.om")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "2x3 output matches the host reference" in r.stdout
