@@ -52,8 +52,13 @@ Model::Model(ModelDef def) : def_(std::move(def)) {
 }
 
 Model::~Model() {
-  // Queued runs read the arena and weights: let them finish first.
+  // Queued runs read the arena and weights: let the model's device finish first (the caller
+  // may have another device current).
+  int current = 0;
+  npuGetDevice(&current);
+  npuSetDevice(device_);
   npuDeviceSynchronize();
+  npuSetDevice(current);
   npuFree(arena_);
   npuFree(weights_);
 }

@@ -4,6 +4,7 @@
 
 #include <acl/acl.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -111,6 +112,45 @@ TEST_F(AclModel, DescribesAndRunsFromMemory) {
   ASSERT_ACL_OK(aclmdlUnload(id));
   ASSERT_ACL_OK(aclmdlUnload(id_file));
   EXPECT_EQ(aclmdlUnload(id), ACL_ERROR_INVALID_MODEL_ID);
+  aclrtFree(in);
+  aclrtFree(out);
+}
+
+TEST_F(AclModel, RunsOnTheDeviceItWasLoadedOn) {
+  ASSERT_ACL_OK(aclrtSetDevice(1));
+  uint32_t id = 0;
+  ASSERT_ACL_OK(aclmdlLoadFromFile(kModel.c_str(), &id));
+  void *in = nullptr, *out = nullptr;
+  ASSERT_ACL_OK(aclrtMalloc(&in, 32, ACL_MEM_MALLOC_HUGE_FIRST));
+  ASSERT_ACL_OK(aclrtMalloc(&out, 24, ACL_MEM_MALLOC_HUGE_FIRST));
+  ASSERT_ACL_OK(aclrtMemset(in, 32, 0, 32));
+  aclmdlDataset* inputs = aclmdlCreateDataset();
+  aclmdlDataset* outputs = aclmdlCreateDataset();
+  aclDataBuffer* in_buf = aclCreateDataBuffer(in, 32);
+  aclDataBuffer* out_buf = aclCreateDataBuffer(out, 24);
+  ASSERT_ACL_OK(aclmdlAddDatasetBuffer(inputs, in_buf));
+  ASSERT_ACL_OK(aclmdlAddDatasetBuffer(outputs, out_buf));
+  ASSERT_ACL_OK(aclrtSetDevice(0));  // another device current: the model still runs on 1
+  ASSERT_ACL_OK(aclmdlExecute(id, inputs, outputs));
+  float y[6];
+  ASSERT_ACL_OK(aclrtMemcpy(y, sizeof(y), out, 24, ACL_MEMCPY_DEVICE_TO_HOST));
+  // x = 0: y = relu(b1) W2 + b2, computed as in make_tiny_mlp.py.
+  for (int p = 0; p < 3; ++p) {
+    float acc = p * 0.1f;
+    for (int k = 0; k < 8; ++k) {
+      acc += std::max(((k % 3) - 1) * 0.05f, 0.0f) * ((((k * 3 + p) % 5) - 2) * 0.1f);
+    }
+    EXPECT_NEAR(y[p], acc, 1e-6f);
+    EXPECT_NEAR(y[3 + p], acc, 1e-6f);
+  }
+  ASSERT_ACL_OK(aclmdlUnload(id));  // waits on device 1 although device 0 is current
+  int32_t current = -1;
+  ASSERT_ACL_OK(aclrtGetDevice(&current));
+  EXPECT_EQ(current, 0);
+  aclDestroyDataBuffer(in_buf);
+  aclDestroyDataBuffer(out_buf);
+  aclmdlDestroyDataset(inputs);
+  aclmdlDestroyDataset(outputs);
   aclrtFree(in);
   aclrtFree(out);
 }
