@@ -35,10 +35,19 @@ def library_path() -> str:
     if path:
         return path
     spec = importlib.util.find_spec("torch_npu")
-    if spec is None or not spec.submodule_search_locations:
+    if spec is not None and spec.submodule_search_locations:
+        path = os.path.join(list(spec.submodule_search_locations)[0], "lib", "libascendcl.so")
+        if os.path.exists(path):
+            return path
+    try:  # a source checkout on sys.path: the installed package's library
+        from importlib import metadata
+        path = str(metadata.distribution("simnpu").locate_file("torch_npu/lib/libascendcl.so"))
+    except metadata.PackageNotFoundError:
+        path = ""
+    if not os.path.exists(path):
         raise ImportError("ais_bench needs libascendcl.so from the simnpu package; install it "
                           "(make setup) or set SIMNPU_ASCENDCL_LIB")
-    return os.path.join(list(spec.submodule_search_locations)[0], "lib", "libascendcl.so")
+    return path
 
 
 _lib = None

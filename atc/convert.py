@@ -9,9 +9,10 @@ How it works:
     constants (or a Shape of a static tensor) is evaluated with NumPy and removed;
   - rewrites: Identity / Dropout vanish, Flatten / Squeeze / Unsqueeze become Reshape, Gemm
     becomes MatMul, Clip's bounds become attributes;
-  - fusion: Conv + BatchNormalization (the BN folded into the weights), MatMul + bias Add,
-    and Conv / MatMul + Relu / Sigmoid / Tanh; a BN left alone becomes a per-channel scale
-    and shift;
+  - fusion: a decomposed layer norm (exports below opset 17) into LayerNormalization,
+    Conv + BatchNormalization (the BN folded into the weights), MatMul + bias Add, and
+    Conv / MatMul + Relu / Sigmoid / Tanh; a BN left alone becomes a per-channel scale and
+    shift;
   - dead-node removal: only nodes that reach a graph output stay;
   - static memory planning: every intermediate tensor gets an offset in one arena; tensors
     whose lifetimes (producer .. last consumer, in node order) overlap never share bytes,
@@ -265,7 +266,71 @@ def _drop(g: Graph, victim: Node, producer: Node) -> None:
     g.nodes.remove(victim)
 
 
+def _scalar(value) -> float | None:
+    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+
+
+def fuse_layer_norm(g: Graph) -> None:
+    """The decomposed layer norm of exports below opset 17 -> one LayerNormalization:
+    m = ReduceMean(x); d = x - m; v = ReduceMean(d ^ 2); y = d / Sqrt(v + eps), then an
+    optional * gamma and + beta (constants over the normalized dims)."""
+    for div in list(g.nodes):
+        if div.op != "Div":
+            continue
+        prod = {o: n for n in g.nodes for o in n.outputs}
+        uses = g.consumers()
+        d_name, s_name = div.inputs
+        sub, sqrt = prod.get(d_name), prod.get(s_name)
+        if not (sub and sub.op == "Sub" and sqrt and sqrt.op == "Sqrt"):
+            continue
+        add = prod.get(sqrt.inputs[0])
+        if not add or add.op != "Add":
+            continue
+        var_name, eps_name = add.inputs
+        if g.const(eps_name) is None:
+            var_name, eps_name = eps_name, var_name
+        eps, var, mean = _scalar(g.const(eps_name)), prod.get(var_name), prod.get(sub.inputs[1])
+        power = prod.get(var.inputs[0]) if var is not None else None
+        x = sub.inputs[0]
+        if (eps is None or not var or var.op != "ReduceMean" or not power or power.op != "Pow"
+                or power.inputs[0] != d_name or _scalar(g.const(power.inputs[1])) != 2.0
+                or not mean or mean.op != "ReduceMean" or mean.inputs[0] != x):
+            continue
+        shape = g.tensors[x].shape
+        axes = mean.attrs["axes"]
+        if not axes or axes != var.attrs["axes"] or axes != list(range(axes[0], len(shape))):
+            continue
+        chain = [mean, sub, power, var, add, sqrt]
+        if any(len(uses.get(n.outputs[0], [])) != (2 if n is sub else 1) or
+               n.outputs[0] in g.outputs for n in chain):
+            continue
+        width = int(np.prod(shape[axes[0]:]))
+        affine = {}
+        tail = div
+        for op, key in (("Mul", "scale"), ("Add", "bias")):
+            nxt = _single_use(g, g.consumers(), tail.outputs[0])
+            if nxt is None or nxt.op != op:
+                break
+            other = nxt.inputs[1] if nxt.inputs[0] == tail.outputs[0] else nxt.inputs[0]
+            value = g.const(other)
+            if value is None or value.size != width or value.ndim > len(shape) - axes[0]:
+                break
+            affine[key] = value.reshape(-1)
+            chain.append(nxt)
+            tail = nxt
+        dtype = g.tensors[x].dtype
+        scale = affine.get("scale", np.ones(width, dtype))
+        div.op, div.attrs = "LayerNormalization", {"axis": axes[0], "epsilon": eps}
+        div.inputs = [x, g.add_const(f"{div.name}.ln_scale", scale.astype(dtype))]
+        if "bias" in affine:
+            div.inputs.append(g.add_const(f"{div.name}.ln_bias", affine["bias"].astype(dtype)))
+        div.outputs = [tail.outputs[0]]
+        for n in chain:
+            g.nodes.remove(n)
+
+
 def fuse(g: Graph) -> None:
+    fuse_layer_norm(g)
     # Conv + BatchNormalization.
     for n in list(g.nodes):
         if n.op != "Conv":

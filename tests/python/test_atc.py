@@ -89,3 +89,21 @@ def test_mode1_refuses_damaged_om(models, tmp_path, damage, message):
     r = atc("--mode=1", f"--om={bad}", f"--json={tmp_path / 'bad.json'}")
     assert r.returncode == 1 and "ATC run failed" in r.stderr
     assert message in r.stderr
+
+
+def test_decomposed_layer_norm_is_fused(tmp_path):
+    """Below opset 17 the exporter spells LayerNorm out (ReduceMean, Sub, Pow, ReduceMean,
+    Add, Sqrt, Div, Mul, Add); atc puts the LayerNormalization back."""
+    import torch
+    from onnx_models import Encoder
+    torch.manual_seed(2)
+    path = tmp_path / "enc14.onnx"
+    with torch.no_grad():
+        torch.onnx.export(Encoder().eval(), (torch.randn(2, 8, 32),), str(path), dynamo=False,
+                          input_names=["x"], opset_version=14)
+    om_path = convert(path, tmp_path / "enc14")
+    js = tmp_path / "enc14.json"
+    assert atc("--mode=1", f"--om={om_path}", f"--json={js}").returncode == 0
+    ops = [n["op"] for n in json.loads(js.read_text())["nodes"]]
+    assert ops.count("LayerNormalization") == 2
+    assert "ReduceMean" not in ops and "Sqrt" not in ops and "Pow" not in ops

@@ -222,3 +222,16 @@ def test_c_program_builds_with_find_package(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "2x3 output matches the host reference" in r.stdout
+
+
+def test_fused_layer_norm_matches_onnxruntime(tmp_path):
+    import torch
+    from onnx_models import Encoder
+    torch.manual_seed(2)
+    path = str(tmp_path / "enc14.onnx")
+    with torch.no_grad():
+        torch.onnx.export(Encoder().eval(), (torch.randn(2, 8, 32),), path, dynamo=False,
+                          input_names=["x"], opset_version=14)
+    x = np.random.RandomState(5).randn(2, 8, 32).astype(np.float32)
+    (got,) = InferSession(0, convert(path, tmp_path / "enc14")).infer([x])
+    np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
