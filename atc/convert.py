@@ -9,7 +9,8 @@ How it works:
     constants (or a Shape of a static tensor) is evaluated with NumPy and removed;
   - rewrites: Identity / Dropout vanish, Flatten / Squeeze / Unsqueeze become Reshape, Gemm
     becomes MatMul, Clip's bounds become attributes;
-  - fusion: a decomposed layer norm (exports below opset 17) into LayerNormalization,
+  - fusion: a decomposed layer norm (exports below opset 17) into LayerNormalization, the
+    five-op erf GELU into Gelu,
     Conv + BatchNormalization (the BN folded into the weights), MatMul + bias Add, and
     Conv / MatMul + Relu / Sigmoid / Tanh; a BN left alone becomes a per-channel scale and
     shift;
@@ -22,6 +23,7 @@ Everything iterates in the model's own order, so the same input gives the same b
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -329,8 +331,41 @@ def fuse_layer_norm(g: Graph) -> None:
             g.nodes.remove(n)
 
 
+def fuse_gelu(g: Graph) -> None:
+    """The erf GELU as exported, x * (1 + erf(x / sqrt(2))) * 0.5 (five ops), -> one Gelu."""
+    for erf in list(g.nodes):
+        if erf.op != "Erf":
+            continue
+        prod, uses = {o: n for n in g.nodes for o in n.outputs}, g.consumers()
+        scale = prod.get(erf.inputs[0])
+        if not scale or scale.op not in ("Div", "Mul"):
+            continue
+        x, c = scale.inputs[0], _scalar(g.const(scale.inputs[1]))
+        want = math.sqrt(2) if scale.op == "Div" else 1 / math.sqrt(2)
+        if c is None or abs(c - want) > 1e-4:
+            continue
+
+        def other(node, name):
+            return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+        add = _single_use(g, uses, erf.outputs[0])
+        if not add or add.op != "Add" or _scalar(g.const(other(add, erf.outputs[0]))) != 1.0:
+            continue
+        mul = _single_use(g, uses, add.outputs[0])
+        if not mul or mul.op != "Mul" or other(mul, add.outputs[0]) != x:
+            continue
+        half = _single_use(g, uses, mul.outputs[0])
+        if not half or half.op != "Mul" or _scalar(g.const(other(half, mul.outputs[0]))) != 0.5:
+            continue
+        if len(uses.get(scale.outputs[0], [])) != 1 or scale.outputs[0] in g.outputs:
+            continue
+        erf.op, erf.inputs, erf.outputs, erf.attrs = "Gelu", [x], half.outputs, {}
+        for n in (scale, add, mul, half):
+            g.nodes.remove(n)
+
+
 def fuse(g: Graph) -> None:
     fuse_layer_norm(g)
+    fuse_gelu(g)
     # Conv + BatchNormalization.
     for n in list(g.nodes):
         if n.op != "Conv":

@@ -91,9 +91,9 @@ def test_mode1_refuses_damaged_om(models, tmp_path, damage, message):
     assert message in r.stderr
 
 
-def test_decomposed_layer_norm_is_fused(tmp_path):
+def test_decomposed_layer_norm_and_gelu_are_fused(tmp_path):
     """Below opset 17 the exporter spells LayerNorm out (ReduceMean, Sub, Pow, ReduceMean,
-    Add, Sqrt, Div, Mul, Add); atc puts the LayerNormalization back."""
+    Add, Sqrt, Div, Mul, Add); atc puts the LayerNormalization back, and the GELU too."""
     import torch
     from onnx_models import Encoder
     torch.manual_seed(2)
@@ -107,3 +107,5 @@ def test_decomposed_layer_norm_is_fused(tmp_path):
     ops = [n["op"] for n in json.loads(js.read_text())["nodes"]]
     assert ops.count("LayerNormalization") == 2
     assert "ReduceMean" not in ops and "Sqrt" not in ops and "Pow" not in ops
+    # and the exported erf GELU (Div, Erf, Add, Mul, Mul) is one Gelu
+    assert ops.count("Gelu") == 1 and "Erf" not in ops
