@@ -119,6 +119,13 @@ aclError checkMemset(const char* api, void* devPtr, size_t maxCount, size_t coun
 
 }  // namespace
 
+// Shared with acl_mdl.cpp (acl/acl_internal.h).
+namespace simnpu_acl {
+aclError setError(aclError code, std::string message) { return fail(code, std::move(message)); }
+bool initialized() { return g_initialized.load(std::memory_order_acquire); }
+aclError fromRuntimeError(npuError_t error) { return fromRuntime(error); }
+}  // namespace simnpu_acl
+
 extern "C" {
 
 const char* aclGetRecentErrMsg(void) { return t_message.c_str(); }

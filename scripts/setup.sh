@@ -37,15 +37,15 @@ fi
 #    directory persists (build/py), so an unchanged tree rebuilds in seconds. Our apex package
 #    ships only where no other distribution provides `apex` (a real apex must not be overwritten).
 if [ -f pyproject.toml ]; then
-  packages="torch_npu;apex"
+  packages="torch_npu;apex;atc;ais_bench"
   if "$PY" -c 'import importlib.metadata as m, sys
 sys.exit(0 if set(m.packages_distributions().get("apex", [])) - {"simnpu"} else 1)'; then
     echo "setup: another apex is installed; simnpu's apex is left out"
-    packages="torch_npu"
+    packages="torch_npu;atc;ais_bench"
   fi
   src_hash=$( (echo "$packages"; git ls-files -co --exclude-standard -- pyproject.toml \
-               CMakeLists.txt include runtime ccl acl allocator kernels adapter torch_npu apex \
-               tools 2>/dev/null | sort | xargs cat 2>/dev/null) | sha256sum | cut -c1-16)
+               CMakeLists.txt include runtime ccl engine acl allocator kernels adapter torch_npu \
+               apex tools atc ais_bench 2>/dev/null | sort | xargs cat 2>/dev/null) | sha256sum | cut -c1-16)
   pkg_stamp=$VENV/.simnpu-package
   if [ "$(cat "$pkg_stamp" 2>/dev/null)" != "$src_hash" ]; then
     echo "setup: building and installing simnpu"

@@ -1,13 +1,13 @@
 /*
- * AscendCL (acl.h) on SimNPU: initialisation, versions and the runtime API (acl_rt.h).
- * The model API (acl_mdl.h: loading and executing offline .om models) comes with the offline
- * inference engine and is not part of this library yet.
+ * AscendCL (acl.h) on SimNPU: initialisation, versions, the runtime API (acl_rt.h) and the
+ * model API (acl_mdl.h: loading and executing offline .om models written by atc).
  */
 #ifndef SIMNPU_ACL_H_
 #define SIMNPU_ACL_H_
 
 #include "acl/acl_base.h"
 #include "acl/acl_rt.h"
+#include "acl/acl_mdl.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,153 @@
+"""InferSession: load an .om on a device and run it from NumPy arrays (ais_bench's API)."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ais_bench import _acl
+from ais_bench._acl import call
+
+_initialized = False
+
+
+def _init_acl() -> None:
+    global _initialized
+    if not _initialized:
+        code = _acl.lib().aclInit(None)
+        if code not in (0, _acl.ACL_ERROR_REPEAT_INITIALIZE):
+            _acl.check("aclInit", code)
+        _initialized = True
+
+
+@dataclass
+class TensorDesc:
+    """One model input or output, as ais_bench's get_inputs() / get_outputs() give it."""
+    name: str
+    datatype: str
+    shape: list
+    size: int  # bytes
+    realsize: int
+
+
+class InferSession:
+    def __init__(self, device_id: int, model_path: str, acl_json_path: str | None = None,
+                 debug: bool = False, loop: int = 1):
+        _init_acl()
+        self.device_id = device_id
+        call("aclrtSetDevice", device_id)
+        self._model_id = ctypes.c_uint32()
+        call("aclmdlLoadFromFile", model_path.encode(), ctypes.byref(self._model_id))
+        self._desc = _acl.lib().aclmdlCreateDesc()
+        call("aclmdlGetDesc", self._desc, self._model_id)
+        self._inputs = self._describe("Input")
+        self._outputs = self._describe("Output")
+        # Device buffers and datasets are made once: every infer() reuses them.
+        self._buffers = []
+        self._in_mem = [self._malloc(t.size) for t in self._inputs]
+        self._out_mem = [self._malloc(t.size) for t in self._outputs]
+        self._in_set = self._dataset(self._in_mem, self._inputs)
+        self._out_set = self._dataset(self._out_mem, self._outputs)
+        self._times: list[tuple[float, float, float]] = []  # (h2d, compute, d2h) seconds
+
+    def _describe(self, kind: str) -> list[TensorDesc]:
+        L = _acl.lib()
+        n = getattr(L, f"aclmdlGetNum{kind}s")(self._desc)
+        out = []
+        for i in range(n):
+            dims = _acl.IODims()
+            call(f"aclmdlGet{kind}Dims", self._desc, i, ctypes.byref(dims))
+            size = getattr(L, f"aclmdlGet{kind}SizeByIndex")(self._desc, i)
+            dtype = _acl.DTYPES.get(getattr(L, f"aclmdlGet{kind}DataType")(self._desc, i),
+                                    "undefined")
+            out.append(TensorDesc(dims.name.decode(), dtype,
+                                  [int(dims.dims[d]) for d in range(dims.dimCount)], size, size))
+        return out
+
+    @staticmethod
+    def _malloc(size: int) -> ctypes.c_void_p:
+        p = ctypes.c_void_p()
+        call("aclrtMalloc", ctypes.byref(p), max(size, 1), 0)
+        return p
+
+    def _dataset(self, mem, descs):
+        L = _acl.lib()
+        ds = L.aclmdlCreateDataset()
+        for p, t in zip(mem, descs):
+            buf = L.aclCreateDataBuffer(p, t.size)
+            self._buffers.append(buf)
+            call("aclmdlAddDatasetBuffer", ds, buf)
+        return ds
+
+    def get_inputs(self) -> list[TensorDesc]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[TensorDesc]:
+        return list(self._outputs)
+
+    def infer(self, feeds, mode: str = "static") -> list[np.ndarray]:
+        """feeds: one array per input, in order (a list) or by name (a dict). Returns the
+        outputs as NumPy arrays."""
+        if mode != "static":
+            raise NotImplementedError(f"infer(mode={mode!r}): only static-shape models are "
+                                      "supported; convert with fixed --input_shape")
+        if isinstance(feeds, dict):
+            missing = [t.name for t in self._inputs if t.name not in feeds]
+            if missing:
+                raise ValueError(f"infer: feeds lack the model inputs {missing}")
+            feeds = [feeds[t.name] for t in self._inputs]
+        if not isinstance(feeds, (list, tuple)):
+            feeds = [feeds]
+        if len(feeds) != len(self._inputs):
+            raise ValueError(f"infer: the model has {len(self._inputs)} inputs "
+                             f"({[t.name for t in self._inputs]}); {len(feeds)} feeds given")
+        t0 = time.perf_counter()
+        for feed, t, mem in zip(feeds, self._inputs, self._in_mem):
+            a = np.ascontiguousarray(feed)
+            if str(a.dtype) != t.datatype or list(a.shape) != t.shape:
+                raise ValueError(f"infer: input {t.name} must be {t.datatype} of shape "
+                                 f"{t.shape}; got {a.dtype} of shape {list(a.shape)}")
+            call("aclrtMemcpy", mem, t.size, a.ctypes.data, a.nbytes,
+                 _acl.ACL_MEMCPY_HOST_TO_DEVICE)
+        t1 = time.perf_counter()
+        call("aclmdlExecute", self._model_id, self._in_set, self._out_set)
+        t2 = time.perf_counter()
+        outs = []
+        for t, mem in zip(self._outputs, self._out_mem):
+            a = np.empty(t.shape, dtype=t.datatype)
+            call("aclrtMemcpy", a.ctypes.data, a.nbytes, mem, t.size,
+                 _acl.ACL_MEMCPY_DEVICE_TO_HOST)
+            outs.append(a)
+        self._times.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+        return outs
+
+    def summary(self) -> dict:
+        """Milliseconds per infer() so far: h2d, compute (aclmdlExecute) and d2h lists."""
+        return {k: [t[i] * 1000 for t in self._times]
+                for i, k in enumerate(("h2d", "compute", "d2h"))}
+
+    def reset_summaryinfo(self) -> None:
+        self._times.clear()
+
+    def free_resource(self) -> None:
+        if self._model_id is None:
+            return
+        L = _acl.lib()
+        for ds in (self._in_set, self._out_set):
+            L.aclmdlDestroyDataset(ds)
+        for buf in self._buffers:
+            L.aclDestroyDataBuffer(buf)
+        for p in self._in_mem + self._out_mem:
+            L.aclrtFree(p)
+        L.aclmdlDestroyDesc(self._desc)
+        call("aclmdlUnload", self._model_id)
+        self._model_id = None
+
+    def __del__(self):
+        try:
+            self.free_resource()
+        except Exception:
+            pass

@@ -1,0 +1,5 @@
+import sys
+
+from atc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,583 @@
+"""ONNX -> .om: the graph engine's passes, run once at conversion.
+
+How it works:
+  - import: the ONNX graph becomes a list of nodes over named tensors; initializers and
+    Constant nodes are constants; every node is checked against atc.ops.SUPPORTED first, so
+    an unsupported model is refused before any work, naming op, node and opset;
+  - shape inference and constant folding in one walk (nodes are in topological order): each
+    node's output dtypes and shapes come from atc.ops.infer; a node whose inputs are all
+    constants (or a Shape of a static tensor) is evaluated with NumPy and removed;
+  - rewrites: Identity / Dropout vanish, Flatten / Squeeze / Unsqueeze become Reshape, Gemm
+    becomes MatMul, Clip's bounds become attributes;
+  - fusion: a decomposed layer norm (exports below opset 17) into LayerNormalization, the
+    five-op erf GELU into Gelu,
+    Conv + BatchNormalization (the BN folded into the weights), MatMul + bias Add, and
+    Conv / MatMul + Relu / Sigmoid / Tanh; a BN left alone becomes a per-channel scale and
+    shift;
+  - dead-node removal: only nodes that reach a graph output stay;
+  - static memory planning: every intermediate tensor gets an offset in one arena; tensors
+    whose lifetimes (producer .. last consumer, in node order) overlap never share bytes,
+    others may. Largest first, each at the lowest offset that fits.
+Everything iterates in the model's own order, so the same input gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from atc import om
+from atc.ops import (ENGINE_OPS, FOLD_ONLY, MAX_OPSET, MIN_OPSET, REDUCE, SUPPORTED, ShapeError,
+                     evaluate, infer, norm_axis, reduce_axes)
+
+FUSABLE_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")
+
+
+class ConvertError(ValueError):
+    """A model atc cannot convert; the message names the node and the fix."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+@dataclass
+class Node:
+    op: str
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Tensor:
+    dtype: np.dtype
+    shape: tuple
+    value: np.ndarray | None = None
+
+
+class Graph:
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.tensors: dict[str, Tensor] = {}
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.opset = 0
+
+    def const(self, name):
+        t = self.tensors.get(name)
+        return None if t is None else t.value
+
+    def consumers(self):
+        uses: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i:
+                    uses.setdefault(i, []).append(n)
+        return uses
+
+    def add_const(self, name, value):
+        # np.ascontiguousarray would turn a 0-d scalar into shape (1,): keep the rank.
+        value = np.array(value, order="C", copy=None)
+        self.tensors[name] = Tensor(value.dtype, tuple(value.shape), value)
+        return name
+
+
+# ---- import -------------------------------------------------------------------------------
+
+def parse_input_shape(text: str | None) -> dict[str, tuple]:
+    shapes = {}
+    if not text:
+        return shapes
+    for item in text.split(";"):
+        name, sep, dims = item.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        except ValueError:
+            raise ConvertError("E10002", f"Value [{text}] for parameter [--input_shape] is "
+                               "invalid. Reason: expected \"name:d0,d1,...;name2:...\" with "
+                               "integer dimensions, e.g. \"x:1,3,224,224\"") from None
+        if any(d < 1 for d in shape):
+            raise ConvertError("E10002", f"Value [{text}] for parameter [--input_shape] is "
+                               f"invalid. Reason: dimension of {name} must be positive; "
+                               "dynamic shapes are not supported")
+        shapes[name] = shape
+    return shapes
+
+
+def import_onnx(path: str, input_shapes: dict[str, tuple]) -> Graph:
+    import onnx
+    from onnx import helper, numpy_helper
+
+    try:
+        model = onnx.load(path)
+    except FileNotFoundError:
+        raise ConvertError("E10001", f"Value [{path}] for parameter [--model] is invalid. "
+                           "Reason: the file does not exist") from None
+    except Exception as e:  # onnx raises DecodeError and others for a file that is not ONNX
+        raise ConvertError("E19000", f"{path} is not a readable ONNX model "
+                           f"({type(e).__name__}: {e})") from None
+    g = Graph()
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            g.opset = imp.version
+    if not MIN_OPSET <= g.opset <= MAX_OPSET:
+        raise ConvertError("E19010", f"{path} uses ONNX opset {g.opset}; atc reads opsets "
+                           f"{MIN_OPSET} to {MAX_OPSET}: export with opset_version in that range")
+    # Check every node before doing any work: the user sees every unsupported op at once.
+    bad = [n for n in model.graph.node if n.domain not in ("", "ai.onnx") or
+           n.op_type not in SUPPORTED]
+    if bad:
+        lines = [f"op {n.op_type!r}{' (domain ' + n.domain + ')' if n.domain else ''} in node "
+                 f"{n.name or '<unnamed>'!r}, opset {g.opset}" for n in bad]
+        raise ConvertError("E19010", "the model has operators the engine does not support:\n  "
+                           + "\n  ".join(lines) + "\nSupported: " + ", ".join(sorted(SUPPORTED)))
+    for init in model.graph.initializer:
+        g.add_const(init.name, numpy_helper.to_array(init))
+    names = {vi.name for vi in model.graph.input}
+    unknown = sorted(set(input_shapes) - names)
+    if unknown:
+        raise ConvertError("E10002", f"Value [{','.join(unknown)}] for parameter "
+                           "[--input_shape] is invalid. Reason: the model has no input of "
+                           f"that name; its inputs are {sorted(names)}")
+    for vi in model.graph.input:
+        if vi.name in g.tensors:
+            continue  # an initializer listed as input (old exporters): a constant
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+        shape = input_shapes.get(vi.name, tuple(dims))
+        if input_shapes.get(vi.name) is not None and len(shape) != len(dims):
+            raise ConvertError("E10002", f"--input_shape gives {vi.name} rank {len(shape)}; the "
+                               f"model's input has rank {len(dims)}")
+        if any(d < 1 for d in shape):
+            raise ConvertError("E10002", f"input {vi.name} has a dynamic shape {dims}; give "
+                               f"it with --input_shape=\"{vi.name}:...\"")
+        g.tensors[vi.name] = Tensor(np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)),
+                                    tuple(shape))
+        g.inputs.append(vi.name)
+    g.outputs = [vi.name for vi in model.graph.output]
+    for i, n in enumerate(model.graph.node):
+        attrs = {}
+        for a in n.attribute:
+            v = helper.get_attribute_value(a)
+            if a.type == onnx.AttributeProto.TENSOR:
+                v = numpy_helper.to_array(v)
+            elif isinstance(v, bytes):
+                v = v.decode()
+            elif isinstance(v, list):
+                v = [int(x) if isinstance(x, (int, np.integer)) else x for x in v]
+            attrs[a.name] = v
+        if n.op_type == "Split":
+            attrs["_num_outputs"] = len(n.output)
+        g.nodes.append(Node(n.op_type, n.name or f"{n.op_type}_{i}", list(n.input),
+                            list(n.output), attrs))
+    return g
+
+
+# ---- shape inference + constant folding --------------------------------------------------
+
+def infer_and_fold(g: Graph) -> None:
+    kept = []
+    for n in g.nodes:
+        ins = [g.tensors.get(i) if i else None for i in n.inputs]
+        missing = [i for i, t in zip(n.inputs, ins) if i and t is None]
+        if missing:
+            raise ConvertError("E19999", f"node {n.name} ({n.op}) reads {missing[0]!r}, which "
+                               "no earlier node produces (the graph is not topologically sorted)")
+        consts = [t.value if t is not None else None for t in ins]
+        values = None
+        if n.op == "Shape" and ins[0] is not None:
+            values = [np.array(ins[0].shape, dtype=np.int64)]
+        elif all(c is not None for i, c in zip(n.inputs, consts) if i):
+            values = evaluate(n.op, n.name, consts, n.attrs)
+        if values is not None:
+            for name, v in zip(n.outputs, values):
+                g.add_const(name, np.asarray(v))
+            continue
+        if n.op in FOLD_ONLY:
+            raise ConvertError("E19010", f"node {n.name} (op {n.op!r}, opset {g.opset}) depends "
+                               "on run-time data; the engine runs it only when constant folding "
+                               "removes it. Give static shapes with --input_shape")
+        try:
+            outs = infer(n.op, n.name, [(t.dtype, t.shape) if t else None for t in ins],
+                         n.attrs, consts)
+        except ShapeError as e:
+            raise ConvertError("E19011", f"shape inference failed: {e}") from None
+        for name, o in zip(n.outputs, outs):
+            if name:
+                g.tensors[name] = Tensor(np.dtype(o[0]), tuple(int(d) for d in o[1]))
+        kept.append(n)
+    g.nodes = kept
+
+
+# ---- rewrites and fusion -----------------------------------------------------------------
+
+def rewrite(g: Graph) -> None:
+    rename: dict[str, str] = {}
+    out = []
+    for n in g.nodes:
+        n.inputs = [rename.get(i, i) for i in n.inputs]
+        if n.op in ("Identity", "Dropout"):
+            if n.outputs[0] in g.outputs:
+                n.op, n.inputs, n.outputs, n.attrs = "Reshape", n.inputs[:1], n.outputs[:1], {}
+            else:
+                rename[n.outputs[0]] = n.inputs[0]
+                continue
+        elif n.op in ("Flatten", "Squeeze", "Unsqueeze", "Reshape"):
+            n.op, n.inputs, n.attrs = "Reshape", n.inputs[:1], {}
+        elif n.op == "Gemm":
+            n.op = "MatMul"
+            n.attrs = {"trans_a": n.attrs.get("transA", 0), "trans_b": n.attrs.get("transB", 0),
+                       "alpha": float(n.attrs.get("alpha", 1.0)),
+                       "beta": float(n.attrs.get("beta", 1.0))}
+        elif n.op == "Split":
+            n.inputs = n.inputs[:1]
+        elif n.op in REDUCE:  # the axes become an attribute; the engine gets the data only
+            rank = len(g.tensors[n.inputs[0]].shape)
+            n.attrs = {"axes": reduce_axes(rank, len(n.inputs), [g.const(i) for i in n.inputs],
+                                           n.attrs, n.name)}
+            n.inputs = n.inputs[:1]
+        elif n.op == "Clip":
+            lo = g.const(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else None
+            hi = g.const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+            if (len(n.inputs) > 1 and n.inputs[1] and lo is None) or (
+                    len(n.inputs) > 2 and n.inputs[2] and hi is None):
+                raise ConvertError("E19010", f"node {n.name} (op 'Clip', opset {g.opset}): "
+                                   "bounds computed at run time are not supported")
+            n.attrs = {"min": float(lo) if lo is not None else -np.inf,
+                       "max": float(hi) if hi is not None else np.inf}
+            n.inputs = n.inputs[:1]
+        out.append(n)
+    g.nodes = out
+    g.outputs = [rename.get(o, o) for o in g.outputs]
+
+
+def _single_use(g: Graph, uses, name) -> Node | None:
+    users = uses.get(name, [])
+    return users[0] if len(users) == 1 and name not in g.outputs else None
+
+
+def _drop(g: Graph, victim: Node, producer: Node) -> None:
+    """Removes `victim` (a node fused into `producer`): producer now writes victim's output."""
+    producer.outputs = [victim.outputs[0]]
+    g.nodes.remove(victim)
+
+
+def _scalar(value) -> float | None:
+    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+
+
+def fuse_layer_norm(g: Graph) -> None:
+    """The decomposed layer norm of exports below opset 17 -> one LayerNormalization:
+    m = ReduceMean(x); d = x - m; v = ReduceMean(d ^ 2); y = d / Sqrt(v + eps), then an
+    optional * gamma and + beta (constants over the normalized dims)."""
+    for div in list(g.nodes):
+        if div.op != "Div":
+            continue
+        prod = {o: n for n in g.nodes for o in n.outputs}
+        uses = g.consumers()
+        d_name, s_name = div.inputs
+        sub, sqrt = prod.get(d_name), prod.get(s_name)
+        if not (sub and sub.op == "Sub" and sqrt and sqrt.op == "Sqrt"):
+            continue
+        add = prod.get(sqrt.inputs[0])
+        if not add or add.op != "Add":
+            continue
+        var_name, eps_name = add.inputs
+        if g.const(eps_name) is None:
+            var_name, eps_name = eps_name, var_name
+        eps, var, mean = _scalar(g.const(eps_name)), prod.get(var_name), prod.get(sub.inputs[1])
+        power = prod.get(var.inputs[0]) if var is not None else None
+        x = sub.inputs[0]
+        if (eps is None or not var or var.op != "ReduceMean" or not power or power.op != "Pow"
+                or power.inputs[0] != d_name or _scalar(g.const(power.inputs[1])) != 2.0
+                or not mean or mean.op != "ReduceMean" or mean.inputs[0] != x):
+            continue
+        shape = g.tensors[x].shape
+        axes = mean.attrs["axes"]
+        if not axes or axes != var.attrs["axes"] or axes != list(range(axes[0], len(shape))):
+            continue
+        chain = [mean, sub, power, var, add, sqrt]
+        if any(len(uses.get(n.outputs[0], [])) != (2 if n is sub else 1) or
+               n.outputs[0] in g.outputs for n in chain):
+            continue
+        width = int(np.prod(shape[axes[0]:]))
+        affine = {}
+        tail = div
+        for op, key in (("Mul", "scale"), ("Add", "bias")):
+            nxt = _single_use(g, g.consumers(), tail.outputs[0])
+            if nxt is None or nxt.op != op:
+                break
+            other = nxt.inputs[1] if nxt.inputs[0] == tail.outputs[0] else nxt.inputs[0]
+            value = g.const(other)
+            if value is None or value.size != width or value.ndim > len(shape) - axes[0]:
+                break
+            affine[key] = value.reshape(-1)
+            chain.append(nxt)
+            tail = nxt
+        dtype = g.tensors[x].dtype
+        scale = affine.get("scale", np.ones(width, dtype))
+        div.op, div.attrs = "LayerNormalization", {"axis": axes[0], "epsilon": eps}
+        div.inputs = [x, g.add_const(f"{div.name}.ln_scale", scale.astype(dtype))]
+        if "bias" in affine:
+            div.inputs.append(g.add_const(f"{div.name}.ln_bias", affine["bias"].astype(dtype)))
+        div.outputs = [tail.outputs[0]]
+        for n in chain:
+            g.nodes.remove(n)
+
+
+def fuse_gelu(g: Graph) -> None:
+    """The erf GELU as exported, x * (1 + erf(x / sqrt(2))) * 0.5 (five ops), -> one Gelu."""
+    for erf in list(g.nodes):
+        if erf.op != "Erf":
+            continue
+        prod, uses = {o: n for n in g.nodes for o in n.outputs}, g.consumers()
+        scale = prod.get(erf.inputs[0])
+        if not scale or scale.op not in ("Div", "Mul"):
+            continue
+        x, c = scale.inputs[0], _scalar(g.const(scale.inputs[1]))
+        want = math.sqrt(2) if scale.op == "Div" else 1 / math.sqrt(2)
+        if c is None or abs(c - want) > 1e-4:
+            continue
+
+        def other(node, name):
+            return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+        add = _single_use(g, uses, erf.outputs[0])
+        if not add or add.op != "Add" or _scalar(g.const(other(add, erf.outputs[0]))) != 1.0:
+            continue
+        mul = _single_use(g, uses, add.outputs[0])
+        if not mul or mul.op != "Mul" or other(mul, add.outputs[0]) != x:
+            continue
+        half = _single_use(g, uses, mul.outputs[0])
+        if not half or half.op != "Mul" or _scalar(g.const(other(half, mul.outputs[0]))) != 0.5:
+            continue
+        if len(uses.get(scale.outputs[0], [])) != 1 or scale.outputs[0] in g.outputs:
+            continue
+        erf.op, erf.inputs, erf.outputs, erf.attrs = "Gelu", [x], half.outputs, {}
+        for n in (scale, add, mul, half):
+            g.nodes.remove(n)
+
+
+def fuse(g: Graph) -> None:
+    fuse_layer_norm(g)
+    fuse_gelu(g)
+    # Conv + BatchNormalization.
+    for n in list(g.nodes):
+        if n.op != "Conv":
+            continue
+        uses = g.consumers()
+        bn = _single_use(g, uses, n.outputs[0])
+        if bn is None or bn.op != "BatchNormalization" or any(
+                g.const(i) is None for i in bn.inputs[1:5]):
+            continue
+        w = g.const(n.inputs[1])
+        if w is None:
+            continue
+        gamma, beta, mean, var = (g.const(i).astype(np.float64) for i in bn.inputs[1:5])
+        scale = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+        b = g.const(n.inputs[2]).astype(np.float64) if len(n.inputs) > 2 and n.inputs[2] else 0.0
+        w2 = (w.astype(np.float64) * scale.reshape(-1, 1, 1, 1)).astype(w.dtype)
+        b2 = ((b - mean) * scale + beta).astype(w.dtype)
+        n.inputs = [n.inputs[0], g.add_const(f"{n.name}.weight_bn_folded", w2),
+                    g.add_const(f"{n.name}.bias_bn_folded", b2)]
+        _drop(g, bn, n)
+    # A BatchNormalization left alone: y = x * scale + shift per channel.
+    for n in g.nodes:
+        if n.op == "BatchNormalization":
+            vals = [g.const(i) for i in n.inputs[1:5]]
+            if any(v is None for v in vals):
+                raise ConvertError("E19010", f"node {n.name}: BatchNormalization with run-time "
+                                   "statistics (training mode) is not supported; export in eval()")
+            gamma, beta, mean, var = (v.astype(np.float64) for v in vals)
+            scale = gamma / np.sqrt(var + float(n.attrs.get("epsilon", 1e-5)))
+            dt = g.tensors[n.inputs[0]].dtype
+            n.inputs = [n.inputs[0], g.add_const(f"{n.name}.scale", scale.astype(dt)),
+                        g.add_const(f"{n.name}.shift", (beta - mean * scale).astype(dt))]
+            n.attrs = {}
+    # MatMul + bias Add (the bias a constant along the last dimension).
+    for n in list(g.nodes):
+        if n.op != "MatMul" or (len(n.inputs) > 2 and n.inputs[2]):
+            continue
+        add = _single_use(g, g.consumers(), n.outputs[0])
+        if add is None or add.op != "Add":
+            continue
+        other = add.inputs[1] if add.inputs[0] == n.outputs[0] else add.inputs[0]
+        bias = g.const(other)
+        out_shape = g.tensors[n.outputs[0]].shape
+        if bias is None or bias.size != out_shape[-1] or bias.ndim > len(out_shape):
+            continue
+        n.inputs = n.inputs[:2] + [g.add_const(f"{n.name}.bias", bias.reshape(-1))]
+        n.attrs.setdefault("beta", 1.0)
+        _drop(g, add, n)
+    # Conv / MatMul + activation.
+    for n in list(g.nodes):
+        if n.op not in ("Conv", "MatMul") or n.attrs.get("activation"):
+            continue
+        act = _single_use(g, g.consumers(), n.outputs[0])
+        if act is not None and act.op in FUSABLE_ACTIVATIONS:
+            n.attrs["activation"] = act.op
+            _drop(g, act, n)
+
+
+def remove_dead(g: Graph) -> None:
+    live = set(g.outputs)
+    kept = []
+    for n in reversed(g.nodes):
+        if any(o in live for o in n.outputs):
+            kept.append(n)
+            live.update(i for i in n.inputs if i)
+    g.nodes = kept[::-1]
+
+
+# ---- lowering to the engine's attributes ---------------------------------------------------
+
+def lower_attrs(g: Graph, n: Node) -> dict:
+    a = n.attrs
+    rank = len(g.tensors[n.inputs[0]].shape)
+    if n.op == "Conv":
+        return {"strides": a.get("strides", [1, 1]), "pads": a.get("pads", [0, 0, 0, 0]),
+                "dilations": a.get("dilations", [1, 1]), "group": a.get("group", 1),
+                "activation": a.get("activation", "")}
+    if n.op == "MatMul":
+        return {"trans_a": a.get("trans_a", 0), "trans_b": a.get("trans_b", 0),
+                "alpha": float(a.get("alpha", 1.0)), "beta": float(a.get("beta", 1.0)),
+                "activation": a.get("activation", "")}
+    if n.op in ("Softmax", "LogSoftmax", "Concat"):
+        return {"axis": norm_axis(a.get("axis", -1), rank, n.name)}
+    if n.op == "LayerNormalization":
+        return {"axis": norm_axis(a.get("axis", -1), rank, n.name),
+                "epsilon": float(a.get("epsilon", 1e-5))}
+    if n.op in ("MaxPool", "AveragePool"):
+        if a.get("auto_pad", "NOTSET") != "NOTSET":
+            raise ConvertError("E19010", f"node {n.name}: {n.op} auto_pad is not supported")
+        return {"kernel_shape": a["kernel_shape"], "strides": a.get("strides", [1, 1]),
+                "pads": a.get("pads", [0, 0, 0, 0]), "dilations": a.get("dilations", [1, 1]),
+                "ceil_mode": a.get("ceil_mode", 0),
+                "count_include_pad": a.get("count_include_pad", 0)}
+    if n.op == "Transpose":
+        return {"perm": a.get("perm", list(range(rank))[::-1])}
+    if n.op == "Gather":
+        return {"axis": norm_axis(a.get("axis", 0), rank, n.name)}
+    if n.op in REDUCE:
+        return {"axes": a["axes"]}
+    if n.op == "Split":
+        return {"axis": norm_axis(a.get("axis", 0), rank, n.name)}  # sizes: the outputs' dims
+    if n.op == "LeakyRelu":
+        return {"alpha": float(a.get("alpha", 0.01))}
+    if n.op == "Clip":
+        return {"min": a["min"], "max": a["max"]}
+    if n.op == "Gelu":
+        return {"approximate": a.get("approximate", "none")}
+    return {}
+
+
+# ---- memory plan and .om assembly ---------------------------------------------------------
+
+def plan_memory(sizes: dict[str, int], first: dict[str, int], last: dict[str, int]):
+    """Offsets in one arena; tensors with overlapping lifetimes never overlap in memory."""
+    placed: list[tuple[int, int, str]] = []  # (offset, size, name)
+    offsets = {}
+    order = sorted(sizes, key=lambda t: (-sizes[t], first[t]))
+    for t in order:
+        live = sorted((o, s) for o, s, u in placed
+                      if not (last[u] < first[t] or last[t] < first[u]))
+        offset = 0
+        for o, s in live:
+            if offset + sizes[t] <= o:
+                break
+            offset = max(offset, o + s)
+        offsets[t] = offset
+        placed.append((offset, sizes[t], t))
+    arena = max((o + s for o, s, _ in placed), default=0)
+    return offsets, arena
+
+
+def _aligned(n: int) -> int:
+    return (n + om.ALIGN - 1) // om.ALIGN * om.ALIGN
+
+
+def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]:
+    for n in g.nodes:
+        if n.op not in ENGINE_OPS:
+            raise ConvertError("E19010", f"node {n.name} (op {n.op!r}, opset {g.opset}) is not "
+                               "supported by the engine after conversion")
+    for name in g.outputs:
+        if name in g.inputs or g.const(name) is not None:
+            raise NotImplementedError(f"graph output {name} is a graph input or a constant; "
+                                      "models whose outputs do not depend on a computation "
+                                      "are not supported")
+    order: list[str] = []
+    seen = set()
+
+    def see(name):
+        if name and name not in seen:
+            seen.add(name)
+            order.append(name)
+    for name in g.inputs + g.outputs:
+        see(name)
+    for n in g.nodes:
+        for name in n.inputs + n.outputs:
+            see(name)
+    index = {name: i for i, name in enumerate(order)}
+    first, last, weights = {}, {}, bytearray()
+    for k, n in enumerate(g.nodes):
+        for name in n.outputs:
+            first.setdefault(name, k)
+            last[name] = max(last.get(name, k), k)
+        for name in n.inputs:
+            if name:
+                last[name] = k
+    arena_tensors = {name: _aligned(int(np.prod(g.tensors[name].shape, dtype=np.int64))
+                                    * g.tensors[name].dtype.itemsize)
+                     for name in order if name not in g.inputs and name not in g.outputs
+                     and g.const(name) is None}
+    offsets, arena_size = plan_memory(arena_tensors, first, last)
+    # Integer tensors the engine takes: Gather's indices (token ids, for embeddings).
+    index_tensors = {n.inputs[1] for n in g.nodes if n.op == "Gather"}
+    tensors = []
+    for name in order:
+        t = g.tensors[name]
+        if t.dtype not in om.DTYPES:
+            raise ConvertError("E19012", f"tensor {name} has dtype {t.dtype}, which the .om "
+                               "format does not store")
+        nbytes = int(np.prod(t.shape, dtype=np.int64)) * t.dtype.itemsize
+        if name in g.inputs:
+            storage, offset = om.INPUT, g.inputs.index(name)
+        elif name in g.outputs:
+            storage, offset = om.OUTPUT, g.outputs.index(name)
+        elif t.value is not None:
+            storage, offset = om.WEIGHT, len(weights)
+            weights += np.ascontiguousarray(t.value).tobytes()
+            weights += b"\0" * (-len(weights) % om.ALIGN)
+        else:
+            storage, offset = om.ARENA, offsets[name]
+        if storage != om.WEIGHT and t.dtype != np.float32 and not (
+                name in index_tensors and t.dtype in (np.int64, np.int32)):
+            raise ConvertError("E19012", f"tensor {name} is {t.dtype}; the engine computes in "
+                               "float32 only (cast the model to float32 before export)")
+        tensors.append(om.OmTensor(name, t.dtype, t.shape, storage, offset, nbytes))
+    nodes = [om.OmNode(n.op, n.name, [index[i] if i else om.NO_TENSOR for i in n.inputs],
+                       [index[o] for o in n.outputs], lower_attrs(g, n)) for n in g.nodes]
+    model = om.OmModel(soc_version, source, tensors, [index[i] for i in g.inputs],
+                       [index[o] for o in g.outputs], arena_size, nodes, bytes(weights))
+    stats = {"nodes": len(g.nodes), "arena_bytes": arena_size,
+             "unshared_bytes": sum(arena_tensors.values()), "weight_bytes": len(weights)}
+    return model, stats
+
+
+def convert(path: str, input_shape: str | None, soc_version: str) -> tuple[bytes, dict]:
+    import os
+    g = import_onnx(path, parse_input_shape(input_shape))
+    imported = len(g.nodes)
+    infer_and_fold(g)
+    rewrite(g)
+    fuse(g)
+    remove_dead(g)
+    model, stats = assemble(g, soc_version, os.path.basename(path))
+    stats["onnx_nodes"] = imported
+    return om.serialize(model), stats

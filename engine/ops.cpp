@@ -1,0 +1,779 @@
+// The engine's operators: each .om node becomes a prepared call into the kernel library.
+// Descriptors (shapes, strides, broadcasts) are built once at load; a run only fills in the
+// data pointers. To add an op: a Kernel subclass here, its name in make_kernel's table, and
+// its ONNX rules in atc/ops.py (ENGINE_OPS, infer).
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "engine/engine_internal.h"
+#include "npu/kernels/batch_norm.h"
+#include "npu/kernels/conv.h"
+#include "npu/kernels/elementwise.h"
+#include "npu/kernels/matmul.h"
+#include "npu/kernels/normalization.h"
+#include "npu/kernels/pooling.h"
+#include "npu/kernels/reduce.h"
+
+namespace npu::engine {
+
+namespace k = npu::kernels;
+using k::DType;
+using k::TensorDesc;
+
+namespace {
+
+// A descriptor of tensor `id` whose data pointer is filled at run time, `byte_offset` bytes
+// past the tensor's start.
+struct Bound {
+  uint32_t id = kNoTensor;
+  TensorDesc desc;
+  size_t byte_offset = 0;
+  void bind(void* const* ptrs) {
+    desc.data = static_cast<char*>(ptrs[id]) + byte_offset;
+  }
+};
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> s(dims.size());
+  int64_t acc = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    s[d] = acc;
+    acc *= dims[d];
+  }
+  return s;
+}
+
+Bound bound(const ModelDef& def, uint32_t id) {
+  const auto& t = def.tensors[id];
+  Bound b;
+  b.id = id;
+  b.desc = TensorDesc::make(nullptr, t.dtype, t.dims.data(), static_cast<int>(t.dims.size()));
+  return b;
+}
+
+// Tensor `id` broadcast to `shape` (numpy rules: dimensions aligned on the right, size-1 and
+// missing dimensions get stride 0).
+Bound broadcast_to(const ModelDef& def, uint32_t id, const std::vector<int64_t>& shape) {
+  const auto& dims = def.tensors[id].dims;
+  auto strides = contiguous_strides(dims);
+  Bound b;
+  b.id = id;
+  std::vector<int64_t> out_strides(shape.size(), 0);
+  size_t lead = shape.size() - dims.size();
+  for (size_t d = 0; d < dims.size(); ++d) {
+    out_strides[lead + d] = dims[d] == 1 ? 0 : strides[d];
+  }
+  b.desc = TensorDesc::make(nullptr, def.tensors[id].dtype, shape.data(),
+                            static_cast<int>(shape.size()), out_strides.data());
+  return b;
+}
+
+int64_t int_attr(const NodeInfo& n, const char* key, int64_t fallback) {
+  const Attr* a = n.attr(key);
+  return a ? a->i : fallback;
+}
+double float_attr(const NodeInfo& n, const char* key, double fallback) {
+  const Attr* a = n.attr(key);
+  return a ? a->f : fallback;
+}
+std::vector<int64_t> ints_attr(const NodeInfo& n, const char* key,
+                               std::vector<int64_t> fallback) {
+  const Attr* a = n.attr(key);
+  return a ? a->ints : fallback;
+}
+std::string string_attr(const NodeInfo& n, const char* key) {
+  const Attr* a = n.attr(key);
+  return a ? a->s : std::string();
+}
+
+[[noreturn]] void refuse(const NodeInfo& n, const std::string& why) {
+  throw ModelError("node " + n.name + " (" + n.op + "): " + why);
+}
+
+void need_inputs(const NodeInfo& n, size_t lo, size_t hi) {
+  if (n.inputs.size() < lo || n.inputs.size() > hi || n.outputs.size() != 1 ||
+      n.inputs[0] == kNoTensor) {
+    refuse(n, "unexpected number of inputs or outputs (corrupt model)");
+  }
+}
+
+bool has_input(const NodeInfo& n, size_t i) {
+  return n.inputs.size() > i && n.inputs[i] != kNoTensor;
+}
+
+// The activation fused into a Conv or MatMul by atc ("" for none), applied in place.
+struct Activation {
+  bool on = false;
+  k::UnaryOp op = k::UnaryOp::Relu;
+  static Activation parse(const NodeInfo& n) {
+    std::string name = string_attr(n, "activation");
+    if (name.empty()) return {};
+    static const std::map<std::string, k::UnaryOp> ops = {
+        {"Relu", k::UnaryOp::Relu}, {"Sigmoid", k::UnaryOp::Sigmoid},
+        {"Tanh", k::UnaryOp::Tanh}};
+    auto it = ops.find(name);
+    if (it == ops.end()) refuse(n, "unknown fused activation " + name);
+    return {true, it->second};
+  }
+  void apply(const TensorDesc& t) const {
+    if (on) k::unary(op, t, t, DType::Float32);
+  }
+};
+
+struct UnaryKernel : Model::Kernel {
+  Bound out, in;
+  k::UnaryOp op;
+  k::Scalar p0, p1;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    in.bind(ptrs);
+    k::unary(op, out.desc, in.desc, DType::Float32, p0, p1);
+  }
+};
+
+struct BinaryKernel : Model::Kernel {
+  Bound out, a, b;
+  k::BinaryOp op;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    a.bind(ptrs);
+    b.bind(ptrs);
+    k::binary(op, out.desc, a.desc, b.desc, DType::Float32);
+  }
+};
+
+struct ConvKernel : Model::Kernel {
+  Bound out, in, weight, bias;
+  bool has_bias = false;
+  k::Conv2dParams params;
+  Activation act;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    in.bind(ptrs);
+    weight.bind(ptrs);
+    if (has_bias) bias.bind(ptrs);
+    k::conv2d(out.desc, in.desc, weight.desc, has_bias ? &bias.desc : nullptr, params);
+    act.apply(out.desc);
+  }
+};
+
+// out = alpha * A @ B + beta * bias, then the activation. A and B are split into 2-D
+// matrices: a 2-D B with a row-major A is one gemm over all of A's rows; otherwise one gemm
+// per broadcast batch index.
+struct MatMulKernel : Model::Kernel {
+  struct Gemm {
+    TensorDesc a, b, c;
+    size_t a_off, b_off, c_off;  // bytes
+    bool batched = false;        // 3-D descriptors for gemm_batched
+  };
+  uint32_t a_id, b_id, out_id;
+  std::vector<Gemm> gemms;
+  Bound bias;
+  bool has_bias = false;
+  double alpha = 1, beta = 1;
+  Activation act;
+  TensorDesc out_flat;
+
+  void run(void* const* ptrs) override {
+    char* a = static_cast<char*>(ptrs[a_id]);
+    char* b = static_cast<char*>(ptrs[b_id]);
+    char* c = static_cast<char*>(ptrs[out_id]);
+    if (has_bias) {
+      bias.bind(ptrs);
+      TensorDesc out = bias.desc;  // the bias broadcast to the output's shape
+      out.data = c;
+      int64_t stride = 1;
+      for (int d = out.ndim - 1; d >= 0; --d) {
+        out.strides[d] = stride;
+        stride *= out.sizes[d];
+      }
+      k::copy(out, bias.desc);
+    }
+    for (auto g : gemms) {
+      g.a.data = a + g.a_off;
+      g.b.data = b + g.b_off;
+      g.c.data = c + g.c_off;
+      if (g.batched) {
+        k::gemm_batched(g.c, g.a, g.b, alpha, has_bias ? beta : 0.0);
+      } else {
+        k::gemm(g.c, g.a, g.b, alpha, has_bias ? beta : 0.0);
+      }
+    }
+    out_flat.data = c;
+    act.apply(out_flat);
+  }
+};
+
+std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& n) {
+  need_inputs(n, 2, 3);
+  auto kr = std::make_unique<MatMulKernel>();
+  kr->a_id = n.inputs[0];
+  kr->b_id = n.inputs[1];
+  kr->out_id = n.outputs[0];
+  kr->alpha = float_attr(n, "alpha", 1.0);
+  kr->beta = float_attr(n, "beta", 1.0);
+  kr->act = Activation::parse(n);
+  const auto& out_dims = def.tensors[kr->out_id].dims;
+  kr->out_flat = bound(def, kr->out_id).desc;
+  if (has_input(n, 2)) {
+    kr->has_bias = true;
+    kr->bias = broadcast_to(def, n.inputs[2], out_dims);
+  }
+  bool trans_a = int_attr(n, "trans_a", 0) != 0, trans_b = int_attr(n, "trans_b", 0) != 0;
+  std::vector<int64_t> a = def.tensors[kr->a_id].dims, b = def.tensors[kr->b_id].dims;
+  if (a.empty() || b.empty()) refuse(n, "MatMul of a scalar");
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  if ((trans_a || trans_b) && (a.size() != 2 || b.size() != 2)) {
+    refuse(n, "transposed operands are supported for 2-D matrices only");
+  }
+  int64_t m = trans_a ? a[1] : a[a.size() - 2], kk = trans_a ? a[0] : a.back();
+  int64_t nn = trans_b ? b[0] : b.back();
+  const int64_t es = 4;  // float32
+  auto matrix = [](int64_t rows, int64_t cols, bool trans) {
+    // A row-major [cols, rows] matrix read transposed, or a row-major [rows, cols] one.
+    return trans ? TensorDesc::make(nullptr, DType::Float32, {rows, cols}, {1, rows})
+                 : TensorDesc::make(nullptr, DType::Float32, {rows, cols});
+  };
+  if (a.size() == 2 && b.size() == 2) {
+    kr->gemms.push_back({matrix(m, kk, trans_a), matrix(kk, nn, trans_b), matrix(m, nn, false),
+                         0, 0, 0});
+    return kr;
+  }
+  if (b.size() == 2 && !trans_a) {
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < a.size(); ++d) rows *= a[d];
+    kr->gemms.push_back({matrix(rows, kk, false), matrix(kk, nn, trans_b),
+                         matrix(rows, nn, false), 0, 0, 0});
+    return kr;
+  }
+  // Batched: broadcast the batch dimensions and issue one gemm per batch index.
+  size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> ab(rank - 2, 1), bb(rank - 2, 1), batch(rank - 2, 1);
+  for (size_t d = 0; d + 2 < a.size(); ++d) ab[rank - a.size() + d] = a[d];
+  for (size_t d = 0; d + 2 < b.size(); ++d) bb[rank - b.size() + d] = b[d];
+  for (size_t d = 0; d + 2 < rank; ++d) batch[d] = std::max(ab[d], bb[d]);
+  auto as = contiguous_strides(ab), bs = contiguous_strides(bb), cs = contiguous_strides(batch);
+  int64_t total = 1, a_total = 1, b_total = 1;
+  for (int64_t v : batch) total *= v;
+  for (int64_t v : ab) a_total *= v;
+  for (int64_t v : bb) b_total *= v;
+  // One gemm_batched call when each operand either has the full batch or none (stride 0).
+  if ((a_total == total || a_total == 1) && (b_total == total || b_total == 1) &&
+      (ab == batch || a_total == 1) && (bb == batch || b_total == 1)) {
+    auto batch3 = [total](int64_t rows, int64_t cols, bool broadcast) {
+      return TensorDesc::make(nullptr, DType::Float32, {total, rows, cols},
+                              {broadcast ? 0 : rows * cols, cols, 1});
+    };
+    MatMulKernel::Gemm g{batch3(m, kk, a_total == 1 && total > 1), batch3(kk, nn, b_total == 1 && total > 1),
+           batch3(m, nn, false), 0, 0, 0, true};
+    kr->gemms.push_back(g);
+    return kr;
+  }
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t rem = i, ai = 0, bi = 0;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      int64_t idx = rem / cs[d];
+      rem %= cs[d];
+      if (ab[d] != 1) ai += idx * as[d];
+      if (bb[d] != 1) bi += idx * bs[d];
+    }
+    kr->gemms.push_back({matrix(m, kk, false), matrix(kk, nn, false), matrix(m, nn, false),
+                         static_cast<size_t>(ai * m * kk * es),
+                         static_cast<size_t>(bi * kk * nn * es),
+                         static_cast<size_t>(i * m * nn * es)});
+  }
+  return kr;
+}
+
+struct SoftmaxKernel : Model::Kernel {
+  Bound out, in;
+  int dim;
+  bool log;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    in.bind(ptrs);
+    k::softmax(out.desc, in.desc, dim, log);
+  }
+};
+
+struct LayerNormKernel : Model::Kernel {
+  Bound out, in, weight, bias;
+  bool has_bias = false;
+  int normalized_ndim;
+  double eps;
+  std::vector<float> mean, rstd;  // the kernel's row statistics, kept across runs
+  TensorDesc mean_desc, rstd_desc;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    in.bind(ptrs);
+    weight.bind(ptrs);
+    if (has_bias) bias.bind(ptrs);
+    k::layer_norm(out.desc, mean_desc, rstd_desc, in.desc, &weight.desc,
+                  has_bias ? &bias.desc : nullptr, normalized_ndim, eps);
+  }
+};
+
+// BatchNormalization after atc: out = x * scale + shift, scale and shift per channel (dim 1).
+struct ScaleShiftKernel : Model::Kernel {
+  Bound out, in, scale, shift;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    in.bind(ptrs);
+    scale.bind(ptrs);
+    shift.bind(ptrs);
+    k::ternary(k::TernaryOp::Addcmul, out.desc, shift.desc, in.desc, scale.desc,
+               DType::Float32, 1);
+  }
+};
+
+struct PoolKernel : Model::Kernel {
+  enum Kind { Max, Avg, GlobalAvg } kind;
+  Bound out, in;
+  k::Pool2dParams params;
+  bool count_include_pad = false;
+  std::vector<int64_t> indices;  // max_pool2d's argmax output, unused but required
+  TensorDesc indices_desc;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    in.bind(ptrs);
+    switch (kind) {
+      case Max: k::max_pool2d(out.desc, indices_desc, in.desc, params); break;
+      case Avg: k::avg_pool2d(out.desc, in.desc, params, count_include_pad); break;
+      case GlobalAvg: k::adaptive_avg_pool2d(out.desc, in.desc); break;
+    }
+  }
+};
+
+// Reshape (and Flatten / Squeeze / Unsqueeze / a graph-output Identity): the same bytes.
+struct CopyBytesKernel : Model::Kernel {
+  uint32_t out_id, in_id;
+  size_t nbytes;
+  void run(void* const* ptrs) override {
+    if (ptrs[out_id] != ptrs[in_id]) std::memcpy(ptrs[out_id], ptrs[in_id], nbytes);
+  }
+};
+
+// Transpose and Concat: strided copies into the output.
+struct CopyKernel : Model::Kernel {
+  std::vector<std::pair<Bound, Bound>> copies;  // (destination view, source view)
+  void run(void* const* ptrs) override {
+    for (auto& [dst, src] : copies) {
+      dst.bind(ptrs);
+      src.bind(ptrs);
+      k::copy(dst.desc, src.desc);
+    }
+  }
+};
+
+using Factory = std::function<std::unique_ptr<Model::Kernel>(const ModelDef&, const NodeInfo&)>;
+
+// Gather along `axis` (embeddings: data [V, D], indices [B, T] of token ids): whole inner rows
+// are copied; a negative index counts from the end, one out of range fails the run naming it.
+struct GatherKernel : Model::Kernel {
+  uint32_t out_id, data_id, index_id;
+  bool index64 = true;
+  std::string node;
+  int64_t outer = 1, dim = 1, count = 1;
+  size_t row_bytes = 0;
+  void run(void* const* ptrs) override {
+    const char* data = static_cast<const char*>(ptrs[data_id]);
+    char* out = static_cast<char*>(ptrs[out_id]);
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t idx = index64 ? static_cast<const int64_t*>(ptrs[index_id])[j]
+                            : static_cast<const int32_t*>(ptrs[index_id])[j];
+      if (idx < -dim || idx >= dim) {
+        throw std::out_of_range("Gather node " + node + ": index " + std::to_string(idx) +
+                                " is out of range for a dimension of size " +
+                                std::to_string(dim));
+      }
+      if (idx < 0) idx += dim;
+      for (int64_t o = 0; o < outer; ++o) {
+        std::memcpy(out + (o * count + j) * row_bytes, data + (o * dim + idx) * row_bytes,
+                    row_bytes);
+      }
+    }
+  }
+};
+
+// ReduceMean / Sum / Max / Min: the output seen with the input's rank (size 1 along each
+// reduced axis), the kernel library's keepdim convention; keepdims=0 is the same bytes.
+struct ReduceKernel : Model::Kernel {
+  Bound out, in;
+  k::ReduceOp op;
+  void run(void* const* ptrs) override {
+    out.bind(ptrs);
+    in.bind(ptrs);
+    k::reduce(op, out.desc, in.desc, DType::Float32);
+  }
+};
+
+Factory reduce(k::ReduceOp op) {
+  return [op](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+    need_inputs(n, 1, 1);
+    auto kr = std::make_unique<ReduceKernel>();
+    kr->op = op;
+    kr->in = bound(def, n.inputs[0]);
+    std::vector<int64_t> kept = def.tensors[n.inputs[0]].dims;
+    for (int64_t a : ints_attr(n, "axes", {})) {
+      if (a < 0 || a >= static_cast<int64_t>(kept.size())) refuse(n, "bad axis");
+      kept[a] = 1;
+    }
+    Bound out;
+    out.id = n.outputs[0];
+    out.desc = TensorDesc::make(nullptr, DType::Float32, kept.data(),
+                                static_cast<int>(kept.size()));
+    if (out.desc.numel() * 4 != static_cast<int64_t>(def.tensors[out.id].nbytes)) {
+      refuse(n, "the output's size does not match the reduced axes");
+    }
+    kr->out = out;
+    return kr;
+  };
+}
+
+struct WhereKernel : Model::Kernel {
+  Bound out, cond, x, y;
+  void run(void* const* ptrs) override {
+    for (Bound* b : {&out, &cond, &x, &y}) b->bind(ptrs);
+    k::ternary(k::TernaryOp::Where, out.desc, cond.desc, x.desc, y.desc, DType::Float32);
+  }
+};
+
+void symmetric_pads(const NodeInfo& n, const std::vector<int64_t>& pads, int64_t out[2]) {
+  if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
+    refuse(n, "asymmetric padding is not supported (pads must be [h, w, h, w])");
+  }
+  out[0] = pads[0];
+  out[1] = pads[1];
+}
+
+void need_rank(const ModelDef& def, const NodeInfo& n, uint32_t id, size_t rank) {
+  if (def.tensors[id].dims.size() != rank) {
+    refuse(n, "expects a rank-" + std::to_string(rank) + " input");
+  }
+}
+
+
+std::unique_ptr<Model::Kernel> make_unary(const ModelDef& def, const NodeInfo& n,
+                                          k::UnaryOp op, k::Scalar p0 = {}, k::Scalar p1 = {}) {
+  need_inputs(n, 1, 1);
+  auto kr = std::make_unique<UnaryKernel>();
+  kr->out = bound(def, n.outputs[0]);
+  kr->in = bound(def, n.inputs[0]);
+  kr->op = op;
+  kr->p0 = p0;
+  kr->p1 = p1;
+  return kr;
+}
+
+Factory unary(k::UnaryOp op) {
+  return [op](const ModelDef& def, const NodeInfo& n) { return make_unary(def, n, op); };
+}
+
+Factory binary(k::BinaryOp op) {
+  return [op](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+    need_inputs(n, 2, 2);
+    auto kr = std::make_unique<BinaryKernel>();
+    const auto& shape = def.tensors[n.outputs[0]].dims;
+    kr->out = bound(def, n.outputs[0]);
+    kr->a = broadcast_to(def, n.inputs[0], shape);
+    kr->b = broadcast_to(def, n.inputs[1], shape);
+    kr->op = op;
+    return kr;
+  };
+}
+
+const std::map<std::string, Factory>& factories() {
+  static const std::map<std::string, Factory> table = {
+      {"Relu", unary(k::UnaryOp::Relu)},
+      {"Sigmoid", unary(k::UnaryOp::Sigmoid)},
+      {"Tanh", unary(k::UnaryOp::Tanh)},
+      {"Erf", unary(k::UnaryOp::Erf)},
+      {"Sqrt", unary(k::UnaryOp::Sqrt)},
+      {"Exp", unary(k::UnaryOp::Exp)},
+      {"Log", unary(k::UnaryOp::Log)},
+      {"Neg", unary(k::UnaryOp::Neg)},
+      {"Abs", unary(k::UnaryOp::Abs)},
+      {"Reciprocal", unary(k::UnaryOp::Reciprocal)},
+      {"Gelu",
+       [](const ModelDef& def, const NodeInfo& n) {
+         return make_unary(def, n, string_attr(n, "approximate") == "tanh"
+                                       ? k::UnaryOp::GeluTanh : k::UnaryOp::Gelu);
+       }},
+      {"LeakyRelu",
+       [](const ModelDef& def, const NodeInfo& n) {
+         return make_unary(def, n, k::UnaryOp::LeakyRelu, float_attr(n, "alpha", 0.01));
+       }},
+      {"Clip",
+       [](const ModelDef& def, const NodeInfo& n) {
+         return make_unary(def, n, k::UnaryOp::Clamp, float_attr(n, "min", -INFINITY),
+                           float_attr(n, "max", INFINITY));
+       }},
+      {"Add", binary(k::BinaryOp::Add)},
+      {"Sub", binary(k::BinaryOp::Sub)},
+      {"Mul", binary(k::BinaryOp::Mul)},
+      {"Div", binary(k::BinaryOp::Div)},
+      {"Pow", binary(k::BinaryOp::Pow)},
+      {"MatMul", make_matmul},
+      {"Conv",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 2, 3);
+         need_rank(def, n, n.inputs[0], 4);
+         auto kr = std::make_unique<ConvKernel>();
+         kr->out = bound(def, n.outputs[0]);
+         kr->in = bound(def, n.inputs[0]);
+         kr->weight = bound(def, n.inputs[1]);
+         kr->has_bias = has_input(n, 2);
+         if (kr->has_bias) kr->bias = bound(def, n.inputs[2]);
+         auto s = ints_attr(n, "strides", {1, 1}), d = ints_attr(n, "dilations", {1, 1});
+         if (s.size() != 2 || d.size() != 2) refuse(n, "2-D convolution only");
+         symmetric_pads(n, ints_attr(n, "pads", {0, 0, 0, 0}), kr->params.padding);
+         for (int i = 0; i < 2; ++i) {
+           kr->params.stride[i] = s[i];
+           kr->params.dilation[i] = d[i];
+         }
+         kr->params.groups = int_attr(n, "group", 1);
+         kr->act = Activation::parse(n);
+         return kr;
+       }},
+      {"Softmax",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 1, 1);
+         auto kr = std::make_unique<SoftmaxKernel>();
+         kr->out = bound(def, n.outputs[0]);
+         kr->in = bound(def, n.inputs[0]);
+         kr->dim = static_cast<int>(int_attr(n, "axis", -1));
+         kr->log = n.op == "LogSoftmax";
+         return kr;
+       }},
+      {"LayerNormalization",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 2, 3);
+         auto kr = std::make_unique<LayerNormKernel>();
+         kr->out = bound(def, n.outputs[0]);
+         kr->in = bound(def, n.inputs[0]);
+         const auto& dims = def.tensors[n.inputs[0]].dims;
+         int64_t axis = int_attr(n, "axis", -1);
+         kr->normalized_ndim = static_cast<int>(dims.size() - axis);
+         int64_t rows = 1, cols = 1;
+         for (size_t d = 0; d < dims.size(); ++d) {
+           (static_cast<int64_t>(d) < axis ? rows : cols) *= dims[d];
+         }
+         auto flat = [&](uint32_t id) {
+           Bound b = bound(def, id);
+           b.desc = TensorDesc::make(nullptr, def.tensors[id].dtype, {cols});
+           return b;
+         };
+         kr->weight = flat(n.inputs[1]);
+         kr->has_bias = has_input(n, 2);
+         if (kr->has_bias) kr->bias = flat(n.inputs[2]);
+         kr->eps = float_attr(n, "epsilon", 1e-5);
+         kr->mean.resize(rows);
+         kr->rstd.resize(rows);
+         kr->mean_desc = TensorDesc::make(kr->mean.data(), DType::Float32, {rows});
+         kr->rstd_desc = TensorDesc::make(kr->rstd.data(), DType::Float32, {rows});
+         return kr;
+       }},
+      {"BatchNormalization",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 3, 3);  // atc folded the statistics into scale and shift
+         auto kr = std::make_unique<ScaleShiftKernel>();
+         const auto& shape = def.tensors[n.outputs[0]].dims;
+         if (shape.size() < 2) refuse(n, "expects an input of rank 2 or more");
+         kr->out = bound(def, n.outputs[0]);
+         kr->in = bound(def, n.inputs[0]);
+         auto per_channel = [&](uint32_t id) {
+           Bound b = bound(def, id);
+           std::vector<int64_t> strides(shape.size(), 0);
+           strides[1] = 1;
+           b.desc = TensorDesc::make(nullptr, DType::Float32, shape.data(),
+                                     static_cast<int>(shape.size()), strides.data());
+           return b;
+         };
+         kr->scale = per_channel(n.inputs[1]);
+         kr->shift = per_channel(n.inputs[2]);
+         return kr;
+       }},
+      {"MaxPool",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 1, 1);
+         need_rank(def, n, n.inputs[0], 4);
+         auto kr = std::make_unique<PoolKernel>();
+         kr->kind = n.op == "MaxPool" ? PoolKernel::Max : PoolKernel::Avg;
+         kr->out = bound(def, n.outputs[0]);
+         kr->in = bound(def, n.inputs[0]);
+         auto ks = ints_attr(n, "kernel_shape", {}), s = ints_attr(n, "strides", {1, 1});
+         auto d = ints_attr(n, "dilations", {1, 1});
+         if (ks.size() != 2 || s.size() != 2 || d.size() != 2) refuse(n, "2-D pooling only");
+         symmetric_pads(n, ints_attr(n, "pads", {0, 0, 0, 0}), kr->params.padding);
+         for (int i = 0; i < 2; ++i) {
+           kr->params.kernel[i] = ks[i];
+           kr->params.stride[i] = s[i];
+           kr->params.dilation[i] = d[i];
+         }
+         kr->params.ceil_mode = int_attr(n, "ceil_mode", 0) != 0;
+         kr->count_include_pad = int_attr(n, "count_include_pad", 0) != 0;
+         if (kr->kind == PoolKernel::Max) {
+           const auto& od = def.tensors[n.outputs[0]].dims;
+           kr->indices.resize(od[0] * od[1] * od[2] * od[3]);
+           kr->indices_desc = TensorDesc::make(kr->indices.data(), DType::Int64,
+                                               od.data(), 4);
+         }
+         return kr;
+       }},
+      {"GlobalAveragePool",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 1, 1);
+         need_rank(def, n, n.inputs[0], 4);
+         auto kr = std::make_unique<PoolKernel>();
+         kr->kind = PoolKernel::GlobalAvg;
+         kr->out = bound(def, n.outputs[0]);
+         kr->in = bound(def, n.inputs[0]);
+         return kr;
+       }},
+      {"Reshape",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 1, 1);
+         if (def.tensors[n.inputs[0]].nbytes != def.tensors[n.outputs[0]].nbytes) {
+           refuse(n, "input and output sizes differ");
+         }
+         auto kr = std::make_unique<CopyBytesKernel>();
+         kr->out_id = n.outputs[0];
+         kr->in_id = n.inputs[0];
+         kr->nbytes = def.tensors[n.outputs[0]].nbytes;
+         return kr;
+       }},
+      {"Transpose",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 1, 1);
+         const auto& in_dims = def.tensors[n.inputs[0]].dims;
+         auto perm = ints_attr(n, "perm", {});
+         if (perm.size() != in_dims.size()) refuse(n, "perm does not match the input's rank");
+         auto in_strides = contiguous_strides(in_dims);
+         std::vector<int64_t> sizes, strides;
+         for (int64_t p : perm) {
+           if (p < 0 || p >= static_cast<int64_t>(in_dims.size())) refuse(n, "bad perm");
+           sizes.push_back(in_dims[p]);
+           strides.push_back(in_strides[p]);
+         }
+         Bound src;
+         src.id = n.inputs[0];
+         src.desc = TensorDesc::make(nullptr, DType::Float32, sizes.data(),
+                                     static_cast<int>(sizes.size()), strides.data());
+         auto kr = std::make_unique<CopyKernel>();
+         kr->copies.emplace_back(bound(def, n.outputs[0]), src);
+         return kr;
+       }},
+      {"ReduceMean", reduce(k::ReduceOp::Mean)},
+      {"ReduceSum", reduce(k::ReduceOp::Sum)},
+      {"ReduceMax", reduce(k::ReduceOp::Amax)},
+      {"ReduceMin", reduce(k::ReduceOp::Amin)},
+      {"Gather",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 2, 2);
+         auto kr = std::make_unique<GatherKernel>();
+         kr->out_id = n.outputs[0];
+         kr->data_id = n.inputs[0];
+         kr->index_id = n.inputs[1];
+         kr->node = n.name;
+         const auto& dims = def.tensors[n.inputs[0]].dims;
+         int64_t axis = int_attr(n, "axis", 0);
+         if (axis < 0 || axis >= static_cast<int64_t>(dims.size())) refuse(n, "bad axis");
+         int64_t inner = 1;
+         for (size_t d = 0; d < dims.size(); ++d) {
+           if (static_cast<int64_t>(d) < axis) kr->outer *= dims[d];
+           if (static_cast<int64_t>(d) > axis) inner *= dims[d];
+         }
+         kr->dim = dims[axis];
+         kr->row_bytes = static_cast<size_t>(inner) * 4;
+         const auto& idx = def.tensors[n.inputs[1]];
+         kr->index64 = idx.dtype == DType::Int64;
+         kr->count = 1;
+         for (int64_t v : idx.dims) kr->count *= v;
+         return kr;
+       }},
+      {"Where",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 3, 3);
+         auto kr = std::make_unique<WhereKernel>();
+         const auto& shape = def.tensors[n.outputs[0]].dims;
+         kr->out = bound(def, n.outputs[0]);
+         kr->cond = broadcast_to(def, n.inputs[0], shape);
+         kr->x = broadcast_to(def, n.inputs[1], shape);
+         kr->y = broadcast_to(def, n.inputs[2], shape);
+         return kr;
+       }},
+      {"Split",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         if (n.inputs.size() != 1 || n.outputs.empty()) refuse(n, "needs one input");
+         const auto& in_dims = def.tensors[n.inputs[0]].dims;
+         auto in_strides = contiguous_strides(in_dims);
+         int64_t axis = int_attr(n, "axis", 0);
+         auto kr = std::make_unique<CopyKernel>();
+         int64_t at = 0;
+         for (uint32_t id : n.outputs) {
+           const auto& dims = def.tensors[id].dims;
+           Bound src;
+           src.id = n.inputs[0];
+           src.desc = TensorDesc::make(nullptr, DType::Float32, dims.data(),
+                                       static_cast<int>(dims.size()), in_strides.data());
+           src.byte_offset = static_cast<size_t>(at * in_strides[axis] * 4);
+           at += dims[axis];
+           kr->copies.emplace_back(bound(def, id), src);
+         }
+         if (at != in_dims[axis]) refuse(n, "the outputs do not cover the input");
+         return kr;
+       }},
+      {"Concat",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         if (n.inputs.empty() || n.outputs.size() != 1) refuse(n, "needs inputs");
+         const auto& out_dims = def.tensors[n.outputs[0]].dims;
+         auto out_strides = contiguous_strides(out_dims);
+         int64_t axis = int_attr(n, "axis", 0);
+         auto kr = std::make_unique<CopyKernel>();
+         int64_t at = 0;
+         for (uint32_t id : n.inputs) {
+           const auto& dims = def.tensors[id].dims;
+           Bound dst;
+           dst.id = n.outputs[0];
+           dst.desc = TensorDesc::make(nullptr, DType::Float32, dims.data(),
+                                       static_cast<int>(dims.size()), out_strides.data());
+           dst.byte_offset = static_cast<size_t>(at * out_strides[axis] * 4);
+           at += dims[axis];
+           kr->copies.emplace_back(dst, bound(def, id));
+         }
+         return kr;
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& n) {
+  std::string op = n.op == "LogSoftmax" ? "Softmax" : n.op == "AveragePool" ? "MaxPool" : n.op;
+  auto it = factories().find(op);
+  if (it == factories().end()) {
+    throw ModelError("node " + n.name + ": op " + n.op + " is not supported by this engine "
+                     "(the .om was written by a newer atc?)");
+  }
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    uint32_t id = n.inputs[i];
+    if (id == kNoTensor) continue;
+    DType t = def.tensors[id].dtype;
+    bool allowed = t == DType::Float32 ||
+                   (n.op == "Gather" && i == 1 && (t == DType::Int64 || t == DType::Int32)) ||
+                   (n.op == "Where" && i == 0);  // any dtype is a condition (!= 0)
+    if (!allowed) {
+      refuse(n, "the engine computes in float32; tensor " + def.tensors[id].name + " is " +
+                    k::dtype_name(def.tensors[id].dtype));
+    }
+  }
+  return it->second(def, n);
+}
+
+}  // namespace npu::engine

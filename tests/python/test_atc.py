@@ -1,0 +1,111 @@
+"""atc: ONNX -> .om conversion, its passes, its errors and its determinism; the .om reader of
+`atc --mode=1`. The engine side is test_inference.py."""
+
+import json
+
+import pytest
+
+pytest.importorskip("onnx")
+
+from onnx_models import WithCumSum, atc, convert, export, make_models  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return make_models(tmp_path_factory.mktemp("models"))
+
+
+def test_cnn_passes_fold_and_fuse(models, tmp_path):
+    """The CNN's BNs are in the ONNX file (exported without folding); atc must fold bn1/bn2
+    into their convs, turn bn3 into a scale-shift, fuse the activations and share memory."""
+    _, om_path, _ = models["cnn"]
+    js = tmp_path / "cnn.json"
+    r = atc("--mode=1", f"--om={om_path}", f"--json={js}")
+    assert r.returncode == 0, r.stderr
+    dump = json.loads(js.read_text())
+    ops = [n["op"] for n in dump["nodes"]]
+    assert ops.count("BatchNormalization") == 1  # bn3 only; bn1 and bn2 folded
+    assert "Relu" not in ops and "Sigmoid" not in ops[:3]  # fused into conv1 / conv3
+    assert [n["attrs"]["activation"] for n in dump["nodes"] if n["op"] == "Conv"] == [
+        "Relu", "", "Relu"]
+    assert ops[-1] == "MatMul" and dump["nodes"][-1]["inputs"][2]  # the classifier's bias
+    arena = dump["memory_plan"]["arena_bytes"]
+    unshared = sum(t["bytes"] for t in dump["tensors"] if t["storage"] == "arena")
+    assert arena < unshared  # buffers were reused
+    assert dump["format"] == {"magic": "SIMNPUOM", "version": 1}
+
+
+
+def test_atc_is_deterministic(models, tmp_path):
+    onnx_path, om_path, _ = models["cnn"]
+    again = convert(onnx_path, tmp_path / "again")
+    with open(om_path, "rb") as a, open(again, "rb") as b:
+        assert a.read() == b.read()
+
+
+
+def test_atc_refuses_unsupported_op(tmp_path):
+    path = export(WithCumSum(), (1, 3, 8, 8), tmp_path / "cumsum.onnx")
+    r = atc(f"--model={path}", "--framework=5", f"--output={tmp_path / 'cumsum'}",
+            "--soc_version=Ascend910B2")
+    assert r.returncode == 1
+    assert "ATC run failed" in r.stderr
+    assert "'CumSum'" in r.stderr and "opset 17" in r.stderr and "node '" in r.stderr
+    assert not (tmp_path / "cumsum.om").exists()
+
+
+
+@pytest.mark.parametrize("framework, reason", [("3", "TensorFlow"), ("7", "must be")])
+def test_atc_refuses_other_frameworks(models, framework, reason):
+    r = atc(f"--model={models['mlp'][0]}", f"--framework={framework}", "--output=x",
+            "--soc_version=Ascend910B2")
+    assert r.returncode == 1
+    assert f"E10001: Value [{framework}] for parameter [--framework] is invalid" in r.stderr
+    assert reason in r.stderr
+
+
+
+def test_atc_refuses_a_file_that_is_not_onnx(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\x01garbage" * 10)
+    r = atc(f"--model={bad}", "--framework=5", f"--output={tmp_path / 'bad'}",
+            "--soc_version=Ascend910B2")
+    assert r.returncode == 1 and "not a readable ONNX model" in r.stderr
+
+
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b[: len(b) // 2], "truncated"),
+    (lambda b: b[:40], "truncated"),
+    (lambda b: b[:-100] + bytes(100), "corrupt"),
+    (lambda b: b"PK\x03\x04" + b[4:], "not an offline model"),
+    (lambda b: b[:8] + (2).to_bytes(4, "little") + b[12:], "version 2"),
+])
+def test_mode1_refuses_damaged_om(models, tmp_path, damage, message):
+    data = open(models["mlp"][1], "rb").read()
+    bad = tmp_path / "bad.om"
+    bad.write_bytes(damage(data))
+    r = atc("--mode=1", f"--om={bad}", f"--json={tmp_path / 'bad.json'}")
+    assert r.returncode == 1 and "ATC run failed" in r.stderr
+    assert message in r.stderr
+
+
+def test_decomposed_layer_norm_and_gelu_are_fused(tmp_path):
+    """Below opset 17 the exporter spells LayerNorm out (ReduceMean, Sub, Pow, ReduceMean,
+    Add, Sqrt, Div, Mul, Add); atc puts the LayerNormalization back, and the GELU too."""
+    import torch
+    from onnx_models import Encoder
+    torch.manual_seed(2)
+    path = tmp_path / "enc14.onnx"
+    with torch.no_grad():
+        torch.onnx.export(Encoder().eval(), (torch.randn(2, 8, 32),), str(path), dynamo=False,
+                          input_names=["x"], opset_version=14)
+    om_path = convert(path, tmp_path / "enc14")
+    js = tmp_path / "enc14.json"
+    assert atc("--mode=1", f"--om={om_path}", f"--json={js}").returncode == 0
+    ops = [n["op"] for n in json.loads(js.read_text())["nodes"]]
+    assert ops.count("LayerNormalization") == 2
+    assert "ReduceMean" not in ops and "Sqrt" not in ops and "Pow" not in ops
+    # and the exported erf GELU (Div, Erf, Add, Mul, Mul) is one Gelu
+    assert ops.count("Gelu") == 1 and "Erf" not in ops

@@ -1,0 +1,237 @@
+"""Offline inference end to end: PyTorch -> ONNX -> atc -> .om -> the engine through AscendCL's
+model API -> ais_bench, compared with onnxruntime's CPU provider on the same ONNX file."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from ais_bench._acl import AclError  # noqa: E402
+from ais_bench.infer.interface import InferSession  # noqa: E402
+from onnx_models import (TOL, WithReduceMean, atc, convert, export, make_models,  # noqa: E402
+                         onnxruntime_run)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return make_models(tmp_path_factory.mktemp("models"))
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder"])
+def test_model_matches_onnxruntime(models, name):
+    onnx_path, om_path, shape = models[name]
+    x = np.random.RandomState(0).randn(*shape).astype(np.float32)
+    expected = onnxruntime_run(onnx_path, x)
+    session = InferSession(0, om_path)
+    assert [t.shape for t in session.get_inputs()] == [list(shape)]
+    assert [t.shape for t in session.get_outputs()] == [list(e.shape) for e in expected]
+    for _ in range(2):  # the second run reuses the arena and buffers of the first
+        got = session.infer([x])
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL)
+    session.free_resource()
+
+
+
+def test_atc_input_shape_sets_the_batch(models, tmp_path):
+    onnx_path = models["mlp"][0]
+    om_path = convert(onnx_path, tmp_path / "mlp8", "--input_shape=x:8,32")
+    # The exported graph says batch 4; --input_shape replaces it and shape inference carries
+    # the new batch through every node.
+    session = InferSession(0, om_path)
+    assert session.get_inputs()[0].shape == [8, 32]
+    x = np.random.RandomState(1).randn(8, 32).astype(np.float32)
+    (got,) = session.infer([x])
+    # onnxruntime keeps the file's batch of 4: the reference is two runs of 4 rows.
+    expected = np.concatenate([onnxruntime_run(onnx_path, x[:4])[0],
+                               onnxruntime_run(onnx_path, x[4:])[0]])
+    np.testing.assert_allclose(got, expected, rtol=TOL, atol=TOL)
+    r = atc(f"--model={onnx_path}", "--framework=5", "--output=x", "--soc_version=Ascend910B2",
+            "--input_shape=y:1,32")
+    assert r.returncode == 1 and "has no input of that name" in r.stderr
+
+
+
+def test_gpt_decoder_matches_onnxruntime(models):
+    """Token ids (int64) through embeddings (Gather), a split qkv, a causal mask (Where over a
+    folded constant) and two decoder blocks."""
+    onnx_path, om_path, shape = models["gpt"]
+    session = InferSession(0, om_path)
+    assert session.get_inputs()[0].datatype == "int64"
+    ids = np.random.RandomState(0).randint(0, 50, shape).astype(np.int64)
+    (got,) = session.infer([ids])
+    np.testing.assert_allclose(got, onnxruntime_run(onnx_path, ids)[0], rtol=TOL, atol=TOL)
+    bad = ids.copy()
+    bad[1, 3] = 50  # the vocabulary has 50 tokens
+    with pytest.raises(AclError, match="index 50 is out of range for a dimension of size 50"):
+        session.infer([bad])
+    (again,) = session.infer([ids])  # the failure was reported; the stream runs again
+    np.testing.assert_array_equal(again, got)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b[: len(b) // 2], "truncated"),
+    (lambda b: b[:40], "truncated"),
+    (lambda b: b[:-100] + bytes(100), "corrupt"),
+    (lambda b: b"PK\x03\x04" + b[4:], "not an offline model"),
+    (lambda b: b[:8] + (2).to_bytes(4, "little") + b[12:], "version 2"),
+])
+def test_damaged_om_is_refused(models, tmp_path, damage, message):
+    data = open(models["mlp"][1], "rb").read()
+    bad = tmp_path / "bad.om"
+    bad.write_bytes(damage(data))
+    with pytest.raises(AclError, match=message) as e:
+        InferSession(0, str(bad))
+    assert e.value.code == 100013  # ACL_ERROR_PARSE_MODEL
+
+
+
+def test_missing_om_is_refused(tmp_path):
+    with pytest.raises(AclError, match="cannot open the model file") as e:
+        InferSession(0, str(tmp_path / "missing.om"))
+    assert e.value.code == 100014  # ACL_ERROR_READ_MODEL_FAILURE
+
+
+
+def test_infer_checks_feeds(models):
+    session = InferSession(0, models["mlp"][1])
+    with pytest.raises(ValueError, match=r"input x must be float32 of shape \[4, 32\]"):
+        session.infer([np.zeros((3, 32), np.float32)])
+    with pytest.raises(ValueError, match="1 inputs"):
+        session.infer([np.zeros((4, 32), np.float32)] * 2)
+    got = session.infer({"x": np.zeros((4, 32), np.float32)})
+    assert got[0].shape == (4, 10)
+
+
+
+def test_ais_bench_cli(models, tmp_path):
+    onnx_path, om_path, shape = models["cnn"]
+    inputs, outputs = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir()
+    xs = [np.random.RandomState(i).randn(*shape).astype(np.float32) for i in range(2)]
+    for i, x in enumerate(xs):
+        np.save(inputs / f"sample{i}.npy", x)
+    r = subprocess.run([sys.executable, "-m", "ais_bench", "--model", om_path, "--input",
+                        str(inputs), "--output", str(outputs), "--outfmt", "NPY", "--loop", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Performance Summary" in r.stdout and "NPU_compute_time (ms)" in r.stdout
+    assert "throughput 1000*batchsize.mean(2)" in r.stdout
+    for i, x in enumerate(xs):
+        got = np.load(outputs / f"sample{i}_0.npy")
+        np.testing.assert_allclose(got, onnxruntime_run(onnx_path, x)[0], rtol=TOL, atol=TOL)
+
+
+
+def test_checked_in_example_model_is_what_atc_writes(tmp_path):
+    """examples/acl/mlp_infer.c runs examples/acl/tiny_mlp.om (ctest); it must stay what this
+    atc writes for examples/acl/make_tiny_mlp.py's model."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    r = subprocess.run([sys.executable, os.path.join(root, "examples/acl/make_tiny_mlp.py"),
+                        str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(root, "examples/acl/tiny_mlp.om"), "rb") as f:
+        assert (tmp_path / "tiny_mlp.om").read_bytes() == f.read()
+
+
+
+def test_more_ops_match_onnxruntime(tmp_path):
+    """Ops the exported models do not reach, in one hand-built graph: MatMul whose batch
+    broadcasts (one gemm per batch index), Transpose, Concat, Sub/Div/Pow with broadcasting,
+    Clip, LeakyRelu, Exp/Log/Sqrt/Abs/Neg, LogSoftmax, AveragePool, GlobalAveragePool,
+    ReduceSum (axes as an input, keepdims=0), ReduceMax (axes attribute)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.RandomState(3)
+    w = rng.randn(3, 5, 6).astype(np.float32)
+    c = rng.rand(6).astype(np.float32) + 0.5
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),                       # [2,3,4,6]
+        helper.make_node("Transpose", ["m"], ["t"], perm=[0, 1, 3, 2]),      # [2,3,6,4]
+        helper.make_node("Div", ["m", "c"], ["d"]),
+        helper.make_node("Sub", ["d", "m"], ["s"]),
+        helper.make_node("Abs", ["s"], ["a"]),
+        helper.make_node("Sqrt", ["a"], ["q"]),
+        helper.make_node("Neg", ["q"], ["n"]),
+        helper.make_node("Exp", ["n"], ["e"]),
+        helper.make_node("Log", ["e"], ["l"]),
+        helper.make_node("Clip", ["l", "lo", "hi"], ["cl"]),
+        helper.make_node("LeakyRelu", ["m"], ["lr"], alpha=0.2),
+        helper.make_node("Pow", ["cl", "two"], ["p"]),
+        helper.make_node("Concat", ["p", "lr"], ["cat"], axis=3),            # [2,3,4,12]
+        helper.make_node("LogSoftmax", ["cat"], ["ls"], axis=-1),
+        helper.make_node("AveragePool", ["t"], ["ap"], kernel_shape=[2, 2], strides=[2, 2],
+                         pads=[1, 1, 1, 1], count_include_pad=1),
+        helper.make_node("GlobalAveragePool", ["t"], ["gp"]),
+        helper.make_node("ReduceSum", ["t", "axes"], ["rs"], keepdims=0),  # axes as an input
+        helper.make_node("ReduceMax", ["m"], ["rm"], axes=[-2]),
+    ]
+    inits = [numpy_helper.from_array(v, n) for v, n in (
+        (w, "w"), (c, "c"), (np.array(-0.5, np.float32), "lo"), (np.array(1.5, np.float32), "hi"),
+        (np.array(2.0, np.float32), "two"), (np.array([1, -1], np.int64), "axes"))]
+    graph = helper.make_graph(
+        nodes, "ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("ls", "ap", "gp", "rs", "rm")],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(tmp_path / "ops.onnx")
+    onnx_module = pytest.importorskip("onnx")
+    onnx_module.save(model, path)
+    om_path = convert(path, tmp_path / "ops")
+    x = rng.randn(2, 3, 4, 5).astype(np.float32)
+    import onnxruntime as ort
+    expected = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = InferSession(0, om_path).infer([x])
+    assert [g.shape for g in got] == [(2, 3, 4, 12), (2, 3, 4, 3), (2, 3, 1, 1), (2, 6),
+                                      (2, 3, 1, 6)]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL)
+
+
+def test_reduce_mean_model_matches_onnxruntime(tmp_path):
+    path = export(WithReduceMean(), (2, 3, 8, 8), tmp_path / "mean.onnx")
+    x = np.random.RandomState(4).randn(2, 3, 8, 8).astype(np.float32)
+    (got,) = InferSession(0, convert(path, tmp_path / "mean")).infer([x])
+    np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+
+
+def test_c_program_builds_with_find_package(tmp_path):
+    """examples/acl as a user's CMake project: find_package(ascendcl) through the toolkit
+    layout of this install (make setup writes .venv/Ascend), then the program runs the
+    checked-in model."""
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    toolkit = os.path.join(venv, "Ascend", "ascend-toolkit", "latest")
+    if not os.path.isdir(toolkit):
+        pytest.skip("no toolkit layout (make setup creates .venv/Ascend)")
+    cmake = os.path.join(os.path.dirname(sys.executable), "cmake")
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "acl")
+    build = tmp_path / "build"
+    r = subprocess.run([cmake, "-S", examples, "-B", str(build),
+                        f"-DCMAKE_PREFIX_PATH={toolkit}/lib64/cmake"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([cmake, "--build", str(build)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([str(build / "mlp_infer"), os.path.join(examples, "tiny_mlp.om")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "2x3 output matches the host reference" in r.stdout
+
+
+def test_fused_layer_norm_matches_onnxruntime(tmp_path):
+    import torch
+    from onnx_models import Encoder
+    torch.manual_seed(2)
+    path = str(tmp_path / "enc14.onnx")
+    with torch.no_grad():
+        torch.onnx.export(Encoder().eval(), (torch.randn(2, 8, 32),), path, dynamo=False,
+                          input_names=["x"], opset_version=14)
+    x = np.random.RandomState(5).randn(2, 8, 32).astype(np.float32)
+    (got,) = InferSession(0, convert(path, tmp_path / "enc14")).infer([x])
+    np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
