@@ -160,3 +160,13 @@ def make_models(directory):
     path = export(GPT(), ids.shape, directory / "gpt.onnx", fold=False, example=ids)
     out["gpt"] = (path, convert(path, directory / "gpt"), tuple(ids.shape))
     return out
+
+
+# Ways to damage an .om file, with the word the refusal must contain.
+DAMAGED_OM = [
+    (lambda b: b[: len(b) // 2], "truncated"),
+    (lambda b: b[:40], "truncated"),
+    (lambda b: b[:-100] + bytes(100), "corrupt"),
+    (lambda b: b"PK\x03\x04" + b[4:], "not an offline model"),
+    (lambda b: b[:8] + (2).to_bytes(4, "little") + b[12:], "version 2"),
+]

@@ -173,18 +173,24 @@ def test_o2_with_float16_batchnorm_trains():
         assert abs(n - c) <= 5e-3 * abs(c), f"step {step}: O2 {n} float32 {c}"
 
 
-def test_o3_is_pure_half_with_static_scale_one():
-    model, opt, losses, scales = _apex_run("mlp", "O3", inject=False)
-    ref = _fresh("mlp").npu().half()
+def _pure_half_run(kind):
+    """O3 written by hand: the model in float16, SGD with momentum, no loss scaling. Returns the
+    trained model and its losses."""
+    ref = _fresh(kind).npu().half()
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
     ref_losses = []
-    for x, y in models.batches("mlp", STEPS):
+    for x, y in models.batches(kind, STEPS):
         ref_opt.zero_grad()
         loss = F.cross_entropy(ref(x.npu().half()).float(), y.npu())
         loss.backward()
         ref_opt.step()
         ref_losses.append(loss.item())
-    assert losses == ref_losses
+    return ref, ref_losses
+
+
+def test_o3_is_pure_half_with_static_scale_one():
+    model, opt, losses, scales = _apex_run("mlp", "O3", inject=False)
+    assert losses == _pure_half_run("mlp")[1]
     assert scales == [1.0] * STEPS
     assert all(p.dtype == torch.float16 for p in model.parameters())
     assert list(amp.master_params(opt)) == list(model.parameters())  # no masters
@@ -198,15 +204,7 @@ def test_o3_trains_a_cnn_with_batchnorm_in_float16():
     model, _, losses, scales = _apex_run("cnn", "O3", inject=False)
     assert model.bn1.weight.dtype == torch.float16 and model.bn1.running_mean.dtype == \
         torch.float16
-    ref = _fresh("cnn").npu().half()
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-    ref_losses = []
-    for x, y in models.batches("cnn", STEPS):
-        ref_opt.zero_grad()
-        loss = F.cross_entropy(ref(x.npu().half()).float(), y.npu())
-        loss.backward()
-        ref_opt.step()
-        ref_losses.append(loss.item())
+    ref, ref_losses = _pure_half_run("cnn")
     assert losses == ref_losses
     assert scales == [1.0] * STEPS
     cpu_losses = models.train("cnn", "cpu", "sgd", steps=STEPS)

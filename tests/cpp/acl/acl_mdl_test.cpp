@@ -10,13 +10,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "acl_test_util.h"
 
-#define ASSERT_ACL_OK(expr)                                                    \
-  do {                                                                         \
-    aclError acl_err_ = (expr);                                                \
-    ASSERT_EQ(acl_err_, ACL_SUCCESS) << #expr << ": " << aclGetRecentErrMsg(); \
-  } while (0)
+namespace {
 
 const std::string kModel = std::string(NPU_SOURCE_DIR) + "/examples/acl/tiny_mlp.om";
 

@@ -11,13 +11,9 @@
 
 #include "npu/runtime.h"
 
-namespace {
+#include "acl_test_util.h"
 
-#define ASSERT_ACL_OK(expr)                                                              \
-  do {                                                                                   \
-    aclError acl_err_ = (expr);                                                          \
-    ASSERT_EQ(acl_err_, ACL_SUCCESS) << #expr << ": " << aclGetRecentErrMsg();           \
-  } while (0)
+namespace {
 
 std::string message() { return aclGetRecentErrMsg(); }
 bool mentions(const std::string& what) { return message().find(what) != std::string::npos; }
