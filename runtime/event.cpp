@@ -25,6 +25,8 @@ struct npuEvent_st {
   uint64_t time_ns = 0;                 // when the latest completed record was reached
   int waiters = 0;
   std::string error;  // the recording stream's error when the latest record completed, or ""
+  npuStream_st* done_stream = nullptr;  // the latest completed record's stream and position
+  uint64_t done_position = 0;
 };
 
 namespace npu::rt {
@@ -75,15 +77,20 @@ static npuEvent_st* eventAcquire(unsigned flags) {
   event->time_ns = 0;
   event->waiters = 0;
   event->error.clear();
+  event->done_stream = nullptr;
+  event->done_position = 0;
   event->magic.store(npuEvent_st::kAlive);
   return event;
 }
 
-void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error) {
+void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error,
+                   npuStream_st* stream, uint64_t position) {
   std::lock_guard<std::mutex> lock(event->mutex);
   if (seq > event->completed.load(std::memory_order_relaxed)) {
     event->time_ns = nowNs();
     event->error = error;
+    event->done_stream = stream;
+    event->done_position = position;
     event->completed.store(seq, std::memory_order_release);
   }
   if (event->waiters > 0) event->cv.notify_all();
@@ -191,6 +198,9 @@ npuError_t npuEventQuery(npuEvent_t event) {
   if (npuError_t e = captureCheckEventSync("npuEventQuery", event)) return e;
   std::lock_guard<std::mutex> lock(event->mutex);
   if (event->completed.load() < event->recorded) return npuErrorNotReady;
+  if (event->done_stream && !streamReached(event->done_stream, event->done_position)) {
+    return npuErrorNotReady;  // a moment: the stream is counting the record as done
+  }
   if (!event->error.empty()) return recordError("npuEventQuery", event->error);
   return npuSuccess;
 }
@@ -205,6 +215,14 @@ npuError_t npuEventSynchronize(npuEvent_t event) {
   }
   if (target == 0) return npuSuccess;  // never recorded
   std::string error = eventWait(event, target);
+  npuStream_st* stream = nullptr;
+  uint64_t position = 0;
+  {
+    std::lock_guard<std::mutex> lock(event->mutex);
+    stream = event->done_stream;
+    position = event->done_position;
+  }
+  if (stream) waitForStreamPosition(stream, position);
   if (!error.empty()) return recordError("npuEventSynchronize", error);
   return npuSuccess;
 }

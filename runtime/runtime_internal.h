@@ -113,6 +113,9 @@ npuError_t enqueueAndWait(const char* api, npuStream_st* stream, const Task& tas
 // graph's tasks through it.
 void runTask(npuStream_st* s, Task& task);
 Device* streamDevice(npuStream_st* s);
+// Whether `s` has finished its task number `position`; waiting until it has.
+bool streamReached(npuStream_st* s, uint64_t position);
+void waitForStreamPosition(npuStream_st* s, uint64_t position);
 bool streamIsDefault(npuStream_st* s);
 // Waits until every stream of `dev` is idle, without consuming their errors (used before
 // memory is unmapped, so that no queued task can touch it afterwards).
@@ -122,8 +125,11 @@ void waitDeviceIdle(Device* dev);
 void eventRetain(npuEvent_st* event);
 void eventRelease(npuEvent_st* event);
 // Run by the stream worker. `error` is the recording stream's error ("" when healthy): the
-// record then carries it to whoever waits for the event.
-void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error);
+// record then carries it to whoever waits for the event. `stream` and `position`: where the
+// record stands in its stream (a host waiting for the event also waits for the stream to count
+// it as done); null for a record replayed inside a graph.
+void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error,
+                   npuStream_st* stream = nullptr, uint64_t position = 0);
 // Run by the stream worker; returns the error the awaited record carries ("" if none).
 std::string eventWait(npuEvent_st* event, uint64_t seq);
 

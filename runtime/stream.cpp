@@ -228,11 +228,14 @@ void workerLoop(npuStream_st* s) {
       if (s->launch_waiters > 0 && s->queue.size() <= resume) s->space_cv.notify_all();
     }
     if (task.kind == Task::kRecord) {
-      // The stream counts as done up to the record before the event's waiters wake, so a host
-      // that synchronized the event finds the stream idle when nothing came after it.
+      // The event completes before the stream counts the record as done, so a host that
+      // synchronized the stream finds the event complete. The event also keeps the record's
+      // position in the stream: a host that synchronizes (or queries) the event is answered only
+      // once the stream has reached it, and so finds the stream idle when nothing came after.
       const std::string error = errorForEvent(s);
+      eventComplete(task.event, task.event_seq, error, s,
+                    s->completed.load(std::memory_order_relaxed) + 1);
       markCompleted(s);
-      eventComplete(task.event, task.event_seq, error);
       eventRelease(task.event);
       continue;
     }
@@ -431,6 +434,12 @@ void waitDeviceIdle(Device* dev) {
     streams = dev->streams;
   }
   for (npuStream_st* s : streams) waitFor(s, s->submitted.load(std::memory_order_acquire));
+}
+
+void waitForStreamPosition(npuStream_st* s, uint64_t position) { waitFor(s, position); }
+
+bool streamReached(npuStream_st* s, uint64_t position) {
+  return s->completed.load(std::memory_order_acquire) >= position;
 }
 
 }  // namespace npu::rt
