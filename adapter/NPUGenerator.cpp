@@ -36,7 +36,13 @@ c10::intrusive_ptr<c10::TensorImpl> NPUGeneratorImpl::get_state() const {
 }
 
 uint64_t NPUGeneratorImpl::nextLaunchSeed() {
+  std::lock_guard<std::mutex> lock(mutex_);
   return state_.get<at::CPUGeneratorImpl>()->random64();
+}
+
+void NPUGeneratorImpl::nextLaunchSeeds(std::vector<uint64_t>& seeds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint64_t& seed : seeds) seed = state_.get<at::CPUGeneratorImpl>()->random64();
 }
 
 NPUGeneratorImpl* NPUGeneratorImpl::clone_impl() const {
@@ -94,9 +100,7 @@ LaunchSeed launchSeed(const std::optional<at::Generator>& generator, c10::Device
         "captured region and pass them in as static inputs.");
     return graph->captureSeed(generatorHandle(generator, device));
   }
-  NPUGeneratorImpl* impl = generatorOf(generator, device);
-  std::lock_guard<std::mutex> lock(impl->mutex_);
-  return LaunchSeed(impl->nextLaunchSeed());
+  return LaunchSeed(generatorOf(generator, device)->nextLaunchSeed());
 }
 
 uint64_t nextLaunchSeed(const std::optional<at::Generator>& generator, c10::DeviceIndex device,
@@ -107,9 +111,7 @@ uint64_t nextLaunchSeed(const std::optional<at::Generator>& generator, c10::Devi
       "capture time. Run it outside the captured region and pass its result in as a static "
       "input. (dropout, rand, randn, bernoulli and the other elementwise distributions can be "
       "captured.)");
-  NPUGeneratorImpl* impl = generatorOf(generator, device);
-  std::lock_guard<std::mutex> lock(impl->mutex_);
-  return impl->nextLaunchSeed();
+  return generatorOf(generator, device)->nextLaunchSeed();
 }
 
 }  // namespace torch_npu

@@ -38,8 +38,10 @@ class NPUGeneratorImpl final : public c10::GeneratorImpl {
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
   static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
 
-  // A fresh 64-bit seed for one kernel launch. The caller holds mutex_.
+  // Fresh 64-bit seeds for kernel launches, drawn in order under mutex_ (one for an eager
+  // launch; a graph replay draws all its captured launches' seeds at once).
   uint64_t nextLaunchSeed();
+  void nextLaunchSeeds(std::vector<uint64_t>& seeds);
 
  private:
   NPUGeneratorImpl* clone_impl() const override;

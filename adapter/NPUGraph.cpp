@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 
 #include "NPUException.h"
 #include "NPUFunctions.h"
@@ -91,11 +90,7 @@ void NPUGraph::replay() {
     // The seeds eager execution would draw now, written on the replay stream so that a replay
     // still queued keeps reading its own (the table is the graph's; the tasks read it when run).
     std::vector<uint64_t> seeds(table.seeds->size());
-    auto* impl = table.generator.get<NPUGeneratorImpl>();
-    {
-      std::lock_guard<std::mutex> lock(impl->mutex_);
-      for (uint64_t& seed : seeds) seed = impl->nextLaunchSeed();
-    }
+    table.generator.get<NPUGeneratorImpl>()->nextLaunchSeeds(seeds);
     launchTask(stream, "graph_rng_seeds",
                [seeds = std::move(seeds), into = table.seeds] { *into = seeds; });
   }
