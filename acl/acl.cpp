@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "acl_internal.h"
 #include "npu/runtime.h"
 
 namespace {
@@ -50,19 +51,6 @@ aclError fromRuntime(npuError_t error) {
       return ACL_ERROR_RT_INTERNAL_ERROR;
   }
 }
-
-#define ACL_REQUIRE_INIT(api)                                                              \
-  do {                                                                                     \
-    if (!g_initialized.load(std::memory_order_acquire)) {                                  \
-      return fail(ACL_ERROR_UNINITIALIZE,                                                  \
-                  std::string(api) + ": AscendCL is not initialised; call aclInit first"); \
-    }                                                                                      \
-  } while (0)
-
-#define ACL_REQUIRE_ARG(api, cond, what)                                          \
-  do {                                                                            \
-    if (!(cond)) return fail(ACL_ERROR_INVALID_PARAM, std::string(api) + ": " + what); \
-  } while (0)
 
 // A context is a device; the handle of device d's context is d + 1 (never NULL). Created
 // contexts are tracked so a destroyed or made-up handle is refused.
@@ -119,7 +107,7 @@ aclError checkMemset(const char* api, void* devPtr, size_t maxCount, size_t coun
 
 }  // namespace
 
-// Shared with acl_mdl.cpp (acl/acl_internal.h).
+// Shared with acl_mdl.cpp (acl_internal.h).
 namespace simnpu_acl {
 aclError setError(aclError code, std::string message) { return fail(code, std::move(message)); }
 bool initialized() { return g_initialized.load(std::memory_order_acquire); }

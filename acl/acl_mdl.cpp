@@ -38,19 +38,6 @@ std::mutex g_models_mutex;
 std::map<uint32_t, std::shared_ptr<engine::Model>> g_models;
 uint32_t g_next_id = 1;
 
-#define MDL_REQUIRE_INIT(api)                                                         \
-  do {                                                                                \
-    if (!simnpu_acl::initialized()) {                                                 \
-      return setError(ACL_ERROR_UNINITIALIZE,                                         \
-                      std::string(api) + ": AscendCL is not initialised; call aclInit first"); \
-    }                                                                                 \
-  } while (0)
-
-#define MDL_REQUIRE_ARG(api, cond, what)                                                   \
-  do {                                                                                     \
-    if (!(cond)) return setError(ACL_ERROR_INVALID_PARAM, std::string(api) + ": " + what); \
-  } while (0)
-
 std::shared_ptr<engine::Model> find(uint32_t id) {
   std::lock_guard<std::mutex> lock(g_models_mutex);
   auto it = g_models.find(id);
@@ -96,7 +83,7 @@ aclError checkDataset(const char* api, const char* which, const aclmdlDataset* s
                                                               const,
                       const engine::Model& model, aclError mismatch,
                       std::vector<void*>* pointers) {
-  MDL_REQUIRE_ARG(api, set, std::string(which) + " dataset must not be NULL");
+  ACL_REQUIRE_ARG(api, set, std::string(which) + " dataset must not be NULL");
   if (set->buffers.size() != count) {
     return setError(mismatch, std::string(api) + ": the " + which + " dataset has " +
                                   std::to_string(set->buffers.size()) + " buffers; the model has " +
@@ -120,8 +107,8 @@ aclError checkDataset(const char* api, const char* which, const aclmdlDataset* s
 
 aclError fillDims(const char* api, const std::vector<aclmdlDesc::IO>& ios, size_t index,
                   aclmdlIODims* dims) {
-  MDL_REQUIRE_ARG(api, dims, "dims must not be NULL");
-  MDL_REQUIRE_ARG(api, index < ios.size(),
+  ACL_REQUIRE_ARG(api, dims, "dims must not be NULL");
+  ACL_REQUIRE_ARG(api, index < ios.size(),
                   "index " + std::to_string(index) + " is out of range (the model has " +
                       std::to_string(ios.size()) + ")");
   const auto& io = ios[index];
@@ -140,7 +127,7 @@ aclDataBuffer* aclCreateDataBuffer(void* data, size_t size) {
   return new aclDataBuffer{data, size};
 }
 aclError aclDestroyDataBuffer(const aclDataBuffer* dataBuffer) {
-  MDL_REQUIRE_ARG("aclDestroyDataBuffer", dataBuffer, "dataBuffer must not be NULL");
+  ACL_REQUIRE_ARG("aclDestroyDataBuffer", dataBuffer, "dataBuffer must not be NULL");
   delete dataBuffer;
   return ACL_SUCCESS;
 }
@@ -152,12 +139,12 @@ size_t aclGetDataBufferSizeV2(const aclDataBuffer* dataBuffer) {
 }
 aclmdlDataset* aclmdlCreateDataset(void) { return new aclmdlDataset; }
 aclError aclmdlDestroyDataset(const aclmdlDataset* dataset) {
-  MDL_REQUIRE_ARG("aclmdlDestroyDataset", dataset, "dataset must not be NULL");
+  ACL_REQUIRE_ARG("aclmdlDestroyDataset", dataset, "dataset must not be NULL");
   delete dataset;
   return ACL_SUCCESS;
 }
 aclError aclmdlAddDatasetBuffer(aclmdlDataset* dataset, aclDataBuffer* dataBuffer) {
-  MDL_REQUIRE_ARG("aclmdlAddDatasetBuffer", dataset && dataBuffer,
+  ACL_REQUIRE_ARG("aclmdlAddDatasetBuffer", dataset && dataBuffer,
                   "dataset and dataBuffer must not be NULL");
   dataset->buffers.push_back(dataBuffer);
   return ACL_SUCCESS;
@@ -170,23 +157,23 @@ aclDataBuffer* aclmdlGetDatasetBuffer(const aclmdlDataset* dataset, size_t index
 }
 
 aclError aclmdlLoadFromFile(const char* modelPath, uint32_t* modelId) {
-  MDL_REQUIRE_INIT("aclmdlLoadFromFile");
-  MDL_REQUIRE_ARG("aclmdlLoadFromFile", modelPath && modelId,
+  ACL_REQUIRE_INIT("aclmdlLoadFromFile");
+  ACL_REQUIRE_ARG("aclmdlLoadFromFile", modelPath && modelId,
                   "modelPath and modelId must not be NULL");
   std::string path = modelPath;
   return load("aclmdlLoadFromFile", [&] { return engine::read_om_file(path); }, modelId);
 }
 
 aclError aclmdlLoadFromMem(const void* model, size_t modelSize, uint32_t* modelId) {
-  MDL_REQUIRE_INIT("aclmdlLoadFromMem");
-  MDL_REQUIRE_ARG("aclmdlLoadFromMem", model && modelId, "model and modelId must not be NULL");
+  ACL_REQUIRE_INIT("aclmdlLoadFromMem");
+  ACL_REQUIRE_ARG("aclmdlLoadFromMem", model && modelId, "model and modelId must not be NULL");
   return load(
       "aclmdlLoadFromMem",
       [&] { return engine::parse_om(model, modelSize, "the model in memory"); }, modelId);
 }
 
 aclError aclmdlUnload(uint32_t modelId) {
-  MDL_REQUIRE_INIT("aclmdlUnload");
+  ACL_REQUIRE_INIT("aclmdlUnload");
   std::shared_ptr<engine::Model> model;
   {
     std::lock_guard<std::mutex> lock(g_models_mutex);
@@ -203,14 +190,14 @@ aclError aclmdlUnload(uint32_t modelId) {
 
 aclmdlDesc* aclmdlCreateDesc(void) { return new aclmdlDesc; }
 aclError aclmdlDestroyDesc(aclmdlDesc* modelDesc) {
-  MDL_REQUIRE_ARG("aclmdlDestroyDesc", modelDesc, "modelDesc must not be NULL");
+  ACL_REQUIRE_ARG("aclmdlDestroyDesc", modelDesc, "modelDesc must not be NULL");
   delete modelDesc;
   return ACL_SUCCESS;
 }
 
 aclError aclmdlGetDesc(aclmdlDesc* modelDesc, uint32_t modelId) {
-  MDL_REQUIRE_INIT("aclmdlGetDesc");
-  MDL_REQUIRE_ARG("aclmdlGetDesc", modelDesc, "modelDesc must not be NULL");
+  ACL_REQUIRE_INIT("aclmdlGetDesc");
+  ACL_REQUIRE_ARG("aclmdlGetDesc", modelDesc, "modelDesc must not be NULL");
   auto model = find(modelId);
   if (!model) {
     return setError(ACL_ERROR_INVALID_MODEL_ID,
@@ -239,11 +226,11 @@ size_t aclmdlGetOutputSizeByIndex(aclmdlDesc* d, size_t i) {
   return d && i < d->outputs.size() ? d->outputs[i].bytes : 0;
 }
 aclError aclmdlGetInputDims(const aclmdlDesc* d, size_t i, aclmdlIODims* dims) {
-  MDL_REQUIRE_ARG("aclmdlGetInputDims", d, "modelDesc must not be NULL");
+  ACL_REQUIRE_ARG("aclmdlGetInputDims", d, "modelDesc must not be NULL");
   return fillDims("aclmdlGetInputDims", d->inputs, i, dims);
 }
 aclError aclmdlGetOutputDims(const aclmdlDesc* d, size_t i, aclmdlIODims* dims) {
-  MDL_REQUIRE_ARG("aclmdlGetOutputDims", d, "modelDesc must not be NULL");
+  ACL_REQUIRE_ARG("aclmdlGetOutputDims", d, "modelDesc must not be NULL");
   return fillDims("aclmdlGetOutputDims", d->outputs, i, dims);
 }
 const char* aclmdlGetInputNameByIndex(const aclmdlDesc* d, size_t i) {
@@ -253,7 +240,7 @@ const char* aclmdlGetOutputNameByIndex(const aclmdlDesc* d, size_t i) {
   return d && i < d->outputs.size() ? d->outputs[i].name.c_str() : nullptr;
 }
 aclError aclmdlGetInputIndexByName(const aclmdlDesc* d, const char* name, size_t* index) {
-  MDL_REQUIRE_ARG("aclmdlGetInputIndexByName", d && name && index,
+  ACL_REQUIRE_ARG("aclmdlGetInputIndexByName", d && name && index,
                   "modelDesc, name and index must not be NULL");
   for (size_t i = 0; i < d->inputs.size(); ++i) {
     if (d->inputs[i].name == name) {
@@ -278,7 +265,7 @@ aclFormat aclmdlGetInputFormat(const aclmdlDesc* d, size_t i) {
 aclError aclmdlExecuteAsync(uint32_t modelId, const aclmdlDataset* input, aclmdlDataset* output,
                             aclrtStream stream) {
   const char* api = "aclmdlExecuteAsync";
-  MDL_REQUIRE_INIT(api);
+  ACL_REQUIRE_INIT(api);
   auto model = find(modelId);
   if (!model) {
     return setError(ACL_ERROR_INVALID_MODEL_ID,
