@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from atc import om
-from atc.ops import (ENGINE_OPS, FOLD_ONLY, MAX_OPSET, MIN_OPSET, REDUCE, SUPPORTED, ShapeError,
-                     evaluate, infer, norm_axis, reduce_axes)
+from atc.ops import (COMPARE, ENGINE_DTYPES, ENGINE_OPS, FLOAT_OPS, FOLD_ONLY, MAX_OPSET,
+                     MIN_OPSET, REDUCE, SUPPORTED, ShapeError, evaluate, infer, norm_axis,
+                     reduce_axes, slice_ranges)
 
 FUSABLE_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")
 
@@ -235,7 +236,17 @@ def rewrite(g: Graph) -> None:
             n.attrs = {"trans_a": n.attrs.get("transA", 0), "trans_b": n.attrs.get("transB", 0),
                        "alpha": float(n.attrs.get("alpha", 1.0)),
                        "beta": float(n.attrs.get("beta", 1.0))}
-        elif n.op == "Split":
+        elif n.op == "Split" or n.op == "Expand" or n.op == "Cast":
+            n.inputs = n.inputs[:1]  # the output's shape and dtype say the rest
+            if n.op == "Cast":
+                n.attrs = {}
+        elif n.op == "Slice":
+            # Per dimension: the first index kept and the step (the output's shape gives the
+            # count).
+            shape = g.tensors[n.inputs[0]].shape
+            ranges = slice_ranges(shape, [None] + [g.const(i) for i in n.inputs[1:]],
+                                  [bool(i) for i in n.inputs], n.name)
+            n.attrs = {"starts": [r.start for r in ranges], "steps": [r.step for r in ranges]}
             n.inputs = n.inputs[:1]
         elif n.op in REDUCE:  # the axes become an attribute; the engine gets the data only
             rank = len(g.tensors[n.inputs[0]].shape)
@@ -461,8 +472,10 @@ def lower_attrs(g: Graph, n: Node) -> dict:
                 "count_include_pad": a.get("count_include_pad", 0)}
     if n.op == "Transpose":
         return {"perm": a.get("perm", list(range(rank))[::-1])}
-    if n.op == "Gather":
+    if n.op in ("Gather", "GatherElements"):
         return {"axis": norm_axis(a.get("axis", 0), rank, n.name)}
+    if n.op == "Slice":
+        return {"starts": a["starts"], "steps": a["steps"]}
     if n.op in REDUCE:
         return {"axes": a["axes"]}
     if n.op == "Split":
@@ -495,6 +508,30 @@ def plan_memory(sizes: dict[str, int], first: dict[str, int], last: dict[str, in
         placed.append((offset, sizes[t], t))
     arena = max((o + s for o, s, _ in placed), default=0)
     return offsets, arena
+
+
+def check_dtypes(g: Graph, n: Node) -> None:
+    """The dtypes each engine op takes (engine/ops.cpp checks the same at load)."""
+    dts = [g.tensors[i].dtype if i else None for i in n.inputs]
+
+    def refuse(i, wanted):
+        raise ConvertError("E19012", f"node {n.name} ({n.op}): input {n.inputs[i]} is "
+                           f"{dts[i]}; the engine takes {wanted} there (cast the model to "
+                           "float32 before export)")
+    f32, index = np.dtype("float32"), (np.dtype("int64"), np.dtype("int32"))
+    for i, dt in enumerate(dts):
+        if dt is None:
+            continue
+        if n.op in FLOAT_OPS and dt != f32:
+            refuse(i, "float32")
+        if n.op in ("Gather", "GatherElements") and i == 1 and dt not in index:
+            refuse(i, "int64 or int32 indices")
+        if n.op in ("IsNaN", "IsInf") and dt != f32:
+            refuse(i, "float32")
+        if n.op in ("Not", "And", "Or") and dt != np.dtype(bool):
+            refuse(i, "bool")
+    if (n.op in COMPARE or n.op == "Where") and len(set(dts[-2:])) != 1:
+        refuse(len(dts) - 1, f"the same dtype as {n.inputs[-2]} ({dts[-2]})")
 
 
 def _aligned(n: int) -> int:
@@ -537,8 +574,8 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
                      for name in order if name not in g.inputs and name not in g.outputs
                      and g.const(name) is None}
     offsets, arena_size = plan_memory(arena_tensors, first, last)
-    # Integer tensors the engine takes: Gather's indices (token ids, for embeddings).
-    index_tensors = {n.inputs[1] for n in g.nodes if n.op == "Gather"}
+    for n in g.nodes:
+        check_dtypes(g, n)
     tensors = []
     for name in order:
         t = g.tensors[name]
@@ -556,10 +593,10 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
             weights += b"\0" * (-len(weights) % om.ALIGN)
         else:
             storage, offset = om.ARENA, offsets[name]
-        if storage != om.WEIGHT and t.dtype != np.float32 and not (
-                name in index_tensors and t.dtype in (np.int64, np.int32)):
-            raise ConvertError("E19012", f"tensor {name} is {t.dtype}; the engine computes in "
-                               "float32 only (cast the model to float32 before export)")
+        if storage != om.WEIGHT and t.dtype not in ENGINE_DTYPES:
+            raise ConvertError("E19012", f"tensor {name} is {t.dtype}; the engine's tensors are "
+                               "float32, int64, int32 or bool (cast the model to float32 "
+                               "before export)")
         tensors.append(om.OmTensor(name, t.dtype, t.shape, storage, offset, nbytes))
     nodes = [om.OmNode(n.op, n.name, [index[i] if i else om.NO_TENSOR for i in n.inputs],
                        [index[o] for o in n.outputs], lower_attrs(g, n)) for n in g.nodes]

@@ -17,17 +17,30 @@ import numpy as np
 # Reshape become Reshape, Identity and Dropout disappear).
 ENGINE_OPS = {
     "Conv", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Sigmoid", "Tanh", "Erf",
-    "Gelu", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "LeakyRelu", "Clip",
-    "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "Reshape", "Transpose", "Concat", "Split", "Gather",
-    "Where", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+    "Gelu", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Sin", "Cos", "LeakyRelu",
+    "Clip", "Softmax", "LogSoftmax", "LayerNormalization", "BatchNormalization", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+    # Data movement, any dtype.
+    "Reshape", "Transpose", "Concat", "Split", "Gather", "GatherElements", "Slice", "Expand",
+    "Cast", "Where",
+    # Tests and masks (they write bool).
+    "IsNaN", "IsInf", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
+    "And", "Or",
 }
+# Engine ops that compute in float32: every input must be float32 (the others move data of
+# any dtype, or test it).
+DATA_OPS = {"Reshape", "Transpose", "Concat", "Split", "Gather", "GatherElements", "Slice",
+            "Expand", "Cast", "Where"}
+TEST_OPS = {"IsNaN", "IsInf", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
+            "Not", "And", "Or"}
+FLOAT_OPS = ENGINE_OPS - DATA_OPS - TEST_OPS
+# The dtypes a tensor the engine computes (not a weight) may have.
+ENGINE_DTYPES = {np.dtype(t) for t in ("float32", "int64", "int32", "bool")}
 REDUCE = {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max, "ReduceMin": np.min}
 # ONNX ops atc accepts: the engine's, those it rewrites into them, and shape arithmetic that
 # must fold away.
 REWRITTEN = {"Gemm", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Constant"}
-FOLD_ONLY = {"Shape", "Cast", "ConstantOfShape", "Range", "Slice", "Equal", "Expand", "Trilu",
-             "Not"}
+FOLD_ONLY = {"Shape", "ConstantOfShape", "Range", "Trilu"}
 SUPPORTED = ENGINE_OPS | REWRITTEN | FOLD_ONLY
 MIN_OPSET, MAX_OPSET = 13, 21
 
@@ -36,10 +49,15 @@ UNARY = {
     "Sigmoid": lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype),
     "Tanh": np.tanh, "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Neg": np.negative,
     "Abs": np.abs, "Reciprocal": np.reciprocal,
+    "Sin": np.sin, "Cos": np.cos,
     "Erf": lambda x: np.vectorize(math.erf, otypes=[x.dtype])(x),
 }
+TESTS = {"IsNaN": np.isnan, "IsInf": np.isinf, "Not": np.logical_not}
 BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
-          "Pow": np.power, "Equal": np.equal}
+          "Pow": np.power}
+COMPARE = {"Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal,
+           "Greater": np.greater, "GreaterOrEqual": np.greater_equal,
+           "And": np.logical_and, "Or": np.logical_or}
 
 
 class ShapeError(ValueError):
@@ -88,8 +106,10 @@ def infer(op: str, node: str, ins: list, attrs: dict, consts: list) -> list:
     if op in UNARY or op in ("LeakyRelu", "Clip", "Gelu", "Softmax", "LogSoftmax",
                              "Identity", "Dropout"):
         return [x]
-    if op in BINARY:
-        dt = np.dtype(bool) if op == "Equal" else x[0]
+    if op in TESTS:
+        return [(np.dtype(bool), x[1])]
+    if op in BINARY or op in COMPARE:
+        dt = np.dtype(bool) if op in COMPARE else x[0]
         return [(dt, broadcast(x[1], ins[1][1], node))]
     if op == "Where":
         return [(ins[1][0], broadcast(broadcast(x[1], ins[1][1], node), ins[2][1], node))]
@@ -190,10 +210,40 @@ def infer(op: str, node: str, ins: list, attrs: dict, consts: list) -> list:
     if op == "Gather":
         axis = norm_axis(attrs.get("axis", 0), len(x[1]), node)
         return [(x[0], (*x[1][:axis], *ins[1][1], *x[1][axis + 1:]))]
+    if op == "GatherElements":
+        return [(x[0], ins[1][1])]
     if op == "Cast":
         return [(np.dtype(_onnx_dtype(attrs["to"])), x[1])]
-    # ConstantOfShape, Range, Slice, Expand: only ever folded, shape from the folded value.
+    if op == "Expand":
+        if consts[1] is None:
+            raise ShapeError(f"node {node}: Expand's shape is not a constant after folding; "
+                             "give static input shapes with --input_shape")
+        return [(x[0], broadcast(x[1], [int(v) for v in consts[1]], node))]
+    if op == "Slice":
+        present = [i is not None for i in ins]
+        return [(x[0], tuple(len(r) for r in slice_ranges(x[1], consts, present, node)))]
+    # ConstantOfShape, Range: only ever folded, shape from the folded value.
     return [None]
+
+
+def slice_ranges(shape, consts: list, present: list, node: str) -> list[range]:
+    """The index range a Slice keeps along each dimension (ONNX's clamping rules). consts:
+    the inputs' values (None where not constant); present: whether each input is given."""
+    consts = list(consts) + [None] * (5 - len(consts))
+    present = list(present) + [False] * (5 - len(present))
+    if any(p and c is None for p, c in zip(present[1:], consts[1:])):
+        raise ShapeError(f"node {node}: Slice's starts / ends / axes / steps are not constants "
+                         "after folding; give static input shapes with --input_shape")
+    starts, ends = consts[1], consts[2]
+    axes = consts[3] if present[3] else range(len(starts))
+    steps = consts[4] if present[4] else [1] * len(starts)
+    ranges = [range(d) for d in shape]
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = norm_axis(int(a), len(shape), node)
+        if int(st) == 0:
+            raise ShapeError(f"node {node}: Slice step 0 on axis {a}")
+        ranges[a] = range(*slice(int(s), int(e), int(st)).indices(shape[a]))
+    return ranges
 
 
 def split_sizes(dim: int, num_inputs: int, consts: list, attrs: dict, node: str) -> list[int]:
@@ -235,12 +285,16 @@ def evaluate(op: str, node: str, vals: list, attrs: dict) -> list:
     x = vals[0] if vals else None
     if op in UNARY:
         return [UNARY[op](x)]
+    if op in TESTS:
+        return [TESTS[op](x)]
     if op in BINARY:
-        return [BINARY[op](x, vals[1]).astype(bool if op == "Equal" else x.dtype)]
+        return [BINARY[op](x, vals[1]).astype(x.dtype)]
+    if op in COMPARE:
+        return [COMPARE[op](x, vals[1])]
+    if op == "GatherElements":
+        return [np.take_along_axis(x, vals[1], axis=attrs.get("axis", 0))]
     if op == "Where":
         return [np.where(x, vals[1], vals[2])]
-    if op == "Not":
-        return [np.logical_not(x)]
     if op in REDUCE:
         axes = reduce_axes(x.ndim, len(vals), vals, attrs, node)
         return [REDUCE[op](x, axis=tuple(axes), keepdims=bool(attrs.get("keepdims", 1)))

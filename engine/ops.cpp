@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "npu/kernels/batch_norm.h"
 #include "npu/kernels/conv.h"
 #include "npu/kernels/elementwise.h"
+#include "npu/kernels/indexing.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/normalization.h"
 #include "npu/kernels/pooling.h"
@@ -45,6 +47,10 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
     acc *= dims[d];
   }
   return s;
+}
+
+size_t itemsize(const ModelDef& def, uint32_t id) {
+  return k::dtype_size(def.tensors[id].dtype);
 }
 
 Bound bound(const ModelDef& def, uint32_t id) {
@@ -124,6 +130,8 @@ struct Activation {
   }
 };
 
+// Unary and binary ops compute in their input's dtype (float32 for math, any for the tests
+// that write bool) and store in the output's.
 struct UnaryKernel : Model::Kernel {
   Bound out, in;
   k::UnaryOp op;
@@ -131,7 +139,7 @@ struct UnaryKernel : Model::Kernel {
   void run(void* const* ptrs) override {
     out.bind(ptrs);
     in.bind(ptrs);
-    k::unary(op, out.desc, in.desc, DType::Float32, p0, p1);
+    k::unary(op, out.desc, in.desc, in.desc.dtype, p0, p1);
   }
 };
 
@@ -142,7 +150,7 @@ struct BinaryKernel : Model::Kernel {
     out.bind(ptrs);
     a.bind(ptrs);
     b.bind(ptrs);
-    k::binary(op, out.desc, a.desc, b.desc, DType::Float32);
+    k::binary(op, out.desc, a.desc, b.desc, a.desc.dtype);
   }
 };
 
@@ -358,7 +366,8 @@ struct CopyBytesKernel : Model::Kernel {
   }
 };
 
-// Transpose and Concat: strided copies into the output.
+// Transpose, Concat, Split, Slice, Expand and Cast: strided (converting) copies into the
+// output.
 struct CopyKernel : Model::Kernel {
   std::vector<std::pair<Bound, Bound>> copies;  // (destination view, source view)
   void run(void* const* ptrs) override {
@@ -371,6 +380,40 @@ struct CopyKernel : Model::Kernel {
 };
 
 using Factory = std::function<std::unique_ptr<Model::Kernel>(const ModelDef&, const NodeInfo&)>;
+
+std::unique_ptr<Model::Kernel> copy_of(Bound dst, Bound src) {
+  auto kr = std::make_unique<CopyKernel>();
+  kr->copies.emplace_back(std::move(dst), std::move(src));
+  return kr;
+}
+
+// GatherElements (ONNX's, torch.gather): out[i][j] = data[index[i][j]][j] along `axis`.
+// Indices are checked and made non-negative into a buffer sized at load, then the kernel
+// library's gather reads them.
+struct GatherElementsKernel : Model::Kernel {
+  Bound out, data, index;
+  int axis = 0;
+  std::string node;
+  std::vector<int64_t> checked;
+  TensorDesc checked_desc;
+  void run(void* const* ptrs) override {
+    for (Bound* b : {&out, &data, &index}) b->bind(ptrs);
+    const int64_t dim = data.desc.sizes[axis];
+    const bool i64 = index.desc.dtype == DType::Int64;
+    for (size_t j = 0; j < checked.size(); ++j) {
+      int64_t v = i64 ? static_cast<const int64_t*>(index.desc.data)[j]
+                      : static_cast<const int32_t*>(index.desc.data)[j];
+      if (v < -dim || v >= dim) {
+        throw std::out_of_range("GatherElements node " + node + ": index " +
+                                std::to_string(v) + " is out of range for a dimension of "
+                                "size " + std::to_string(dim));
+      }
+      checked[j] = v < 0 ? v + dim : v;
+    }
+    checked_desc.data = checked.data();
+    k::gather(out.desc, data.desc, axis, checked_desc);
+  }
+};
 
 // Gather along `axis` (embeddings: data [V, D], indices [B, T] of token ids): whole inner rows
 // are copied; a negative index counts from the end, one out of range fails the run naming it.
@@ -439,7 +482,7 @@ struct WhereKernel : Model::Kernel {
   Bound out, cond, x, y;
   void run(void* const* ptrs) override {
     for (Bound* b : {&out, &cond, &x, &y}) b->bind(ptrs);
-    k::ternary(k::TernaryOp::Where, out.desc, cond.desc, x.desc, y.desc, DType::Float32);
+    k::ternary(k::TernaryOp::Where, out.desc, cond.desc, x.desc, y.desc, x.desc.dtype);
   }
 };
 
@@ -513,6 +556,18 @@ const std::map<std::string, Factory>& factories() {
          return make_unary(def, n, k::UnaryOp::Clamp, float_attr(n, "min", -INFINITY),
                            float_attr(n, "max", INFINITY));
        }},
+      {"Sin", unary(k::UnaryOp::Sin)},
+      {"Cos", unary(k::UnaryOp::Cos)},
+      {"IsNaN", unary(k::UnaryOp::IsNan)},
+      {"IsInf", unary(k::UnaryOp::IsInf)},
+      {"Not", unary(k::UnaryOp::LogicalNot)},
+      {"Equal", binary(k::BinaryOp::Eq)},
+      {"Less", binary(k::BinaryOp::Lt)},
+      {"LessOrEqual", binary(k::BinaryOp::Le)},
+      {"Greater", binary(k::BinaryOp::Gt)},
+      {"GreaterOrEqual", binary(k::BinaryOp::Ge)},
+      {"And", binary(k::BinaryOp::LogicalAnd)},
+      {"Or", binary(k::BinaryOp::LogicalOr)},
       {"Add", binary(k::BinaryOp::Add)},
       {"Sub", binary(k::BinaryOp::Sub)},
       {"Mul", binary(k::BinaryOp::Mul)},
@@ -662,10 +717,79 @@ const std::map<std::string, Factory>& factories() {
          }
          Bound src;
          src.id = n.inputs[0];
-         src.desc = TensorDesc::make(nullptr, DType::Float32, sizes.data(),
+         src.desc = TensorDesc::make(nullptr, def.tensors[src.id].dtype, sizes.data(),
                                      static_cast<int>(sizes.size()), strides.data());
-         auto kr = std::make_unique<CopyKernel>();
-         kr->copies.emplace_back(bound(def, n.outputs[0]), src);
+         return copy_of(bound(def, n.outputs[0]), src);
+       }},
+      {"Cast",
+       [](const ModelDef& def, const NodeInfo& n) {
+         need_inputs(n, 1, 1);
+         if (def.tensors[n.inputs[0]].dims != def.tensors[n.outputs[0]].dims) {
+           refuse(n, "input and output shapes differ");
+         }
+         return copy_of(bound(def, n.outputs[0]), bound(def, n.inputs[0]));
+       }},
+      {"Expand",
+       [](const ModelDef& def, const NodeInfo& n) {
+         need_inputs(n, 1, 1);
+         return copy_of(bound(def, n.outputs[0]),
+                        broadcast_to(def, n.inputs[0], def.tensors[n.outputs[0]].dims));
+       }},
+      {"Slice",
+       [](const ModelDef& def, const NodeInfo& n) {
+         // A strided view of the input: it starts at `starts` and moves by `steps` elements
+         // per dimension (a negative step walks backwards); the output's dims are the counts.
+         need_inputs(n, 1, 1);
+         const auto& in_dims = def.tensors[n.inputs[0]].dims;
+         const auto& out_dims = def.tensors[n.outputs[0]].dims;
+         auto starts = ints_attr(n, "starts", {}), steps = ints_attr(n, "steps", {});
+         if (starts.size() != in_dims.size() || steps.size() != in_dims.size() ||
+             out_dims.size() != in_dims.size()) {
+           refuse(n, "starts / steps / output rank do not match the input's rank");
+         }
+         auto in_strides = contiguous_strides(in_dims);
+         std::vector<int64_t> strides(in_dims.size());
+         int64_t offset = 0;
+         for (size_t d = 0; d < in_dims.size(); ++d) {
+           int64_t last = starts[d] + (out_dims[d] - 1) * steps[d];
+           if (out_dims[d] > 0 && (starts[d] < 0 || starts[d] >= in_dims[d] || last < 0 ||
+                                   last >= in_dims[d])) {
+             refuse(n, "the slice of dimension " + std::to_string(d) + " leaves the input");
+           }
+           offset += starts[d] * in_strides[d];
+           strides[d] = steps[d] * in_strides[d];
+         }
+         Bound src;
+         src.id = n.inputs[0];
+         src.desc = TensorDesc::make(nullptr, def.tensors[src.id].dtype, out_dims.data(),
+                                     static_cast<int>(out_dims.size()), strides.data());
+         src.byte_offset = static_cast<size_t>(offset) * itemsize(def, src.id);
+         return copy_of(bound(def, n.outputs[0]), src);
+       }},
+      {"GatherElements",
+       [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
+         need_inputs(n, 2, 2);
+         auto kr = std::make_unique<GatherElementsKernel>();
+         kr->out = bound(def, n.outputs[0]);
+         kr->data = bound(def, n.inputs[0]);
+         kr->index = bound(def, n.inputs[1]);
+         kr->node = n.name;
+         const auto& dims = def.tensors[n.inputs[0]].dims;
+         const auto& idx = def.tensors[n.inputs[1]].dims;
+         int64_t axis = int_attr(n, "axis", 0);
+         if (axis < 0 || axis >= static_cast<int64_t>(dims.size())) refuse(n, "bad axis");
+         if (idx.size() != dims.size() || def.tensors[n.outputs[0]].dims != idx) {
+           refuse(n, "indices, data and output ranks or shapes do not match");
+         }
+         for (size_t d = 0; d < dims.size(); ++d) {
+           if (static_cast<int64_t>(d) != axis && idx[d] > dims[d]) {
+             refuse(n, "the indices are larger than the data outside the gather axis");
+           }
+         }
+         kr->axis = static_cast<int>(axis);
+         kr->checked.resize(kr->index.desc.numel());
+         kr->checked_desc = TensorDesc::make(nullptr, DType::Int64, idx.data(),
+                                             static_cast<int>(idx.size()));
          return kr;
        }},
       {"ReduceMean", reduce(k::ReduceOp::Mean)},
@@ -689,7 +813,7 @@ const std::map<std::string, Factory>& factories() {
            if (static_cast<int64_t>(d) > axis) inner *= dims[d];
          }
          kr->dim = dims[axis];
-         kr->row_bytes = static_cast<size_t>(inner) * 4;
+         kr->row_bytes = static_cast<size_t>(inner) * itemsize(def, n.inputs[0]);
          const auto& idx = def.tensors[n.inputs[1]];
          kr->index64 = idx.dtype == DType::Int64;
          kr->count = 1;
@@ -719,9 +843,9 @@ const std::map<std::string, Factory>& factories() {
            const auto& dims = def.tensors[id].dims;
            Bound src;
            src.id = n.inputs[0];
-           src.desc = TensorDesc::make(nullptr, DType::Float32, dims.data(),
+           src.desc = TensorDesc::make(nullptr, def.tensors[src.id].dtype, dims.data(),
                                        static_cast<int>(dims.size()), in_strides.data());
-           src.byte_offset = static_cast<size_t>(at * in_strides[axis] * 4);
+           src.byte_offset = static_cast<size_t>(at * in_strides[axis]) * itemsize(def, src.id);
            at += dims[axis];
            kr->copies.emplace_back(bound(def, id), src);
          }
@@ -740,9 +864,9 @@ const std::map<std::string, Factory>& factories() {
            const auto& dims = def.tensors[id].dims;
            Bound dst;
            dst.id = n.outputs[0];
-           dst.desc = TensorDesc::make(nullptr, DType::Float32, dims.data(),
+           dst.desc = TensorDesc::make(nullptr, def.tensors[dst.id].dtype, dims.data(),
                                        static_cast<int>(dims.size()), out_strides.data());
-           dst.byte_offset = static_cast<size_t>(at * out_strides[axis] * 4);
+           dst.byte_offset = static_cast<size_t>(at * out_strides[axis]) * itemsize(def, dst.id);
            at += dims[axis];
            kr->copies.emplace_back(dst, bound(def, id));
          }
@@ -750,6 +874,40 @@ const std::map<std::string, Factory>& factories() {
        }},
   };
   return table;
+}
+
+// The dtypes each op takes (atc's check_dtypes refuses the same at conversion): math in
+// float32; data movement in any dtype; Gather's indices int64 / int32; Not / And / Or on bool;
+// a comparison's or Where's two operands of one dtype.
+void check_dtypes(const ModelDef& def, const NodeInfo& n) {
+  static const std::set<std::string> any_dtype = {
+      "Reshape", "Transpose", "Concat", "Split", "Gather", "GatherElements", "Slice", "Expand",
+      "Cast", "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
+  static const std::set<std::string> on_bool = {"Not", "And", "Or"};
+  auto dtype = [&](size_t i) { return def.tensors[n.inputs[i]].dtype; };
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] == kNoTensor) continue;
+    DType t = dtype(i);
+    const char* wanted = nullptr;
+    if ((n.op == "Gather" || n.op == "GatherElements") && i == 1) {
+      if (t != DType::Int64 && t != DType::Int32) wanted = "int64 or int32 indices";
+    } else if (on_bool.count(n.op)) {
+      if (t != DType::Bool) wanted = "bool";
+    } else if (!any_dtype.count(n.op) && t != DType::Float32) {
+      wanted = "float32";
+    }
+    if (wanted) {
+      refuse(n, "tensor " + def.tensors[n.inputs[i]].name + " is " + k::dtype_name(t) +
+                    "; the engine takes " + wanted + " there");
+    }
+  }
+  static const std::set<std::string> paired = {"Where", "Equal", "Less", "LessOrEqual",
+                                               "Greater", "GreaterOrEqual"};
+  size_t m = n.inputs.size();
+  if (paired.count(n.op) && m >= 2 && dtype(m - 1) != dtype(m - 2)) {
+    refuse(n, "its operands " + def.tensors[n.inputs[m - 2]].name + " and " +
+                  def.tensors[n.inputs[m - 1]].name + " have different dtypes");
+  }
 }
 
 }  // namespace
@@ -761,18 +919,7 @@ std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& 
     throw ModelError("node " + n.name + ": op " + n.op + " is not supported by this engine "
                      "(the .om was written by a newer atc?)");
   }
-  for (size_t i = 0; i < n.inputs.size(); ++i) {
-    uint32_t id = n.inputs[i];
-    if (id == kNoTensor) continue;
-    DType t = def.tensors[id].dtype;
-    bool allowed = t == DType::Float32 ||
-                   (n.op == "Gather" && i == 1 && (t == DType::Int64 || t == DType::Int32)) ||
-                   (n.op == "Where" && i == 0);  // any dtype is a condition (!= 0)
-    if (!allowed) {
-      refuse(n, "the engine computes in float32; tensor " + def.tensors[id].name + " is " +
-                    k::dtype_name(def.tensors[id].dtype));
-    }
-  }
+  check_dtypes(def, n);
   return it->second(def, n);
 }
 

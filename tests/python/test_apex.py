@@ -534,7 +534,7 @@ def test_lists_of_models_and_optimizers_come_back_as_lists():
 def test_hugging_face_model_output_keeps_its_type(level):
     # A Hugging Face model returns a ModelOutput (a dict subclass): amp's output cast must keep
     # it one, so `out.loss` / `out.logits` still work, with float32 logits.
-    transformers = pytest.importorskip("transformers")
+    import transformers
     config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
                                       num_hidden_layers=2, num_attention_heads=4,
                                       num_key_value_heads=2, max_position_embeddings=64)

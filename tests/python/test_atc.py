@@ -5,9 +5,7 @@ import json
 
 import pytest
 
-pytest.importorskip("onnx")
-
-from onnx_models import DAMAGED_OM, WithCumSum, atc, convert, export, make_models  # noqa: E402
+from onnx_models import DAMAGED_OM, WithCumSum, atc, convert, export, make_models
 
 
 @pytest.fixture(scope="module")
