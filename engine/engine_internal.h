@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "npu/engine.h"
 
@@ -16,5 +18,36 @@ struct Model::Kernel {
 
 // Throws ModelError naming the node when the engine cannot run it.
 std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& node);
+
+// Checks made before a node is prepared (engine/checks.cpp); each throws ModelError naming the
+// node. A model is trusted only as far as these go: the reader checked every index and offset
+// against the file, these check that the node's tensors agree with each other.
+//  - check_dtypes: the dtypes the op takes (atc's check_dtypes refuses the same).
+//  - check_shapes: the output shapes follow from the inputs' shapes and the attributes, as
+//    atc's shape inference derived them, so no kernel reads or writes outside a tensor.
+void check_dtypes(const ModelDef& def, const NodeInfo& n);
+void check_shapes(const ModelDef& def, const NodeInfo& n);
+
+[[noreturn]] inline void refuse(const NodeInfo& n, const std::string& why) {
+  throw ModelError("node " + n.name + " (" + n.op + "): " + why);
+}
+
+inline int64_t int_attr(const NodeInfo& n, const char* key, int64_t fallback) {
+  const Attr* a = n.attr(key);
+  return a ? a->i : fallback;
+}
+inline double float_attr(const NodeInfo& n, const char* key, double fallback) {
+  const Attr* a = n.attr(key);
+  return a ? a->f : fallback;
+}
+inline std::vector<int64_t> ints_attr(const NodeInfo& n, const char* key,
+                                      std::vector<int64_t> fallback) {
+  const Attr* a = n.attr(key);
+  return a ? a->ints : fallback;
+}
+inline std::string string_attr(const NodeInfo& n, const char* key) {
+  const Attr* a = n.attr(key);
+  return a ? a->s : std::string();
+}
 
 }  // namespace npu::engine

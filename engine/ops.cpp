@@ -6,7 +6,6 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -76,28 +75,6 @@ Bound broadcast_to(const ModelDef& def, uint32_t id, const std::vector<int64_t>&
   b.desc = TensorDesc::make(nullptr, def.tensors[id].dtype, shape.data(),
                             static_cast<int>(shape.size()), out_strides.data());
   return b;
-}
-
-int64_t int_attr(const NodeInfo& n, const char* key, int64_t fallback) {
-  const Attr* a = n.attr(key);
-  return a ? a->i : fallback;
-}
-double float_attr(const NodeInfo& n, const char* key, double fallback) {
-  const Attr* a = n.attr(key);
-  return a ? a->f : fallback;
-}
-std::vector<int64_t> ints_attr(const NodeInfo& n, const char* key,
-                               std::vector<int64_t> fallback) {
-  const Attr* a = n.attr(key);
-  return a ? a->ints : fallback;
-}
-std::string string_attr(const NodeInfo& n, const char* key) {
-  const Attr* a = n.attr(key);
-  return a ? a->s : std::string();
-}
-
-[[noreturn]] void refuse(const NodeInfo& n, const std::string& why) {
-  throw ModelError("node " + n.name + " (" + n.op + "): " + why);
 }
 
 void need_inputs(const NodeInfo& n, size_t lo, size_t hi) {
@@ -233,12 +210,8 @@ std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& 
   }
   bool trans_a = int_attr(n, "trans_a", 0) != 0, trans_b = int_attr(n, "trans_b", 0) != 0;
   std::vector<int64_t> a = def.tensors[kr->a_id].dims, b = def.tensors[kr->b_id].dims;
-  if (a.empty() || b.empty()) refuse(n, "MatMul of a scalar");
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
-  if ((trans_a || trans_b) && (a.size() != 2 || b.size() != 2)) {
-    refuse(n, "transposed operands are supported for 2-D matrices only");
-  }
   int64_t m = trans_a ? a[1] : a[a.size() - 2], kk = trans_a ? a[0] : a.back();
   int64_t nn = trans_b ? b[0] : b.back();
   const int64_t es = 4;  // float32
@@ -494,12 +467,6 @@ void symmetric_pads(const NodeInfo& n, const std::vector<int64_t>& pads, int64_t
   out[1] = pads[1];
 }
 
-void need_rank(const ModelDef& def, const NodeInfo& n, uint32_t id, size_t rank) {
-  if (def.tensors[id].dims.size() != rank) {
-    refuse(n, "expects a rank-" + std::to_string(rank) + " input");
-  }
-}
-
 
 std::unique_ptr<Model::Kernel> make_unary(const ModelDef& def, const NodeInfo& n,
                                           k::UnaryOp op, k::Scalar p0 = {}, k::Scalar p1 = {}) {
@@ -577,7 +544,6 @@ const std::map<std::string, Factory>& factories() {
       {"Conv",
        [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
          need_inputs(n, 2, 3);
-         need_rank(def, n, n.inputs[0], 4);
          auto kr = std::make_unique<ConvKernel>();
          kr->out = bound(def, n.outputs[0]);
          kr->in = bound(def, n.inputs[0]);
@@ -585,7 +551,6 @@ const std::map<std::string, Factory>& factories() {
          kr->has_bias = has_input(n, 2);
          if (kr->has_bias) kr->bias = bound(def, n.inputs[2]);
          auto s = ints_attr(n, "strides", {1, 1}), d = ints_attr(n, "dilations", {1, 1});
-         if (s.size() != 2 || d.size() != 2) refuse(n, "2-D convolution only");
          symmetric_pads(n, ints_attr(n, "pads", {0, 0, 0, 0}), kr->params.padding);
          for (int i = 0; i < 2; ++i) {
            kr->params.stride[i] = s[i];
@@ -638,7 +603,6 @@ const std::map<std::string, Factory>& factories() {
          need_inputs(n, 3, 3);  // atc folded the statistics into scale and shift
          auto kr = std::make_unique<ScaleShiftKernel>();
          const auto& shape = def.tensors[n.outputs[0]].dims;
-         if (shape.size() < 2) refuse(n, "expects an input of rank 2 or more");
          kr->out = bound(def, n.outputs[0]);
          kr->in = bound(def, n.inputs[0]);
          auto per_channel = [&](uint32_t id) {
@@ -656,14 +620,12 @@ const std::map<std::string, Factory>& factories() {
       {"MaxPool",
        [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
          need_inputs(n, 1, 1);
-         need_rank(def, n, n.inputs[0], 4);
          auto kr = std::make_unique<PoolKernel>();
          kr->kind = n.op == "MaxPool" ? PoolKernel::Max : PoolKernel::Avg;
          kr->out = bound(def, n.outputs[0]);
          kr->in = bound(def, n.inputs[0]);
          auto ks = ints_attr(n, "kernel_shape", {}), s = ints_attr(n, "strides", {1, 1});
          auto d = ints_attr(n, "dilations", {1, 1});
-         if (ks.size() != 2 || s.size() != 2 || d.size() != 2) refuse(n, "2-D pooling only");
          symmetric_pads(n, ints_attr(n, "pads", {0, 0, 0, 0}), kr->params.padding);
          for (int i = 0; i < 2; ++i) {
            kr->params.kernel[i] = ks[i];
@@ -683,7 +645,6 @@ const std::map<std::string, Factory>& factories() {
       {"GlobalAveragePool",
        [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
          need_inputs(n, 1, 1);
-         need_rank(def, n, n.inputs[0], 4);
          auto kr = std::make_unique<PoolKernel>();
          kr->kind = PoolKernel::GlobalAvg;
          kr->out = bound(def, n.outputs[0]);
@@ -693,9 +654,6 @@ const std::map<std::string, Factory>& factories() {
       {"Reshape",
        [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
          need_inputs(n, 1, 1);
-         if (def.tensors[n.inputs[0]].nbytes != def.tensors[n.outputs[0]].nbytes) {
-           refuse(n, "input and output sizes differ");
-         }
          auto kr = std::make_unique<CopyBytesKernel>();
          kr->out_id = n.outputs[0];
          kr->in_id = n.inputs[0];
@@ -707,11 +665,9 @@ const std::map<std::string, Factory>& factories() {
          need_inputs(n, 1, 1);
          const auto& in_dims = def.tensors[n.inputs[0]].dims;
          auto perm = ints_attr(n, "perm", {});
-         if (perm.size() != in_dims.size()) refuse(n, "perm does not match the input's rank");
          auto in_strides = contiguous_strides(in_dims);
          std::vector<int64_t> sizes, strides;
          for (int64_t p : perm) {
-           if (p < 0 || p >= static_cast<int64_t>(in_dims.size())) refuse(n, "bad perm");
            sizes.push_back(in_dims[p]);
            strides.push_back(in_strides[p]);
          }
@@ -724,9 +680,6 @@ const std::map<std::string, Factory>& factories() {
       {"Cast",
        [](const ModelDef& def, const NodeInfo& n) {
          need_inputs(n, 1, 1);
-         if (def.tensors[n.inputs[0]].dims != def.tensors[n.outputs[0]].dims) {
-           refuse(n, "input and output shapes differ");
-         }
          return copy_of(bound(def, n.outputs[0]), bound(def, n.inputs[0]));
        }},
       {"Expand",
@@ -774,19 +727,8 @@ const std::map<std::string, Factory>& factories() {
          kr->data = bound(def, n.inputs[0]);
          kr->index = bound(def, n.inputs[1]);
          kr->node = n.name;
-         const auto& dims = def.tensors[n.inputs[0]].dims;
          const auto& idx = def.tensors[n.inputs[1]].dims;
-         int64_t axis = int_attr(n, "axis", 0);
-         if (axis < 0 || axis >= static_cast<int64_t>(dims.size())) refuse(n, "bad axis");
-         if (idx.size() != dims.size() || def.tensors[n.outputs[0]].dims != idx) {
-           refuse(n, "indices, data and output ranks or shapes do not match");
-         }
-         for (size_t d = 0; d < dims.size(); ++d) {
-           if (static_cast<int64_t>(d) != axis && idx[d] > dims[d]) {
-             refuse(n, "the indices are larger than the data outside the gather axis");
-           }
-         }
-         kr->axis = static_cast<int>(axis);
+         kr->axis = static_cast<int>(int_attr(n, "axis", 0));
          kr->checked.resize(kr->index.desc.numel());
          kr->checked_desc = TensorDesc::make(nullptr, DType::Int64, idx.data(),
                                              static_cast<int>(idx.size()));
@@ -806,7 +748,6 @@ const std::map<std::string, Factory>& factories() {
          kr->node = n.name;
          const auto& dims = def.tensors[n.inputs[0]].dims;
          int64_t axis = int_attr(n, "axis", 0);
-         if (axis < 0 || axis >= static_cast<int64_t>(dims.size())) refuse(n, "bad axis");
          int64_t inner = 1;
          for (size_t d = 0; d < dims.size(); ++d) {
            if (static_cast<int64_t>(d) < axis) kr->outer *= dims[d];
@@ -849,7 +790,6 @@ const std::map<std::string, Factory>& factories() {
            at += dims[axis];
            kr->copies.emplace_back(bound(def, id), src);
          }
-         if (at != in_dims[axis]) refuse(n, "the outputs do not cover the input");
          return kr;
        }},
       {"Concat",
@@ -876,40 +816,6 @@ const std::map<std::string, Factory>& factories() {
   return table;
 }
 
-// The dtypes each op takes (atc's check_dtypes refuses the same at conversion): math in
-// float32; data movement in any dtype; Gather's indices int64 / int32; Not / And / Or on bool;
-// a comparison's or Where's two operands of one dtype.
-void check_dtypes(const ModelDef& def, const NodeInfo& n) {
-  static const std::set<std::string> any_dtype = {
-      "Reshape", "Transpose", "Concat", "Split", "Gather", "GatherElements", "Slice", "Expand",
-      "Cast", "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
-  static const std::set<std::string> on_bool = {"Not", "And", "Or"};
-  auto dtype = [&](size_t i) { return def.tensors[n.inputs[i]].dtype; };
-  for (size_t i = 0; i < n.inputs.size(); ++i) {
-    if (n.inputs[i] == kNoTensor) continue;
-    DType t = dtype(i);
-    const char* wanted = nullptr;
-    if ((n.op == "Gather" || n.op == "GatherElements") && i == 1) {
-      if (t != DType::Int64 && t != DType::Int32) wanted = "int64 or int32 indices";
-    } else if (on_bool.count(n.op)) {
-      if (t != DType::Bool) wanted = "bool";
-    } else if (!any_dtype.count(n.op) && t != DType::Float32) {
-      wanted = "float32";
-    }
-    if (wanted) {
-      refuse(n, "tensor " + def.tensors[n.inputs[i]].name + " is " + k::dtype_name(t) +
-                    "; the engine takes " + wanted + " there");
-    }
-  }
-  static const std::set<std::string> paired = {"Where", "Equal", "Less", "LessOrEqual",
-                                               "Greater", "GreaterOrEqual"};
-  size_t m = n.inputs.size();
-  if (paired.count(n.op) && m >= 2 && dtype(m - 1) != dtype(m - 2)) {
-    refuse(n, "its operands " + def.tensors[n.inputs[m - 2]].name + " and " +
-                  def.tensors[n.inputs[m - 1]].name + " have different dtypes");
-  }
-}
-
 }  // namespace
 
 std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& n) {
@@ -920,6 +826,7 @@ std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& 
                      "(the .om was written by a newer atc?)");
   }
   check_dtypes(def, n);
+  check_shapes(def, n);
   return it->second(def, n);
 }
 

@@ -225,3 +225,41 @@ def test_fused_layer_norm_matches_onnxruntime(tmp_path):
     x = np.random.RandomState(5).randn(2, 8, 32).astype(np.float32)
     (got,) = InferSession(0, convert(path, tmp_path / "enc14")).infer([x])
     np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+
+
+def _reshaped(om_bytes, tensor_of, new_dims):
+    """The model with one tensor's dims replaced (same byte size, valid file): the shapes
+    contradict each other, which only the engine's per-node checks can see."""
+    from atc import om
+    model = om.parse(om_bytes)
+    t = tensor_of(model)
+    assert int(np.prod(new_dims)) * t.dtype.itemsize == t.nbytes
+    t.dims = tuple(new_dims)
+    return om.serialize(model)
+
+
+@pytest.mark.parametrize("case, message", [
+    # A weight of MatMul read with the wrong inner dimension.
+    ("matmul_weight", "inner dimensions differ"),
+    # An activation whose shape disagrees with the MatMul (+ fused Relu) that writes it.
+    ("relu_output", "but its inputs give"),
+])
+def test_om_with_contradicting_shapes_is_refused(models, tmp_path, case, message):
+    from atc import om
+    data = open(models["mlp"][1], "rb").read()
+    model = om.parse(data)
+    if case == "matmul_weight":
+        node = next(n for n in model.nodes if n.op == "MatMul")
+        w = model.tensors[node.inputs[1]]
+        bad = _reshaped(data, lambda m: m.tensors[node.inputs[1]], w.dims[::-1] if
+                        w.dims[0] != w.dims[1] else (w.dims[0] * 2, w.dims[1] // 2))
+    else:
+        node = next(n for n in model.nodes if n.op == "MatMul" and
+                    n.attrs.get("activation") == "Relu")
+        out = model.tensors[node.outputs[0]]
+        bad = _reshaped(data, lambda m: m.tensors[node.outputs[0]],
+                        (out.dims[0] * 2, out.dims[1] // 2))
+    path = tmp_path / "bad.om"
+    path.write_bytes(bad)
+    with pytest.raises(AclError, match=message):
+        InferSession(0, str(path))
