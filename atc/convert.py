@@ -374,9 +374,193 @@ def fuse_gelu(g: Graph) -> None:
             g.nodes.remove(n)
 
 
+def fuse_gelu_tanh(g: Graph) -> None:
+    """The tanh GELU as written out (GPT-2's NewGELU), 0.5 * x * (1 + tanh(sqrt(2 / pi) *
+    (x + 0.044715 * x ^ 3))) (eight ops), -> one Gelu(approximate="tanh")."""
+    def other(node, name):
+        return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+
+    def const_of(node, name):
+        return _scalar(g.const(other(node, name)))
+
+    for tanh in list(g.nodes):
+        if tanh.op != "Tanh" or tanh not in g.nodes:
+            continue
+        prod, uses = {o: n for n in g.nodes for o in n.outputs}, g.consumers()
+        scale = prod.get(tanh.inputs[0])
+        if not scale or scale.op != "Mul" or len(scale.inputs) != 2:
+            continue
+        inner = scale.inputs[0] if g.const(scale.inputs[0]) is None else scale.inputs[1]
+        c = const_of(scale, inner)
+        add = prod.get(inner)
+        if c is None or abs(c - math.sqrt(2 / math.pi)) > 1e-4 or not add or add.op != "Add":
+            continue
+        cube_mul = next((prod.get(i) for i in add.inputs
+                         if prod.get(i) is not None and prod[i].op == "Mul"), None)
+        if cube_mul is None:
+            continue
+        x = other(add, cube_mul.outputs[0])
+        pw = next((prod.get(i) for i in cube_mul.inputs
+                   if prod.get(i) is not None and prod[i].op == "Pow"), None)
+        if (pw is None or pw.inputs[0] != x or _scalar(g.const(pw.inputs[1])) != 3.0
+                or abs((const_of(cube_mul, pw.outputs[0]) or 0) - 0.044715) > 1e-6):
+            continue
+        one = _single_use(g, uses, tanh.outputs[0])
+        if not one or one.op != "Add" or const_of(one, tanh.outputs[0]) != 1.0:
+            continue
+        mul = _single_use(g, uses, one.outputs[0])
+        if not mul or mul.op != "Mul":
+            continue
+        half_x = prod.get(other(mul, one.outputs[0]))
+        if half_x and half_x.op == "Mul" and x in half_x.inputs and \
+                const_of(half_x, x) == 0.5 and len(uses.get(half_x.outputs[0], [])) == 1:
+            chain, out = [half_x, mul], mul
+        elif other(mul, one.outputs[0]) == x:
+            half = _single_use(g, uses, mul.outputs[0])
+            if not half or half.op != "Mul" or const_of(half, mul.outputs[0]) != 0.5:
+                continue
+            chain, out = [mul, half], half
+        else:
+            continue
+        chain += [pw, cube_mul, add, scale, one]
+        if any(n.outputs[0] in g.outputs or (n is not out and len(uses.get(n.outputs[0], []))
+                                             != 1) for n in chain):
+            continue
+        tanh.op, tanh.inputs, tanh.outputs = "Gelu", [x], out.outputs
+        tanh.attrs = {"approximate": "tanh"}
+        for n in chain:
+            g.nodes.remove(n)
+
+
+def fuse_attention(g: Graph) -> None:
+    """Scaled-dot-product attention as exported -> one Attention node (the engine runs the
+    flash attention kernel: no [Sq, Skv] score matrix, one pass):
+        s = MatMul(Q, KT) [* or / scalar] [masked]; p = Softmax(s, axis=-1)
+        [p = Where(IsNaN(p), 0, p)]   (safe softmax, as the dynamo exporter writes it)
+        out = MatMul(p, V)
+    Q [.., Sq, D], KT [.., D, Skv], V [.., Skv, Dv] with the same leading dims; a scalar Mul
+    on Q or on KT alone (HF's split sqrt scale) is folded in, and KT = Transpose(K) of the last
+    two dims is read as K. The mask, when there is one, must be a constant over [Sq, Skv]
+    (a causal mask): Where(cond, s, very negative) or Add(s, 0 / very negative), with every
+    row keeping a key, so -inf, finfo.min and the kernel's masking agree exactly."""
+    for mm in list(g.nodes):
+        if mm.op != "MatMul" or len(mm.inputs) != 2 or mm not in g.nodes:
+            continue
+        prod, uses = {o: n for n in g.nodes for o in n.outputs}, g.consumers()
+        q, kt = mm.inputs
+        qs, kts = g.tensors[q].shape, g.tensors[kt].shape
+        if len(qs) < 3 or len(qs) != len(kts) or qs[:-2] != kts[:-2] or qs[-1] != kts[-2]:
+            continue
+        chain, scale, node = [], 1.0, mm
+        mask = None
+        while True:
+            nxt = _single_use(g, uses, node.outputs[0])
+            if nxt is None:
+                break
+            c = None
+            if nxt.op in ("Mul", "Div", "Add") and len(nxt.inputs) == 2:
+                c = g.const(nxt.inputs[1] if nxt.inputs[0] == node.outputs[0] else nxt.inputs[0])
+            if nxt.op == "Mul" and _scalar(c) is not None:
+                scale *= _scalar(c)
+            elif nxt.op == "Div" and nxt.inputs[0] == node.outputs[0] and _scalar(c):
+                scale /= _scalar(c)
+            elif mask is None and nxt.op == "Add" and c is not None:
+                mask = _additive_mask(c, qs[-2], kts[-1])
+                if mask is None:
+                    break
+            elif mask is None and nxt.op == "Where" and g.const(nxt.inputs[0]) is not None:
+                # Where(keep, s, fill) or masked_fill's Where(hidden, fill, s).
+                cond = g.const(nxt.inputs[0]).astype(bool)
+                at = nxt.inputs.index(node.outputs[0])
+                fill = _scalar(g.const(nxt.inputs[3 - at]))
+                if at not in (1, 2) or fill is None or fill > -1e30:
+                    break
+                mask = _hidden_mask(~cond if at == 1 else cond, qs[-2], kts[-1])
+                if mask is None:
+                    break
+            else:
+                break
+            chain.append(nxt)
+            node = nxt
+        soft = _single_use(g, uses, node.outputs[0])
+        if soft is None or soft.op != "Softmax" or soft.attrs.get("axis", -1) not in (
+                -1, len(qs) - 1):
+            continue
+        chain.append(soft)
+        tail = soft
+        users = uses.get(soft.outputs[0], [])
+        if len(users) == 2 and soft.outputs[0] not in g.outputs:  # safe softmax's NaN guard
+            isnan = next((u for u in users if u.op == "IsNaN"), None)
+            where = next((u for u in users if u.op == "Where"), None)
+            if (isnan and where and where.inputs == [isnan.outputs[0], where.inputs[1],
+                                                     soft.outputs[0]]
+                    and _scalar(g.const(where.inputs[1])) == 0.0
+                    and len(uses.get(isnan.outputs[0], [])) == 1):
+                chain += [isnan, where]
+                tail = where
+        pv = _single_use(g, g.consumers(), tail.outputs[0])
+        if pv is None or pv.op != "MatMul" or pv.inputs[0] != tail.outputs[0]:
+            continue
+        v = pv.inputs[1]
+        vs = g.tensors[v].shape
+        if len(vs) != len(qs) or vs[:-2] != qs[:-2] or vs[-2] != kts[-1]:
+            continue
+        if any(n.outputs[0] in g.outputs for n in chain):
+            continue
+        # Scalar Mul on Q or KT (the scale split as sqrt on both): fold when used only here.
+        for name in (q, kt):
+            pre = prod.get(name)
+            if pre is not None and pre.op == "Mul" and len(uses.get(name, [])) == 1:
+                c = _scalar(g.const(pre.inputs[1]))
+                if c is not None:
+                    scale *= c
+                    if name == q:
+                        q = pre.inputs[0]
+                    else:
+                        kt = pre.inputs[0]
+        if scale <= 0:  # masking before or after the scale differ only for scale > 0
+            continue
+        attrs = {"scale": float(scale), "k_transposed": 1}
+        pre = prod.get(kt)
+        if (pre is not None and pre.op == "Transpose" and len(uses.get(kt, [])) == 1 and
+                list(pre.attrs.get("perm", [])) == list(range(len(qs) - 2)) + [
+                    len(qs) - 1, len(qs) - 2]):
+            kt, attrs["k_transposed"] = pre.inputs[0], 0
+        inputs = [q, kt, v]
+        if mask is not None and mask is not False:
+            inputs.append(g.add_const(f"{mm.name}.attention_mask", mask))
+        mm.op, mm.inputs, mm.outputs, mm.attrs = "Attention", inputs, pv.outputs, attrs
+        for n in chain + [pv]:
+            g.nodes.remove(n)
+
+
+def _hidden_mask(hidden, sq: int, skv: int):
+    """A constant mask (True = hidden) as the engine's bool [Sq, Skv], False when it hides
+    nothing (no mask needed), or None when it cannot be fused: another shape, slices that
+    differ along the leading dims, or a row with every key hidden (there -inf gives NaN and
+    finfo.min a uniform row, the kernel 0)."""
+    if not hidden.any():
+        return False
+    if hidden.ndim < 2 or hidden.shape[-2:] != (sq, skv):
+        return None
+    slices = hidden.reshape(-1, sq, skv)
+    if not (slices == slices[0]).all() or slices[0].all(axis=-1).any():
+        return None
+    return np.ascontiguousarray(slices[0])
+
+
+def _additive_mask(c, sq: int, skv: int):
+    """An additive mask that only hides (0 or below -1e30) -> _hidden_mask of it."""
+    if not np.all((c == 0) | (c < -1e30)):
+        return None
+    return _hidden_mask(c < -1e30, sq, skv)
+
+
 def fuse(g: Graph) -> None:
     fuse_layer_norm(g)
     fuse_gelu(g)
+    fuse_gelu_tanh(g)
+    fuse_attention(g)
     # Conv + BatchNormalization.
     for n in list(g.nodes):
         if n.op != "Conv":
@@ -476,6 +660,8 @@ def lower_attrs(g: Graph, n: Node) -> dict:
         return {"axis": norm_axis(a.get("axis", 0), rank, n.name)}
     if n.op == "Slice":
         return {"starts": a["starts"], "steps": a["steps"]}
+    if n.op == "Attention":
+        return {"scale": a["scale"], "k_transposed": a["k_transposed"]}
     if n.op in REDUCE:
         return {"axes": a["axes"]}
     if n.op == "Split":
@@ -522,7 +708,10 @@ def check_dtypes(g: Graph, n: Node) -> None:
     for i, dt in enumerate(dts):
         if dt is None:
             continue
-        if n.op in FLOAT_OPS and dt != f32:
+        if n.op == "Attention" and i == 3:
+            if dt != np.dtype(bool):
+                refuse(i, "a bool mask")
+        elif n.op in FLOAT_OPS and dt != f32:
             refuse(i, "float32")
         if n.op in ("Gather", "GatherElements") and i == 1 and dt not in index:
             refuse(i, "int64 or int32 indices")

@@ -27,6 +27,9 @@ ENGINE_OPS = {
     "IsNaN", "IsInf", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
     "And", "Or",
 }
+# Ops only atc writes (fusions), which an ONNX file may not contain.
+FUSED_OPS = {"Attention"}
+ENGINE_OPS |= FUSED_OPS
 # Engine ops that compute in float32: every input must be float32 (the others move data of
 # any dtype, or test it).
 DATA_OPS = {"Reshape", "Transpose", "Concat", "Split", "Gather", "GatherElements", "Slice",
@@ -41,7 +44,7 @@ REDUCE = {"ReduceMean": np.mean, "ReduceSum": np.sum, "ReduceMax": np.max, "Redu
 # must fold away.
 REWRITTEN = {"Gemm", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Constant"}
 FOLD_ONLY = {"Shape", "ConstantOfShape", "Range", "Trilu"}
-SUPPORTED = ENGINE_OPS | REWRITTEN | FOLD_ONLY
+SUPPORTED = (ENGINE_OPS - FUSED_OPS) | REWRITTEN | FOLD_ONLY
 MIN_OPSET, MAX_OPSET = 13, 21
 
 UNARY = {

@@ -122,7 +122,9 @@ void check_dtypes(const ModelDef& def, const NodeInfo& n) {
     if (n.inputs[i] == kNoTensor) continue;
     DType t = dtype(i);
     const char* wanted = nullptr;
-    if ((n.op == "Gather" || n.op == "GatherElements") && i == 1) {
+    if (n.op == "Attention" && i == 3) {
+      if (t != DType::Bool) wanted = "a bool mask";
+    } else if ((n.op == "Gather" || n.op == "GatherElements") && i == 1) {
       if (t != DType::Int64 && t != DType::Int32) wanted = "int64 or int32 indices";
     } else if (on_bool.count(n.op)) {
       if (t != DType::Bool) wanted = "bool";
@@ -298,6 +300,30 @@ void check_shapes(const ModelDef& def, const NodeInfo& n) {
       }
     }
     expect(def, n, n.outputs[0], idx);
+    return;
+  }
+  if (op == "Attention") {
+    // q [.., Sq, D], k [.., Skv, D] (or its transpose [.., D, Skv]), v [.., Skv, Dv], the
+    // leading dims equal; out [.., Sq, Dv]; mask [Sq, Skv] (any leading 1s).
+    need_outputs(n, 1);
+    Dims kd = input(1);
+    const Dims& vd = input(2);
+    if (x.size() < 3 || kd.size() != x.size() || vd.size() != x.size()) {
+      refuse(n, "q, k and v must have one rank of at least 3");
+    }
+    size_t r = x.size();
+    if (int_attr(n, "k_transposed", 0)) std::swap(kd[r - 1], kd[r - 2]);
+    if (!std::equal(x.begin(), x.end() - 2, kd.begin()) ||
+        !std::equal(x.begin(), x.end() - 2, vd.begin()) || kd[r - 1] != x[r - 1] ||
+        kd[r - 2] != vd[r - 2]) {
+      refuse(n, "q " + str(x) + ", k " + str(input(1)) + " and v " + str(vd) + " do not fit");
+    }
+    if (optional(3) && numel(input(3)) != x[r - 2] * kd[r - 2]) {
+      refuse(n, "the mask is not [Sq, Skv]");
+    }
+    Dims want(x.begin(), x.end() - 1);
+    want.push_back(vd.back());
+    expect(def, n, n.outputs[0], want);
     return;
   }
   if (op == "Reshape") {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/engine_internal.h"
+#include "npu/kernels/attention.h"
 #include "npu/kernels/batch_norm.h"
 #include "npu/kernels/conv.h"
 #include "npu/kernels/elementwise.h"
@@ -360,6 +361,63 @@ std::unique_ptr<Model::Kernel> copy_of(Bound dst, Bound src) {
   return kr;
 }
 
+// Attention (atc's fusion of MatMul, scale, constant mask, Softmax, MatMul): the flash
+// attention kernel over [L, S, D] matrices, L = the leading dims merged (batch x heads). K
+// comes as K [.., Skv, D] or as its transpose KT [.., D, Skv] (read through strides); the
+// mask is a constant bool [Sq, Skv] (true = hidden) broadcast over L.
+struct AttentionKernel : Model::Kernel {
+  Bound q, k, v, out, mask;
+  bool has_mask = false;
+  k::FlashAttentionArgs args;
+  std::vector<float> row_max, row_sum;  // the kernel's softmax statistics, sized at load
+  TensorDesc max_desc, sum_desc;
+  void run(void* const* ptrs) override {
+    for (Bound* b : {&q, &k, &v, &out}) b->bind(ptrs);
+    args.q = q.desc;
+    args.k = k.desc;
+    args.v = v.desc;
+    if (has_mask) {
+      mask.bind(ptrs);
+      args.mask = &mask.desc;
+    }
+    k::flash_attention_forward(args, out.desc, max_desc, sum_desc);
+  }
+};
+
+std::unique_ptr<Model::Kernel> make_attention(const ModelDef& def, const NodeInfo& n) {
+  need_inputs(n, 3, 4);
+  auto kr = std::make_unique<AttentionKernel>();
+  const auto& qd = def.tensors[n.inputs[0]].dims;
+  const auto& vd = def.tensors[n.inputs[2]].dims;
+  int64_t lead = 1;
+  for (size_t i = 0; i + 2 < qd.size(); ++i) lead *= qd[i];
+  const int64_t sq = qd[qd.size() - 2], d = qd.back(), skv = vd[vd.size() - 2], dv = vd.back();
+  auto view = [&](uint32_t id, int64_t rows, int64_t cols, bool transposed) {
+    Bound b;
+    b.id = id;
+    b.desc = transposed
+                 ? TensorDesc::make(nullptr, DType::Float32, {1, lead, rows, cols},
+                                    {0, rows * cols, 1, rows})
+                 : TensorDesc::make(nullptr, DType::Float32, {1, lead, rows, cols});
+    return b;
+  };
+  kr->q = view(n.inputs[0], sq, d, false);
+  kr->k = view(n.inputs[1], skv, d, int_attr(n, "k_transposed", 0) != 0);
+  kr->v = view(n.inputs[2], skv, dv, false);
+  kr->out = view(n.outputs[0], sq, dv, false);
+  if (has_input(n, 3)) {
+    kr->has_mask = true;
+    kr->mask.id = n.inputs[3];
+    kr->mask.desc = TensorDesc::make(nullptr, DType::Bool, {1, 1, sq, skv}, {0, 0, skv, 1});
+  }
+  kr->args.scale = float_attr(n, "scale", 1.0);
+  kr->row_max.resize(lead * sq);
+  kr->row_sum.resize(lead * sq);
+  kr->max_desc = TensorDesc::make(kr->row_max.data(), DType::Float32, {1, lead, sq, 1});
+  kr->sum_desc = TensorDesc::make(kr->row_sum.data(), DType::Float32, {1, lead, sq, 1});
+  return kr;
+}
+
 // GatherElements (ONNX's, torch.gather): out[i][j] = data[index[i][j]][j] along `axis`.
 // Indices are checked and made non-negative into a buffer sized at load, then the kernel
 // library's gather reads them.
@@ -541,6 +599,7 @@ const std::map<std::string, Factory>& factories() {
       {"Div", binary(k::BinaryOp::Div)},
       {"Pow", binary(k::BinaryOp::Pow)},
       {"MatMul", make_matmul},
+      {"Attention", make_attention},
       {"Conv",
        [](const ModelDef& def, const NodeInfo& n) -> std::unique_ptr<Model::Kernel> {
          need_inputs(n, 2, 3);

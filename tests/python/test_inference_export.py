@@ -66,6 +66,18 @@ EXPECTED_OPS = {"bert": {"IsNaN", "GatherElements", "Expand"}, "vit": {"IsNaN", 
                 "gpt2": {"IsNaN", "Split", "Tanh", "Pow"}, "llama": {"IsNaN", "Slice", "Expand"}}
 
 
+# What atc's fusions must make of each (attention -> one Attention node; GPT-2's tanh GELU ->
+# one Gelu), with no Softmax / Tanh left over.
+EXPECTED_FUSED = {"bert": {"Attention": 2}, "vit": {"Attention": 2},
+                  "gpt2": {"Attention": 2, "Gelu": 2}, "llama": {"Attention": 2}}
+
+
+def engine_ops(om_path):
+    from atc import om
+    with open(om_path, "rb") as f:
+        return [n.op for n in om.parse(f.read()).nodes]
+
+
 @pytest.mark.parametrize("name, make, shape", [
     ("mlp", MLP, (4, 32)), ("cnn", CNN, (2, 3, 32, 32)), ("encoder", Encoder, (2, 8, 32))])
 def test_dynamo_export_matches_onnxruntime(tmp_path, name, make, shape):
@@ -91,7 +103,11 @@ def test_hugging_face_model_matches_onnxruntime(tmp_path, name):
     torch.manual_seed(0)
     path = dynamo_export(make(), example, tmp_path / f"{name}.onnx")
     assert EXPECTED_OPS[name] <= ops_of(path)
-    got, expected = run_both(path, convert(path, tmp_path / name), example.numpy())
+    om_path = convert(path, tmp_path / name)
+    ops = engine_ops(om_path)
+    assert {op: ops.count(op) for op in EXPECTED_FUSED[name]} == EXPECTED_FUSED[name]
+    assert "Softmax" not in ops and "Tanh" not in ops
+    got, expected = run_both(path, om_path, example.numpy())
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL)
 
@@ -179,3 +195,31 @@ def test_atc_refuses_slice_bounds_known_only_at_run_time(tmp_path):
             "--soc_version=Ascend910B2")
     assert r.returncode == 1
     assert "Slice's starts / ends / axes / steps are not constants" in r.stderr
+
+
+class MaskedAttention(torch.nn.Module):
+    """Attention with a constant mask: `rows` hides every key of query row 0 (not fusable: the
+    fused kernel would give 0 there, softmax of finfo.min gives a uniform row)."""
+
+    def __init__(self, hide_a_row):
+        super().__init__()
+        mask = torch.tril(torch.ones(8, 8, dtype=torch.bool))
+        if hide_a_row:
+            mask[0] = False
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        q, k, v = x, x * 0.5, x + 1.0
+        s = (q @ k.transpose(-1, -2)) / 4.0
+        s = s.masked_fill(~self.mask, torch.finfo(torch.float32).min)
+        return torch.softmax(s, dim=-1) @ v
+
+
+@pytest.mark.parametrize("hide_a_row, fused", [(False, 1), (True, 0)])
+def test_masked_attention_fuses_only_when_every_row_sees_a_key(tmp_path, hide_a_row, fused):
+    x = torch.randn(2, 3, 8, 16)
+    path = dynamo_export(MaskedAttention(hide_a_row), x, tmp_path / "att.onnx")
+    om_path = convert(path, tmp_path / "att")
+    assert engine_ops(om_path).count("Attention") == fused
+    got, expected = run_both(path, om_path, x.numpy())
+    np.testing.assert_allclose(got[0], expected[0], rtol=TOL, atol=TOL)
