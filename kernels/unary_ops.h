@@ -52,7 +52,6 @@ NPU_FLOAT_UNARY(Atanh, std::atanh(x))
 NPU_FLOAT_UNARY(Erf, std::erf(x))
 NPU_FLOAT_UNARY(Erfc, std::erfc(x))
 NPU_FLOAT_UNARY(Frac, x - std::trunc(x))
-NPU_FLOAT_UNARY(Gelu, x * T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2))))
 NPU_FLOAT_UNARY(Mish, x * std::tanh(std::log1p(std::exp(x))))
 NPU_FLOAT_UNARY(Hardsigmoid, std::min(std::max(x + T(3), T(0)), T(6)) / T(6))
 NPU_FLOAT_UNARY(Hardswish, x * std::min(std::max(x + T(3), T(0)), T(6)) / T(6))
@@ -107,6 +106,21 @@ struct Silu {
   T operator()(T x) const { return x / (T(1) + std::exp(-x)); }
   void apply(float* out, int64_t n, const float* in) const requires std::is_same_v<T, float> {
     map8(out, in, n, [](__m256 x) { return _mm256_mul_ps(x, sigmoid256(x)); });
+  }
+};
+
+// gelu(x) = x / 2 (1 + erf(x / sqrt(2))); float32 through erf256 (the CPU's formula).
+template <class T>
+struct Gelu {
+  static constexpr unsigned kTypes = kFloating;
+  static constexpr int kCost = 4;
+  T operator()(T x) const { return x * T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2))); }
+  void apply(float* out, int64_t n, const float* in) const requires std::is_same_v<T, float> {
+    map8(out, in, n, [](__m256 x) {
+      __m256 cdf = _mm256_add_ps(_mm256_set1_ps(1.0f),
+                                 erf256(_mm256_mul_ps(x, _mm256_set1_ps(float(M_SQRT1_2)))));
+      return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)), cdf);
+    });
   }
 };
 

@@ -62,6 +62,26 @@ inline __m256 tanh256(__m256 x) {
   return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.4f), _CMP_LT_OQ));
 }
 
+// erf(x) by Abramowitz & Stegun 7.1.26: sign(x) (1 - t (a1 + t (a2 + ... a5)) e^{-x^2}),
+// t = 1 / (1 + p |x|); absolute error <= 1.5e-7 (about one float ulp near +-1, coarser in
+// relative terms near 0). The same formula as PyTorch's vectorised CPU erf, so GELU built on
+// it agrees with the CPU's to float rounding; the Erf op itself keeps libm's erf.
+inline __m256 erf256(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 ax = _mm256_andnot_ps(sign, x);
+  __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), ax, one));
+  __m256 p = _mm256_set1_ps(1.061405429f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+  __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(ax, ax)));
+  __m256 r = _mm256_fnmadd_ps(_mm256_mul_ps(p, t), e, one);
+  r = _mm256_or_ps(r, _mm256_and_ps(sign, x));
+  return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN
+}
+
 // out[i] = f(in[i]) with an 8-lane f; the tail goes through a padded vector so that every
 // element gets exactly the same arithmetic.
 template <class F>
@@ -76,21 +96,39 @@ inline void map8(float* out, const float* in, int64_t n, F f) {
   }
 }
 
-// sum(x[i]^2) accumulated in double (4 + 4 lanes): the row statistic of RMS norms.
-inline double sum_squares(const float* x, int64_t n) {
+// sum(x[i] - shift)^2 accumulated in double (4 + 4 lanes): the row statistic of RMS norms
+// (shift 0) and layer norms (shift = the row's mean).
+inline double sum_squares(const float* x, int64_t n, double shift = 0.0) {
+  const __m256d c = _mm256_set1_pd(shift);
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 v = _mm256_loadu_ps(x + i);
-    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    __m256d lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), c);
+    __m256d hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), c);
     a0 = _mm256_fmadd_pd(lo, lo, a0);
     a1 = _mm256_fmadd_pd(hi, hi, a1);
   }
   alignas(32) double t[4];
   _mm256_store_pd(t, _mm256_add_pd(a0, a1));
   double s = (t[0] + t[1]) + (t[2] + t[3]);
-  for (; i < n; ++i) s += double(x[i]) * x[i];
+  for (; i < n; ++i) s += (double(x[i]) - shift) * (double(x[i]) - shift);
+  return s;
+}
+
+// sum(x[i]) accumulated in double (4 + 4 lanes).
+inline double sum_values(const float* x, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  alignas(32) double t[4];
+  _mm256_store_pd(t, _mm256_add_pd(a0, a1));
+  double s = (t[0] + t[1]) + (t[2] + t[3]);
+  for (; i < n; ++i) s += x[i];
   return s;
 }
 
