@@ -750,19 +750,30 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
         for name in n.inputs + n.outputs:
             see(name)
     index = {name: i for i, name in enumerate(order)}
+
+    def in_arena(name):
+        return name not in g.inputs and name not in g.outputs and g.const(name) is None
+    # A Reshape from an arena tensor to an arena tensor is the same bytes: the output aliases
+    # the input (its root, through chains) and the node disappears from the plan.
+    alias: dict[str, str] = {}
+    for n in list(g.nodes):
+        if n.op == "Reshape" and in_arena(n.inputs[0]) and in_arena(n.outputs[0]):
+            alias[n.outputs[0]] = alias.get(n.inputs[0], n.inputs[0])
+            g.nodes.remove(n)
     first, last, weights = {}, {}, bytearray()
     for k, n in enumerate(g.nodes):
         for name in n.outputs:
+            name = alias.get(name, name)
             first.setdefault(name, k)
             last[name] = max(last.get(name, k), k)
         for name in n.inputs:
             if name:
-                last[name] = k
+                last[alias.get(name, name)] = k
     arena_tensors = {name: _aligned(int(np.prod(g.tensors[name].shape, dtype=np.int64))
                                     * g.tensors[name].dtype.itemsize)
-                     for name in order if name not in g.inputs and name not in g.outputs
-                     and g.const(name) is None}
+                     for name in order if in_arena(name) and name not in alias}
     offsets, arena_size = plan_memory(arena_tensors, first, last)
+    offsets.update({name: offsets[root] for name, root in alias.items()})
     for n in g.nodes:
         check_dtypes(g, n)
     tensors = []
