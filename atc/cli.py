@@ -30,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input_format", default="NCHW", help="NCHW or ND (recorded only)")
     p.add_argument("--soc_version", help="the target chip, e.g. Ascend910B2")
     p.add_argument("--precision_mode", default="force_fp32",
-                   help="force_fp32 (this engine computes in float32)")
+                   help="force_fp32 (default; also cube_fp16in_fp32out, must_keep_origin_dtype) "
+                        "or allow_fp32_to_fp16 / allow_fp32_to_bf16 (matrix ops in 16 bits)")
     p.add_argument("--log", default="null", help="debug, info, warning, error or null")
     p.add_argument("--om", help="--mode=1: the .om to dump")
     p.add_argument("--json", help="--mode=1: the JSON file to write")
@@ -57,13 +58,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.soc_version not in SOC_VERSIONS:
         return _fail(f"E10001: Value [{args.soc_version}] for parameter [--soc_version] is "
                      f"invalid. Reason: the value must be one of {', '.join(SOC_VERSIONS)}.")
-    if args.precision_mode not in ("force_fp32", "must_keep_origin_dtype"):
+    from atc.convert import PRECISION_MODES, ConvertError, convert
+    if args.precision_mode not in PRECISION_MODES:
+        known = args.precision_mode in ("force_fp16", "force_lowerprecision",
+                                        "allow_mix_precision", "allow_mix_precision_fp16",
+                                        "allow_mix_precision_bf16")
+        reason = ("this engine runs vector ops in float32 only, so modes that lower them are "
+                  "not supported" if known else "unknown precision mode")
         return _fail(f"E10001: Value [{args.precision_mode}] for parameter [--precision_mode] "
-                     "is not supported. Reason: this engine computes in float32; use "
-                     "force_fp32 or must_keep_origin_dtype.")
-    from atc.convert import ConvertError, convert
+                     f"is invalid. Reason: {reason}; use one of "
+                     f"{', '.join(PRECISION_MODES)}.")
     try:
-        data, stats = convert(args.model, args.input_shape, args.soc_version)
+        data, stats = convert(args.model, args.input_shape, args.soc_version,
+                              args.precision_mode)
     except (ConvertError, NotImplementedError) as e:
         return _fail(str(e))
     except Exception as e:  # a bug in atc: still an ATC-style failure, with what broke

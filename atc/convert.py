@@ -637,11 +637,11 @@ def lower_attrs(g: Graph, n: Node) -> dict:
     if n.op == "Conv":
         return {"strides": a.get("strides", [1, 1]), "pads": a.get("pads", [0, 0, 0, 0]),
                 "dilations": a.get("dilations", [1, 1]), "group": a.get("group", 1),
-                "activation": a.get("activation", "")}
+                "activation": a.get("activation", ""), "precision": a.get("precision", "")}
     if n.op == "MatMul":
         return {"trans_a": a.get("trans_a", 0), "trans_b": a.get("trans_b", 0),
                 "alpha": float(a.get("alpha", 1.0)), "beta": float(a.get("beta", 1.0)),
-                "activation": a.get("activation", "")}
+                "activation": a.get("activation", ""), "precision": a.get("precision", "")}
     if n.op in ("Softmax", "LogSoftmax", "Concat"):
         return {"axis": norm_axis(a.get("axis", -1), rank, n.name)}
     if n.op == "LayerNormalization":
@@ -661,7 +661,8 @@ def lower_attrs(g: Graph, n: Node) -> dict:
     if n.op == "Slice":
         return {"starts": a["starts"], "steps": a["steps"]}
     if n.op == "Attention":
-        return {"scale": a["scale"], "k_transposed": a["k_transposed"]}
+        return {"scale": a["scale"], "k_transposed": a["k_transposed"],
+                "precision": a.get("precision", "")}
     if n.op in REDUCE:
         return {"axes": a["axes"]}
     if n.op == "Split":
@@ -807,7 +808,44 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
     return model, stats
 
 
-def convert(path: str, input_shape: str | None, soc_version: str) -> tuple[bytes, dict]:
+# --precision_mode values and the 16-bit type the cube (matrix) ops take under each; None:
+# every op keeps float32. ATC's other modes (force_fp16, allow_mix_precision*) change vector
+# ops too and are refused by the command line.
+PRECISION_MODES = {"force_fp32": None, "cube_fp16in_fp32out": None,
+                   "must_keep_origin_dtype": None, "allow_fp32_to_fp16": "float16",
+                   "allow_fp32_to_bf16": "bfloat16"}
+CUBE_OPS = ("MatMul", "Conv", "Attention")
+
+
+def _round_to(value: np.ndarray, kind: str) -> np.ndarray:
+    """float32 values rounded to float16 / bfloat16 (to nearest even) and widened back."""
+    if kind == "float16":
+        return value.astype(np.float16).astype(np.float32)
+    bits = np.ascontiguousarray(value, dtype=np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    rounded = np.where(np.isnan(value), bits | 0x00400000, rounded)  # NaN stays a quiet NaN
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def lower_precision(g: Graph, kind: str | None) -> None:
+    """allow_fp32_to_fp16 / _bf16: matrix ops run on 16-bit operands with float32
+    accumulation and a 16-bit result, as on the cube unit; the other ops stay float32. Constant
+    operands are rounded here once; the engine rounds the run-time ones (attr "precision")."""
+    if kind is None:
+        return
+    for n in g.nodes:
+        if n.op not in CUBE_OPS:
+            continue
+        n.attrs["precision"] = kind
+        for k, name in enumerate(n.inputs):
+            value = g.const(name) if name else None
+            if value is not None and value.dtype == np.float32 and not (
+                    n.op in ("MatMul", "Conv") and k == 2):  # the bias is added in float32
+                n.inputs[k] = g.add_const(f"{name}.{kind}", _round_to(value, kind))
+
+
+def convert(path: str, input_shape: str | None, soc_version: str,
+            precision_mode: str = "force_fp32") -> tuple[bytes, dict]:
     import os
     g = import_onnx(path, parse_input_shape(input_shape))
     imported = len(g.nodes)
@@ -815,6 +853,7 @@ def convert(path: str, input_shape: str | None, soc_version: str) -> tuple[bytes
     rewrite(g)
     fuse(g)
     remove_dead(g)
+    lower_precision(g, PRECISION_MODES[precision_mode])
     model, stats = assemble(g, soc_version, os.path.basename(path))
     stats["onnx_nodes"] = imported
     return om.serialize(model), stats

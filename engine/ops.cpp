@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -875,6 +876,74 @@ const std::map<std::string, Factory>& factories() {
   return table;
 }
 
+// atc's --precision_mode=allow_fp32_to_fp16 / _bf16 (node attr "precision"): a matrix op runs
+// on 16-bit operands with float32 accumulation and gives a 16-bit result, as on the cube unit.
+// Its constant operands were rounded by atc; here each run-time float32 input is rounded
+// through the 16-bit type into a buffer of this node's (sized at load), the op reads those,
+// and its output is rounded in place.
+struct Rounded16Kernel : Model::Kernel {
+  struct Operand {
+    uint32_t id;
+    std::vector<float> wide;
+    std::vector<uint16_t> narrow;
+    TensorDesc wide_desc, narrow_desc, src_desc;
+  };
+  std::unique_ptr<Model::Kernel> inner;
+  std::vector<Operand> operands;
+  Operand result;  // src_desc: the output itself
+  std::vector<void*> local;
+
+  void run(void* const* ptrs) override {
+    std::copy(ptrs, ptrs + local.size(), local.begin());
+    for (auto& o : operands) {
+      o.src_desc.data = ptrs[o.id];
+      k::copy(o.narrow_desc, o.src_desc);
+      k::copy(o.wide_desc, o.narrow_desc);
+      local[o.id] = o.wide.data();
+    }
+    inner->run(local.data());
+    result.src_desc.data = ptrs[result.id];
+    k::copy(result.narrow_desc, result.src_desc);
+    k::copy(result.src_desc, result.narrow_desc);
+  }
+};
+
+std::unique_ptr<Model::Kernel> rounded16(const ModelDef& def, const NodeInfo& n,
+                                         std::unique_ptr<Model::Kernel> inner) {
+  std::string kind = string_attr(n, "precision");
+  if (kind != "float16" && kind != "bfloat16") refuse(n, "unknown precision " + kind);
+  if (n.op != "MatMul" && n.op != "Conv" && n.op != "Attention") {
+    refuse(n, "a precision is given only to matrix ops (MatMul, Conv, Attention)");
+  }
+  const DType narrow = kind == "float16" ? DType::Float16 : DType::BFloat16;
+  auto kr = std::make_unique<Rounded16Kernel>();
+  kr->inner = std::move(inner);
+  kr->local.resize(def.tensors.size());
+  auto operand = [&](uint32_t id, bool own_buffer) {
+    Rounded16Kernel::Operand o;
+    o.id = id;
+    int64_t count = static_cast<int64_t>(def.tensors[id].nbytes / 4);
+    o.narrow.resize(count);
+    o.narrow_desc = TensorDesc::make(o.narrow.data(), narrow, {count});
+    o.src_desc = TensorDesc::make(nullptr, DType::Float32, {count});
+    if (own_buffer) {
+      o.wide.resize(count);
+      o.wide_desc = TensorDesc::make(o.wide.data(), DType::Float32, {count});
+    }
+    return o;
+  };
+  std::set<uint32_t> seen;
+  for (uint32_t id : n.inputs) {
+    if (id == kNoTensor || !seen.insert(id).second) continue;
+    const auto& t = def.tensors[id];
+    if (t.storage != Storage::Weight && t.dtype == DType::Float32) {
+      kr->operands.push_back(operand(id, true));
+    }
+  }
+  kr->result = operand(n.outputs[0], false);
+  return kr;
+}
+
 }  // namespace
 
 std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& n) {
@@ -886,7 +955,9 @@ std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& 
   }
   check_dtypes(def, n);
   check_shapes(def, n);
-  return it->second(def, n);
+  auto kernel = it->second(def, n);
+  if (!string_attr(n, "precision").empty()) return rounded16(def, n, std::move(kernel));
+  return kernel;
 }
 
 }  // namespace npu::engine

@@ -3,6 +3,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from onnx_models import DAMAGED_OM, WithCumSum, atc, convert, export, make_models
@@ -101,3 +102,49 @@ def test_decomposed_layer_norm_and_gelu_are_fused(tmp_path):
     assert "ReduceMean" not in ops and "Sqrt" not in ops and "Pow" not in ops
     # and the exported erf GELU (Div, Erf, Add, Mul, Mul) is one Gelu
     assert ops.count("Gelu") == 1 and "Erf" not in ops
+
+
+def _round16(a, kind):
+    """float32 -> float16 / bfloat16 (to nearest even) -> float32, as the cube unit sees it."""
+    a = np.asarray(a, np.float32)
+    if kind == "float16":
+        return a.astype(np.float16).astype(np.float32)
+    bits = a.view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("mode, kind, tol", [("allow_fp32_to_fp16", "float16", 2e-3),
+                                             ("allow_fp32_to_bf16", "bfloat16", 2e-2)])
+def test_precision_mode_runs_matrix_ops_in_16_bits(models, tmp_path, mode, kind, tol):
+    """The MLP's three Linear layers (MatMul + bias + fused ReLU / Tanh) take 16-bit operands
+    and give a 16-bit result; softmax stays float32. Reference: the same steps in NumPy."""
+    import onnx
+    from onnx import numpy_helper
+    from ais_bench.infer.interface import InferSession
+    onnx_path = models["mlp"][0]
+    om16 = convert(onnx_path, tmp_path / "mlp16", f"--precision_mode={mode}")
+    weights = {i.name: numpy_helper.to_array(i) for i in onnx.load(onnx_path).graph.initializer}
+    layers = [(weights[f"fc{k}.weight"], weights[f"fc{k}.bias"]) for k in (1, 2, 3)]
+    x = np.random.RandomState(0).randn(4, 32).astype(np.float32)
+    h = x
+    for (w, b), act in zip(layers, (lambda v: np.maximum(v, 0), np.tanh, lambda v: v)):
+        acc = _round16(h, kind).astype(np.float64) @ _round16(w, kind).T.astype(np.float64)
+        h = _round16(act((acc + b).astype(np.float32)), kind)
+    e = np.exp(h - h.max(-1, keepdims=True))
+    expected = e / e.sum(-1, keepdims=True)
+    (got,) = InferSession(0, om16).infer([x])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=tol)
+    (full,) = InferSession(0, models["mlp"][1]).infer([x])
+    assert np.abs(got - full).max() > 1e-6  # the 16-bit rounding did happen
+    assert np.abs(got - full).max() < 10 * tol
+
+
+@pytest.mark.parametrize("mode, reason", [
+    ("force_fp16", "vector ops in float32 only"), ("allow_mix_precision", "vector ops"),
+    ("fp8_please", "unknown precision mode")])
+def test_precision_modes_that_lower_vector_ops_are_refused(models, mode, reason):
+    r = atc(f"--model={models['mlp'][0]}", "--framework=5", "--output=x",
+            "--soc_version=Ascend910B2", f"--precision_mode={mode}")
+    assert r.returncode == 1
+    assert f"Value [{mode}] for parameter [--precision_mode] is invalid" in r.stderr
+    assert reason in r.stderr and "allow_fp32_to_fp16" in r.stderr
