@@ -6,6 +6,9 @@
 // compute type (gradients from overlapping windows add up there) and store it once.
 #include "npu/kernels/pooling.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -69,6 +72,56 @@ AvgWindow avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const Pool2dP
   return {h0, h1, w0, w1, div};
 }
 
+// max_pool2d over float planes, outputs [ow_lo, ow_hi) of one row (windows inside the input
+// along w; rows outside it are skipped as in the scalar loop), 8 at a time: the same visiting
+// order (kh, then kw), the same rule (take a later value if greater or NaN, so a NaN wins and
+// the last NaN's index is kept). Returns the end of the columns it did (ow_lo: none); the
+// scalar loop does the others.
+int64_t max_pool_row8(const float* x, int64_t H, int64_t W, int64_t hs, const Pool2dParams& p,
+                      int64_t ow_lo, int64_t ow_hi, float* y, int64_t* idx) {
+  int64_t rows[64];
+  int nrows = 0;
+  for (int64_t kh = 0; kh < p.kernel[0] && nrows < 64; ++kh) {
+    const int64_t h = hs + kh * p.dilation[0];
+    if (h >= 0 && h < H) rows[nrows++] = h;
+  }
+  if (nrows == 0 || p.kernel[0] > 64 || ow_hi - ow_lo < 8) return ow_lo;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i step = _mm256_set1_epi32(static_cast<int>(p.stride[1]));
+  int64_t ow = ow_lo;
+  for (; ow + 8 <= ow_hi; ow += 8) {
+    // Flat input offset of each lane's window start in row 0 of the plane.
+    const __m256i w0 = _mm256_add_epi32(
+        _mm256_set1_epi32(static_cast<int>(ow * p.stride[1] - p.padding[1])),
+        _mm256_mullo_epi32(lane, step));
+    __m256 best = _mm256_setzero_ps();
+    __m256i bi = _mm256_setzero_si256();
+    bool first = true;
+    for (int r = 0; r < nrows; ++r) {
+      for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
+        const __m256i at = _mm256_add_epi32(
+            w0, _mm256_set1_epi32(static_cast<int>(rows[r] * W + kw * p.dilation[1])));
+        const __m256 v = _mm256_i32gather_ps(x, at, 4);
+        if (first) {
+          best = v, bi = at, first = false;
+          continue;
+        }
+        const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
+                                         _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        best = _mm256_blendv_ps(best, v, take);
+        bi = _mm256_castps_si256(
+            _mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(at), take));
+      }
+    }
+    _mm256_storeu_ps(y + ow, best);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + ow),
+                        _mm256_cvtepi32_epi64(_mm256_castsi256_si128(bi)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + ow + 4),
+                        _mm256_cvtepi32_epi64(_mm256_extracti128_si256(bi, 1)));
+  }
+  return ow;
+}
+
 int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
 int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
 
@@ -92,11 +145,27 @@ void max_pool2d(const TensorDesc& out, const TensorDesc& indices, const TensorDe
   const Planes po(out), pi(in), px(indices);
   dispatch_compute_float(in.dtype, [&]<class T>() {
     const int64_t H = pi.H, W = pi.W, OH = po.H, OW = po.W;
+    // Output columns whose windows lie wholly inside the input along w: [ow_lo, ow_hi).
+    const int64_t span_w = (p.kernel[1] - 1) * p.dilation[1];
+    const int64_t ow_lo = std::min(OW, (p.padding[1] + p.stride[1] - 1) / p.stride[1]);
+    const int64_t ow_hi = std::max(ow_lo, std::min(OW, W - span_w + p.padding[1] > 0
+        ? (W - 1 - span_w + p.padding[1]) / p.stride[1] + 1 : 0));
     for_each_plane<T>(po, pi, OH * OW * p.kernel[0] * p.kernel[1], [&](int64_t plane, const T* x, T* y) {
       std::vector<int64_t> idx(static_cast<size_t>(OH * OW));
       for (int64_t oh = 0; oh < OH; ++oh) {
         const int64_t hs = oh * p.stride[0] - p.padding[0];
+        int64_t vector_end = ow_lo;  // the vector loop does [ow_lo, vector_end)
+        if constexpr (std::is_same_v<T, float>) {
+          if (H * W < (int64_t(1) << 31)) {
+            vector_end = max_pool_row8(x, H, W, hs, p, ow_lo, ow_hi, y + oh * OW,
+                                       idx.data() + oh * OW);
+          }
+        }
         for (int64_t ow = 0; ow < OW; ++ow) {
+          if (ow == ow_lo && vector_end > ow_lo) {
+            ow = vector_end;
+            if (ow >= OW) break;
+          }
           const int64_t ws = ow * p.stride[1] - p.padding[1];
           T best = -std::numeric_limits<T>::infinity();
           int64_t bi = -1;

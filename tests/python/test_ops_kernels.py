@@ -341,3 +341,24 @@ def test_matmul_with_mixed_dtypes_raises_the_cpu_message_at_the_call(call):
         call(*args("npu"))
     assert str(npu_error.value) == str(cpu_error.value)
     torch.npu.synchronize()  # nothing failed later on the stream
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation",
+                         [(2, 2, 0, 1), (3, 1, 1, 1), (3, 2, 1, 2), (5, 3, 2, 1), (1, 1, 0, 1)])
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_max_pool2d_values_and_indices_equal_the_cpu(kernel, stride, padding, dilation,
+                                                     ceil_mode):
+    """Windows wholly inside the row take the kernel's 8-wide vector path, the edges the scalar
+    loop: both must pick the CPU's values and indices, NaN included (a NaN wins, the last
+    one's index is kept)."""
+    g = torch.Generator().manual_seed(kernel * 100 + stride * 10 + padding)
+    x = torch.randn(2, 3, 23, 37, generator=g)
+    x[0, 0, 1, 1] = float("nan")
+    x[1, 2, 3, :5] = float("nan")
+    x[1, 1, 4, 7:9] = 7.0  # ties: the first maximum's index
+    args = (kernel, stride, padding, dilation)
+    yc, ic = F.max_pool2d(x, *args, ceil_mode=ceil_mode, return_indices=True)
+    yn, i_n = F.max_pool2d(x.npu(), *args, ceil_mode=ceil_mode, return_indices=True)
+    assert torch.equal(yc.isnan(), yn.cpu().isnan())
+    assert torch.equal(yc.nan_to_num(), yn.cpu().nan_to_num())
+    assert torch.equal(ic, i_n.cpu())
