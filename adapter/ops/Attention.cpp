@@ -3,7 +3,8 @@
 //
 // Every layout is a view: BSH / SBH / BSND / BNSD / TND are permuted to [B, N, S, D] without a
 // copy, and the kernel takes the strides. torch_npu's sparse_mode becomes a band:
-//   0: atten_mask if given (with pre/next tokens from the top-left), else nothing masked
+// Without atten_mask nothing is masked, whatever the mode (torch_npu's rule); with it:
+//   0: atten_mask and pre/next tokens from the top-left;
 //   1: atten_mask only;  2: causal from the top-left;  3: causal from the bottom-right;
 //   4: band of pre/next tokens around the bottom-right diagonal;
 //   5 / 6: prefix: causal from the bottom-right, plus the first prefix[b] keys for every query
@@ -256,7 +257,11 @@ Problem fusionProblem(const at::Tensor& query, const at::Tensor& key, const at::
     return cu[s + 1] - cu[s];
   };
   const bool has_mask = atten_mask.has_value() && atten_mask->defined();
-  switch (sparse_mode) {
+  // torch_npu: "when atten_mask is None, sparse_mode, pre_tockens and next_tockens take no
+  // effect: everything is computed" -- so every mode's structure needs the mask passed.
+  switch (has_mask ? sparse_mode : -1) {
+    case -1:
+      break;
     case 0:
     case 1:
     case 5:
@@ -284,8 +289,6 @@ Problem fusionProblem(const at::Tensor& query, const at::Tensor& key, const at::
           p.band.pre = pre_tockens;
           p.band.next = next_tockens;
         }
-      } else {
-        TORCH_CHECK(sparse_mode != 1, "sparse_mode 1 (allMask) needs atten_mask");
       }
       if (sparse_mode != 5) break;
       [[fallthrough]];

@@ -381,7 +381,7 @@ def test_fusion_attention_errors_name_the_argument():
         torch_npu.npu_fusion_attention(q[0], q[0], q[0], 2, "TND", sparse_mode=5,
                                        actual_seq_qlen=(4,), actual_seq_kvlen=(4,))
     with pytest.raises(RuntimeError, match="needs prefix"):
-        torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", sparse_mode=6)
+        torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", sparse_mode=6, atten_mask=PREFIX_MASK)
     with pytest.raises(RuntimeError, match="keep_prob value must be in range of \\[0, 1\\]"):
         torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", keep_prob=1.5)
     with pytest.raises(NotImplementedError, match="pse with input_layout 'TND'"):
@@ -433,6 +433,23 @@ def test_fusion_attention_pse_and_its_gradient(dtype, pse_shape, sparse_mode):
     close(dpse, pc.grad, dtype, 4)
 
 
+# sparse_mode 6's compressed mask: a 2048 x 2048 causal triangle over a 1024 x 2048 block whose
+# left half is 0 and right half 1.
+PREFIX_MASK = torch.cat([COMPRESSED, torch.arange(2048).expand(1024, 2048) >= 1024]).npu()
+
+
+@pytest.mark.parametrize("sparse_mode", [1, 2, 3, 4, 6])
+def test_fusion_attention_without_atten_mask_computes_everything(sparse_mode):
+    # torch_npu: with atten_mask None, sparse_mode / pre_tockens / next_tockens take no effect.
+    q, k, v = torch.randn(2, 20, 2, 16), torch.randn(2, 30, 2, 16), torch.randn(2, 30, 2, 16)
+    out = torch_npu.npu_fusion_attention(q.npu(), k.npu(), v.npu(), 2, "BSND", scale=0.25,
+                                         pre_tockens=3, next_tockens=0, prefix=[1, 2],
+                                         sparse_mode=sparse_mode)[0]
+    e = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                      torch.ones(20, 30, dtype=torch.bool), 0.25).transpose(1, 2)
+    close(out, e, torch.float32)
+
+
 def prefix_visible(sq, skv, prefix):
     """sparse_mode 5 / 6: causal from the bottom-right, or one of the first prefix[b] keys;
     [B, 1, Sq, Skv]."""
@@ -450,8 +467,8 @@ def test_fusion_attention_prefix_modes(sparse_mode, sq, skv):
     vis = prefix_visible(sq, skv, prefix)
     if sparse_mode == 5:  # the full [B, 1, Sq, Skv] mask, True = masked
         mask = ~vis
-    else:  # the compressed 3072 x 2048 mask: a causal triangle over a half-0 / half-1 block
-        mask = torch.cat([COMPRESSED, torch.arange(2048).expand(1024, 2048) >= 1024])
+    else:
+        mask = PREFIX_MASK
     (qc, kc, vc), (qn, kn, vn) = leaves(q, k, v)
     out = torch_npu.npu_fusion_attention(qn, kn, vn, N, "BNSD", atten_mask=mask.npu(),
                                          scale=0.25, prefix=prefix, sparse_mode=sparse_mode)
@@ -486,8 +503,7 @@ def test_fusion_attention_varlen_cut_modes(sparse_mode):
     (qc, kc, vc), (qn, kn, vn) = leaves(q, k, v)
     cu_q = tuple(torch.tensor(lens_q).cumsum(0).tolist())
     cu_kv = tuple(torch.tensor(lens_kv).cumsum(0).tolist())
-    mask = torch.cat([COMPRESSED, torch.arange(2048).expand(1024, 2048) >= 1024]) \
-        if sparse_mode == 6 else COMPRESSED
+    mask = PREFIX_MASK if sparse_mode == 6 else COMPRESSED
     out = torch_npu.npu_fusion_attention(
         qn, kn, vn, N, "TND", atten_mask=mask.npu(), scale=0.25, pre_tockens=pre,
         next_tockens=nxt, actual_seq_qlen=cu_q, actual_seq_kvlen=cu_kv,
