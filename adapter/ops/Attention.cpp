@@ -264,33 +264,32 @@ Problem fusionProblem(const at::Tensor& query, const at::Tensor& key, const at::
       break;
     case 0:
     case 1:
-    case 5:
-      if (has_mask) {
-        const at::Tensor& m = *atten_mask;
-        TORCH_CHECK(sparse_mode != 5 || m.dim() == 4, "sparse_mode 5 takes atten_mask as "
-                    "[B, N, Sq, Skv] or [B, 1, Sq, Skv], got shape ", m.sizes());
-        TORCH_CHECK(m.scalar_type() == at::kBool || m.scalar_type() == at::kByte,
-                    "atten_mask must be bool or uint8 (True / 1 = masked), got ", m.scalar_type());
-        TORCH_CHECK(p.layout != "TND" || m.dim() == 2,
-                    "with input_layout 'TND', atten_mask must be 2-D [Sq, Skv]");
-        at::Tensor m4 = m.dim() == 2 ? m.view({1, 1, m.size(0), m.size(1)})
-                                     : m.dim() == 3 ? m.unsqueeze(1) : m;
-        TORCH_CHECK(m4.dim() == 4, "atten_mask must be [Sq, Skv], [B, Sq, Skv] or [B|1, N|1, Sq, "
-                    "Skv], got ", m.sizes());
-        const int64_t mq = p.layout == "TND" ? m4.size(2) : p.Sq;
-        const int64_t mk = p.layout == "TND" ? m4.size(3) : p.Skv;
-        TORCH_CHECK(m4.size(2) == mq && m4.size(3) == mk &&
-                        (m4.size(0) == 1 || m4.size(0) == p.B) &&
-                        (m4.size(1) == 1 || m4.size(1) == p.Nq),
-                    "atten_mask of shape ", m.sizes(), " does not broadcast to [B, N, Sq, Skv] = [",
-                    p.B, ", ", p.Nq, ", ", p.Sq, ", ", p.Skv, "]");
-        p.mask = m4;
-        if (sparse_mode == 0) {
-          p.band.pre = pre_tockens;
-          p.band.next = next_tockens;
-        }
+    case 5: {
+      const at::Tensor& m = *atten_mask;
+      TORCH_CHECK(sparse_mode != 5 || m.dim() == 4, "sparse_mode 5 takes atten_mask as "
+                  "[B, N, Sq, Skv] or [B, 1, Sq, Skv], got shape ", m.sizes());
+      TORCH_CHECK(m.scalar_type() == at::kBool || m.scalar_type() == at::kByte,
+                  "atten_mask must be bool or uint8 (True / 1 = masked), got ", m.scalar_type());
+      TORCH_CHECK(p.layout != "TND" || m.dim() == 2,
+                  "with input_layout 'TND', atten_mask must be 2-D [Sq, Skv]");
+      at::Tensor m4 = m.dim() == 2 ? m.view({1, 1, m.size(0), m.size(1)})
+                                   : m.dim() == 3 ? m.unsqueeze(1) : m;
+      TORCH_CHECK(m4.dim() == 4, "atten_mask must be [Sq, Skv], [B, Sq, Skv] or [B|1, N|1, Sq, "
+                  "Skv], got ", m.sizes());
+      const int64_t mq = p.layout == "TND" ? m4.size(2) : p.Sq;
+      const int64_t mk = p.layout == "TND" ? m4.size(3) : p.Skv;
+      TORCH_CHECK(m4.size(2) == mq && m4.size(3) == mk &&
+                      (m4.size(0) == 1 || m4.size(0) == p.B) &&
+                      (m4.size(1) == 1 || m4.size(1) == p.Nq),
+                  "atten_mask of shape ", m.sizes(), " does not broadcast to [B, N, Sq, Skv] = [",
+                  p.B, ", ", p.Nq, ", ", p.Sq, ", ", p.Skv, "]");
+      p.mask = m4;
+      if (sparse_mode == 0) {
+        p.band.pre = pre_tockens;
+        p.band.next = next_tockens;
       }
       if (sparse_mode != 5) break;
+    }
       [[fallthrough]];
     case 6: {
       p.band.pre = INT64_MAX / 4;
