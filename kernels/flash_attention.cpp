@@ -15,6 +15,10 @@
 //    pairs (one long head), dK / dV items run over key blocks and dQ items over query blocks
 //    separately: S is recomputed twice, but the pool stays busy. Neither needs atomics, and
 //    the results do not depend on the thread count within a strategy.
+//  - A position bias (pse) is converted and added block by block, like the scores it shifts;
+//    its gradient is scale * dS, written by the item that owns the key block (so no two items
+//    write one element). Prefix columns and per-sequence bands only widen / replace the band
+//    that classifies blocks.
 //  - Dropout is a pure function of (seed, offset, sequence, head, i, j), so the backward
 //    replays the forward's mask without storing it.
 // Blocks are float buffers; the GEMMs are the library's (called inside a parallel_for they run
@@ -144,16 +148,20 @@ struct StatRows {
   }
 };
 
-// The visible set of one (sequence, head): band plus optional explicit mask.
+// The visible set of one (sequence, head): band (or the sequence's own band), the prefix
+// columns, and the optional explicit mask.
 struct Visibility {
   const uint8_t* mask = nullptr;
   int64_t mask_si = 0, mask_sj = 0;
-  int64_t lo, hi;  // visible iff lo <= j - i <= hi
+  int64_t lo, hi;       // the band: lo <= j - i <= hi
+  int64_t prefix = 0;   // keys j < prefix are visible from every row (before the mask)
 
   Visibility(const FlashAttentionArgs& a, const Seq& s, int64_t head) {
-    const int64_t origin = a.band.bottom_right ? s.skv - s.sq : 0;
-    lo = origin - std::min<int64_t>(a.band.pre, INT64_MAX / 4);
-    hi = origin + std::min<int64_t>(a.band.next, INT64_MAX / 4);
+    const AttentionBand& band = a.seq_bands ? a.seq_bands[s.index] : a.band;
+    const int64_t origin = band.bottom_right ? s.skv - s.sq : 0;
+    lo = origin - std::min<int64_t>(band.pre, INT64_MAX / 4);
+    hi = origin + std::min<int64_t>(band.next, INT64_MAX / 4);
+    if (a.prefix) prefix = a.prefix[s.index];
     if (a.mask && a.mask->data) {
       const TensorDesc& m = *a.mask;
       const int64_t b = m.sizes[0] == 1 ? 0 : s.index, n = m.sizes[1] == 1 ? 0 : head;
@@ -165,16 +173,112 @@ struct Visibility {
   // 0: nothing visible in the block; 1: everything; 2: test each element.
   int classify(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
     const int64_t dmin = j0 - (i1 - 1), dmax = (j1 - 1) - i0;
-    if (dmax < lo || dmin > hi) return 0;
+    const bool band_none = dmax < lo || dmin > hi, band_all = dmin >= lo && dmax <= hi;
+    if (band_none && j0 >= prefix) return 0;
     if (mask) return 2;
-    return dmin >= lo && dmax <= hi ? 1 : 2;
+    return band_all || j1 <= prefix ? 1 : 2;
   }
   bool visible(int64_t i, int64_t j) const {
     const int64_t d = j - i;
-    if (d < lo || d > hi) return false;
+    if ((d < lo || d > hi) && j >= prefix) return false;
     return !(mask && mask[i * mask_si + j * mask_sj]);
   }
 };
+
+// The position bias of one (sequence, head): adds scale * pse to a block of scores.
+struct PseRows {
+  const char* base = nullptr;
+  DType dtype = DType::Float32;
+  int64_t esize = 4, row_stride = 0, col_stride = 1;
+  mutable std::vector<float> row;  // one converted bias row
+
+  PseRows(const FlashAttentionArgs& a, const Seq& s, int64_t head) {
+    if (!a.pse || !a.pse->data) return;
+    const TensorDesc& t = *a.pse;
+    dtype = t.dtype;
+    esize = static_cast<int64_t>(dtype_size(t.dtype));
+    const int64_t b = t.sizes[0] == 1 ? 0 : s.index, n = t.sizes[1] == 1 ? 0 : head;
+    row_stride = t.sizes[2] == 1 ? 0 : t.strides[2];  // one row for every query ([B, N, 1, Skv])
+    col_stride = t.strides[3];
+    base = static_cast<const char*>(t.data) + (b * t.strides[0] + n * t.strides[1]) * esize;
+    row.resize(static_cast<size_t>(kBc));
+  }
+  explicit operator bool() const { return base != nullptr; }
+  // S[r * ld + c] += scale * pse[i0 + r, j0 + c]
+  void add(float* S, int64_t rows, int64_t cols, int64_t ld, int64_t i0, int64_t j0,
+           float scale) const {
+    ConvertFn fn = convert_fn(dtype, DType::Float32);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r == 0 || row_stride != 0) {
+        fn(base + ((i0 + r) * row_stride + j0 * col_stride) * esize, col_stride, row.data(), 1,
+           cols);
+      }
+      float* s = S + r * ld;
+      for (int64_t c = 0; c < cols; ++c) s[c] += scale * row[c];
+    }
+  }
+};
+
+// The gradient of one (sequence, head)'s bias: scale * dS per score, or summed over the rows
+// when the bias has one row. Float32, written by the one item that owns the key block.
+struct GradPseRows {
+  float* base = nullptr;
+  int64_t row_stride = 0, col_stride = 1;
+  bool sum_rows = false;
+
+  GradPseRows(const TensorDesc* g, const Seq& s, int64_t head) {
+    if (!g || !g->data) return;
+    base = static_cast<float*>(g->data) + s.index * g->strides[0] + head * g->strides[1];
+    sum_rows = g->sizes[2] == 1;
+    row_stride = g->strides[2];
+    col_stride = g->strides[3];
+  }
+  explicit operator bool() const { return base != nullptr; }
+  // dS: rows x cols, leading dim cols, not yet scaled.
+  void put(const float* dS, int64_t rows, int64_t cols, int64_t i0, int64_t j0,
+           float scale) const {
+    for (int64_t c = 0; c < cols; ++c) {
+      float* g = base + (j0 + c) * col_stride;
+      if (sum_rows) {
+        double acc = 0;
+        for (int64_t r = 0; r < rows; ++r) acc += dS[r * cols + c];
+        *g += scale * static_cast<float>(acc);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) g[(i0 + r) * row_stride] = scale * dS[r * cols + c];
+      }
+    }
+  }
+};
+
+// Rows [r0, r0 + rows) of an int8 key / value head, dequantised into dst as floats:
+// (x + offset) * scale, scale / offset read at the same (b, h, position, d) as x.
+void load_dequantised(const TensorDesc& t, const TensorDesc& scale, const TensorDesc* offset,
+                      int64_t b, int64_t h, int64_t s0, int64_t r0, int64_t rows, float* dst,
+                      std::vector<float>& tmp) {
+  const HeadRows hr(t, b, h, s0);
+  hr.load(r0, rows, dst);
+  const int64_t cols = hr.cols;
+  tmp.resize(static_cast<size_t>(2 * cols));
+  float* sc = tmp.data();
+  float* off = sc + cols;
+  auto row_of = [&](const TensorDesc& d, int64_t pos, float* out) {
+    const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
+    const char* p = static_cast<const char*>(d.data) +
+                    (b * d.strides[0] + h * d.strides[1] + pos * d.strides[2]) * es;
+    convert_fn(d.dtype, DType::Float32)(p, d.strides[3], out, 1, cols);
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pos = s0 + r0 + r;
+    row_of(scale, pos, sc);
+    if (offset) {
+      row_of(*offset, pos, off);
+    } else {
+      std::fill(off, off + cols, 0.0f);
+    }
+    float* x = dst + r * cols;
+    for (int64_t c = 0; c < cols; ++c) x[c] = (x[c] + off[c]) * sc[c];
+  }
+}
 
 TensorDesc mat(const float* p, int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return TensorDesc::make(p, DType::Float32, {rows, cols}, {rs, cs});
@@ -240,25 +344,39 @@ void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& d
                    const Seq& s, int64_t n, int64_t i0, const TensorDesc& out,
                    const TensorDesc& smax, const TensorDesc& ssum, std::vector<float>& buf) {
   const int64_t rows = std::min(kBr, s.sq - i0), D = dm.d, Dv = dm.dv, h = n / dm.group;
-  buf.resize(static_cast<size_t>(kBr * D + kBr * kBc + kBr * Dv + 2 * kBr));
+  // An int8 key / value (antiquant) is dequantised block by block into Kq / Vq.
+  const bool dequant = a.k.dtype == DType::Int8;
+  const int64_t kv_floats = dequant ? kBc * (D + Dv) : 0;
+  buf.resize(static_cast<size_t>(kBr * D + kBr * kBc + kBr * Dv + 2 * kBr + kv_floats));
   float* Q = buf.data();
   float* S = Q + kBr * D;
   float* O = S + kBr * kBc;
   float* m = O + kBr * Dv;
   float* l = m + kBr;
+  float* Kq = l + kBr;
+  float* Vq = Kq + kBc * D;
+  std::vector<float> dequant_tmp;
   std::fill(O, O + rows * Dv, 0.0f);
   std::fill(m, m + rows, kNegInf);
   std::fill(l, l + rows, 0.0f);
   HeadRows(a.q, s.b, n, s.q0).load(i0, rows, Q);
   const HeadRows kr(a.k, s.b, h, s.k0), vr(a.v, s.b, h, s.k0);
   const Visibility vis(a, s, n);
+  const PseRows pse(a, s, n);
   const uint64_t hk = drop.on ? drop.head_key(s.index, n) : 0;
   for (int64_t j0 = 0; j0 < s.skv; j0 += kBc) {
     const int64_t cols = std::min(kBc, s.skv - j0);
     const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
     if (cls == 0) continue;
-    gemm(mat(S, rows, cols, cols, 1), mat(Q, rows, D, D, 1), kr.matrix(j0, cols, true), a.scale,
-         0.0);
+    if (dequant) {
+      load_dequantised(a.k, *a.antiquant.k_scale, a.antiquant.k_offset, s.b, h, s.k0, j0, cols,
+                       Kq, dequant_tmp);
+      load_dequantised(a.v, *a.antiquant.v_scale, a.antiquant.v_offset, s.b, h, s.k0, j0, cols,
+                       Vq, dequant_tmp);
+    }
+    gemm(mat(S, rows, cols, cols, 1), mat(Q, rows, D, D, 1),
+         dequant ? mat(Kq, D, cols, 1, D) : kr.matrix(j0, cols, true), a.scale, 0.0);
+    if (pse) pse.add(S, rows, cols, cols, i0, j0, static_cast<float>(a.scale));
     if (cls == 2) apply_visibility(S, rows, cols, cols, vis, i0, j0);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = S + r * cols;
@@ -280,8 +398,8 @@ void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& d
         }
       }
     }
-    gemm(mat(O, rows, Dv, Dv, 1), mat(S, rows, cols, cols, 1), vr.matrix(j0, cols, false), 1.0,
-         1.0);
+    gemm(mat(O, rows, Dv, Dv, 1), mat(S, rows, cols, cols, 1),
+         dequant ? mat(Vq, cols, Dv, Dv, 1) : vr.matrix(j0, cols, false), 1.0, 1.0);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
@@ -338,6 +456,10 @@ bool attention_dropout_keep(uint64_t seed, uint64_t offset, int64_t seq, int64_t
 void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
                              const TensorDesc& softmax_max, const TensorDesc& softmax_sum) {
   using namespace detail;
+  NPU_KERNEL_ASSERT((a.k.dtype == DType::Int8) == (a.v.dtype == DType::Int8) &&
+                        (a.k.dtype != DType::Int8 ||
+                         (a.antiquant.k_scale && a.antiquant.v_scale)),
+                    "an int8 key / value needs both int8 and their antiquant scales");
   const Dims dm = dims_of(a);
   const Dropout drop(a);
   const Items items(sequences(a), dm.nq, kBr, false);
@@ -368,11 +490,12 @@ struct QueryBlock {
 // P (probabilities, dropout applied or not) and dS for one (query block, key block) pair:
 // on return S holds dS and Pd holds the dropped probabilities (what multiplied V).
 void scores_backward(const FlashAttentionArgs& a, const Dims& dm, const Dropout& drop,
-                     uint64_t hk, const Visibility& vis, int cls, const QueryBlock& qb,
-                     int64_t i0, const float* K, const float* V, int64_t j0, int64_t cols,
-                     float* S, float* dP, float* Pd) {
+                     uint64_t hk, const Visibility& vis, const PseRows& pse, int cls,
+                     const QueryBlock& qb, int64_t i0, const float* K, const float* V, int64_t j0,
+                     int64_t cols, float* S, float* dP, float* Pd) {
   const int64_t rows = qb.rows, D = dm.d, Dv = dm.dv;
   gemm(mat(S, rows, cols, cols, 1), mat(qb.Q, rows, D, D, 1), mat(K, D, cols, 1, D), a.scale, 0.0);
+  if (pse) pse.add(S, rows, cols, cols, i0, j0, static_cast<float>(a.scale));
   if (cls == 2) apply_visibility(S, rows, cols, cols, vis, i0, j0);
   gemm(mat(dP, rows, cols, cols, 1), mat(qb.dO, rows, Dv, Dv, 1), mat(V, Dv, cols, 1, Dv), 1.0,
        0.0);
@@ -441,8 +564,11 @@ struct KeyBlockScratch {
 void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out,
                               const TensorDesc& grad_out, const TensorDesc& softmax_max,
                               const TensorDesc& softmax_sum, const TensorDesc& grad_q,
-                              const TensorDesc& grad_k, const TensorDesc& grad_v) {
+                              const TensorDesc& grad_k, const TensorDesc& grad_v,
+                              const TensorDesc* grad_pse) {
   using namespace detail;
+  NPU_KERNEL_ASSERT(a.k.dtype != DType::Int8 && a.v.dtype != DType::Int8,
+                    "the attention backward takes no int8 (antiquant) key / value");
   const Dims dm = dims_of(a);
   const Dropout drop(a);
   const int64_t D = dm.d, Dv = dm.dv;
@@ -492,6 +618,8 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
           for (int64_t g = 0; g < dm.group; ++g) {
             const int64_t n = h * dm.group + g;
             const Visibility vis(a, s, n);
+            const PseRows pse(a, s, n);
+            const GradPseRows dpse(grad_pse, s, n);
             const uint64_t hk = drop.on ? drop.head_key(s.index, n) : 0;
             for (int64_t i0 = 0; i0 < s.sq; i0 += kBr) {
               const int64_t rows = std::min(kBr, s.sq - i0);
@@ -500,7 +628,9 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
               QueryBlock qb{rows, Qb, dOb, m, l, nullptr};
               load_query_block(a, dm, grad_out, softmax_max, softmax_sum,
                                Di.data() + query_item(seq_pos, n, i0) * kBr, s, n, i0, &qb);
-              scores_backward(a, dm, drop, hk, vis, cls, qb, i0, K, V, j0, cols, S, dP, Pd);
+              scores_backward(a, dm, drop, hk, vis, pse, cls, qb, i0, K, V, j0, cols, S, dP,
+                              Pd);
+              if (dpse) dpse.put(S, rows, cols, i0, j0, static_cast<float>(a.scale));
               gemm(mat(dV, cols, Dv, Dv, 1), mat(Pd, cols, rows, 1, cols),
                    mat(dOb, rows, Dv, Dv, 1), 1.0, 1.0);
               gemm(mat(dK, cols, D, D, 1), mat(S, cols, rows, 1, cols), mat(Qb, rows, D, D, 1),
@@ -537,6 +667,8 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
       std::fill(dV, dV + cols * Dv, 0.0f);
       for (int64_t n = h * dm.group; n < (h + 1) * dm.group; ++n) {
         const Visibility vis(a, *s, n);
+        const PseRows pse(a, *s, n);
+        const GradPseRows dpse(grad_pse, *s, n);
         const uint64_t hk = drop.on ? drop.head_key(s->index, n) : 0;
         for (int64_t i0 = 0; i0 < s->sq; i0 += kBr) {
           const int64_t rows = std::min(kBr, s->sq - i0);
@@ -545,7 +677,8 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
           QueryBlock qb{rows, Qb, dOb, m, l, nullptr};
           load_query_block(a, dm, grad_out, softmax_max, softmax_sum,
                            Di.data() + query_item(seq_pos, n, i0) * kBr, *s, n, i0, &qb);
-          scores_backward(a, dm, drop, hk, vis, cls, qb, i0, K, V, j0, cols, S, dP, Pd);
+          scores_backward(a, dm, drop, hk, vis, pse, cls, qb, i0, K, V, j0, cols, S, dP, Pd);
+          if (dpse) dpse.put(S, rows, cols, i0, j0, static_cast<float>(a.scale));
           // dV += Pd^T dO;  dK += scale * dS^T Q
           gemm(mat(dV, cols, Dv, Dv, 1), mat(Pd, cols, rows, 1, cols), mat(dOb, rows, Dv, Dv, 1),
                1.0, 1.0);
@@ -578,6 +711,7 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
       qitems.locate(it, &s, &n, &i0);
       const int64_t rows = std::min(kBr, s->sq - i0), h = n / dm.group;
       const Visibility vis(a, *s, n);
+      const PseRows pse(a, *s, n);
       const uint64_t hk = drop.on ? drop.head_key(s->index, n) : 0;
       QueryBlock qb{rows, Qb, dOb, m, l, nullptr};
       load_query_block(a, dm, grad_out, softmax_max, softmax_sum, Di.data() + it * kBr, *s, n,
@@ -590,7 +724,7 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
         if (cls == 0) continue;
         kr.load(j0, cols, K);
         vr.load(j0, cols, V);
-        scores_backward(a, dm, drop, hk, vis, cls, qb, i0, K, V, j0, cols, S, dP, nullptr);
+        scores_backward(a, dm, drop, hk, vis, pse, cls, qb, i0, K, V, j0, cols, S, dP, nullptr);
         gemm(mat(dQ, rows, D, D, 1), mat(S, rows, cols, cols, 1), mat(K, cols, D, D, 1), a.scale,
              1.0);
       }

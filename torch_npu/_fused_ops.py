@@ -12,7 +12,7 @@ Reference formulas (what the kernels compute):
                                     'interleave': pairs (x0, x1) -> (-x1, x0)
   npu_apply_rotary_pos_emb(q, k, cos, sin)   q, k = rotary_mul(q, cos, sin), ... in place
   npu_swiglu(x, dim)                a, b = x.chunk(2, dim); silu(a) * b
-  npu_fusion_attention(...)         Dropout(softmax(mask(scale * Q K^T))) V, flash attention
+  npu_fusion_attention(...)         Dropout(softmax(mask(scale * (Q K^T + pse)))) V, flash attention
 """
 
 import torch
@@ -83,7 +83,7 @@ def _fusion_attention_setup(ctx, inputs, output):
 def _fusion_attention_backward(ctx, dout, *_unused):
     q, k, v, out, smax, ssum, mask = ctx.saved_tensors
     a = ctx.args
-    dq, dk, dv, _dpse = _npu.npu_fusion_attention_grad(
+    dq, dk, dv, dpse = _npu.npu_fusion_attention_grad(
         q, k, v, dout.contiguous(), a["head_num"], a["input_layout"], pse=a["pse"],
         padding_mask=a["padding_mask"], atten_mask=mask, softmax_max=smax, softmax_sum=ssum,
         attention_in=out, scale_value=a["scale"], keep_prob=a["keep_prob"],
@@ -91,7 +91,11 @@ def _fusion_attention_backward(ctx, dout, *_unused):
         inner_precise=a["inner_precise"], seed=ctx.seed, offset=ctx.offset, numels=ctx.numels,
         prefix=a["prefix"], actual_seq_qlen=a["actual_seq_qlen"],
         actual_seq_kvlen=a["actual_seq_kvlen"], sparse_mode=a["sparse_mode"])
-    return (dq, dk, dv) + (None,) * len(_FA_ARGS)
+    # pse (the position bias) gets its gradient, scale * dScores summed to pse's shape.
+    grads = [None] * len(_FA_ARGS)
+    if a["pse"] is not None and ctx.needs_input_grad[3 + _FA_ARGS.index("pse")]:
+        grads[_FA_ARGS.index("pse")] = dpse
+    return (dq, dk, dv, *grads)
 
 
 # ---- fake (meta) kernels: shapes only, for FakeTensor / torch.compile tracing -----------------
@@ -168,8 +172,10 @@ def _register_fakes() -> None:
 
     @fake("npu::npu_fusion_attention_grad")
     def _fusion_attention_grad(query, key, value, dy, head_num, input_layout, **kwargs):
+        pse = kwargs.get("pse")
         return (query.new_empty(query.shape), key.new_empty(key.shape),
-                value.new_empty(value.shape), query.new_empty((0,)))
+                value.new_empty(value.shape),
+                query.new_empty((0,)) if pse is None else pse.new_empty(pse.shape))
 
 
 def _register_autograd() -> None:

@@ -3,11 +3,18 @@
 //
 // Every layout is a view: BSH / SBH / BSND / BNSD / TND are permuted to [B, N, S, D] without a
 // copy, and the kernel takes the strides. torch_npu's sparse_mode becomes a band:
-//   0: atten_mask if given (with pre/next tokens from the top-left), else nothing masked
+// Without atten_mask nothing is masked, whatever the mode (torch_npu's rule); with it:
+//   0: atten_mask and pre/next tokens from the top-left;
 //   1: atten_mask only;  2: causal from the top-left;  3: causal from the bottom-right;
-//   4: band of pre/next tokens around the bottom-right diagonal.
-// Modes 2-4 take torch_npu's compressed 2048 x 2048 mask, which only says "causal" and is not
-// read: any S works.
+//   4: band of pre/next tokens around the bottom-right diagonal;
+//   5 / 6: prefix: causal from the bottom-right, plus the first prefix[b] keys for every query
+//     (5 with an optional full atten_mask applied on top, 6 with the compressed 3072 x 2048 one);
+//   7 / 8 (TND only, a long sequence cut across cards): every sequence causal from the
+//     bottom-right (7) / top-left (8), except the last (7) / first (8), which gets the band of
+//     pre/next tokens around its bottom-right diagonal.
+// Modes 2-4, 7, 8 take torch_npu's compressed 2048 x 2048 mask, which only says "causal" and is
+// not read: any S works.
+// pse is torch_npu's additive position bias: scores = scale * (Q K^T + pse).
 #include <ATen/Context.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
@@ -20,6 +27,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -82,8 +90,12 @@ std::vector<int64_t> cumulative(at::OptionalIntArrayRef lens, int64_t total, con
 // Everything the kernel needs, with the tensors kept alive until the task has run.
 struct Problem {
   at::Tensor q, k, v;  // [B, N, S, D] views
-  std::optional<at::Tensor> mask;
+  std::optional<at::Tensor> mask, pse;
   nk::AttentionBand band;
+  std::vector<nk::AttentionBand> seq_bands;  // per sequence (sparse_mode 7 / 8)
+  std::vector<int64_t> prefix;               // per sequence (sparse_mode 5 / 6)
+  // int8 key / value: k_scale, k_offset, v_scale, v_offset as [B, Nkv, Skv, D] views.
+  std::array<std::optional<at::Tensor>, 4> antiquant;
   std::vector<int64_t> cu_q, cu_kv;
   double scale = 1.0, keep_prob = 1.0;
   uint64_t seed = 0, offset = 0;
@@ -93,11 +105,18 @@ struct Problem {
   // Descriptors captured by value into a task, with the varlen arrays owned by it.
   struct Launch {
     nk::FlashAttentionArgs args;
-    std::optional<nk::TensorDesc> mask;
-    std::vector<int64_t> cu_q, cu_kv;
+    std::optional<nk::TensorDesc> mask, pse;
+    std::array<std::optional<nk::TensorDesc>, 4> antiquant;
+    std::vector<int64_t> cu_q, cu_kv, prefix;
+    std::vector<nk::AttentionBand> seq_bands;
     nk::FlashAttentionArgs get() const {
       nk::FlashAttentionArgs a = args;
       a.mask = mask ? &*mask : nullptr;
+      a.pse = pse ? &*pse : nullptr;
+      a.prefix = prefix.empty() ? nullptr : prefix.data();
+      a.seq_bands = seq_bands.empty() ? nullptr : seq_bands.data();
+      auto ptr = [](const std::optional<nk::TensorDesc>& d) { return d ? &*d : nullptr; };
+      a.antiquant = {ptr(antiquant[0]), ptr(antiquant[1]), ptr(antiquant[2]), ptr(antiquant[3])};
       if (!cu_q.empty()) {
         a.cu_seqlens_q = cu_q.data();
         a.cu_seqlens_kv = cu_kv.data();
@@ -117,6 +136,12 @@ struct Problem {
     l.args.seed = seed;
     l.args.offset = offset;
     if (mask) l.mask = describe(*mask);
+    if (pse) l.pse = describe(*pse);
+    for (size_t i = 0; i < antiquant.size(); ++i) {
+      if (antiquant[i]) l.antiquant[i] = describe(*antiquant[i]);
+    }
+    l.prefix = prefix;
+    l.seq_bands = seq_bands;
     l.cu_q = cu_q;
     l.cu_kv = cu_kv;
     return l;
@@ -159,16 +184,21 @@ Problem fusionProblem(const at::Tensor& query, const at::Tensor& key, const at::
   checkFloat(key, "key", query);
   checkFloat(value, "value", query);
   TORCH_CHECK(head_num > 0, "head_num must be positive, got ", head_num);
-  TORCH_CHECK_NOT_IMPLEMENTED(!pse.has_value() || !pse->defined(),
-                              "npu_fusion_attention: pse (positional bias) is not supported by "
-                              "SimNPU's flash attention kernel yet");
   TORCH_CHECK(!padding_mask.has_value() || !padding_mask->defined(),
               "npu_fusion_attention: padding_mask is not supported (as in torch_npu); use "
               "atten_mask or actual_seq_qlen / actual_seq_kvlen with input_layout 'TND'");
-  TORCH_CHECK_NOT_IMPLEMENTED(!prefix.has_value(),
-                              "npu_fusion_attention: prefix (sparse_mode 5 / 6) is not supported");
-  TORCH_CHECK(keep_prob > 0.0 && keep_prob <= 1.0, "keep_prob must be in (0, 1], got ",
-              keep_prob);
+  // keep_prob 0 drops everything (output and gradients 0), as torch_npu's [0, 1] allows.
+  TORCH_CHECK(keep_prob >= 0.0 && keep_prob <= 1.0,
+              "The keep_prob value must be in range of [0, 1], but got ", keep_prob);
+  // torch_npu's ranges: 5 (prefix, full mask) has no varlen form, 7 / 8 exist only in varlen.
+  if (p.layout == "TND") {
+    TORCH_CHECK(sparse_mode >= 0 && sparse_mode <= 8 && sparse_mode != 5,
+                "The sparse_mode value must be in range of [0,5) or (5,8] for input_layout "
+                "'TND', but got ", sparse_mode);
+  } else {
+    TORCH_CHECK(sparse_mode >= 0 && sparse_mode <= 6, "The sparse_mode value must be in range "
+                "of [0,6], but got ", sparse_mode, " (7 and 8 are for input_layout 'TND')");
+  }
   // BSH / SBH: the kv head count follows from the kv hidden size and D = H / head_num.
   int64_t kv_heads = head_num;
   if (p.layout == "BSH" || p.layout == "SBH") {
@@ -202,36 +232,82 @@ Problem fusionProblem(const at::Tensor& query, const at::Tensor& key, const at::
   }
   p.scale = scale;
   p.keep_prob = keep_prob;
+  if (pse.has_value() && pse->defined()) {
+    const at::Tensor& t = *pse;
+    TORCH_CHECK_NOT_IMPLEMENTED(p.layout != "TND", "npu_fusion_attention: pse with input_layout "
+                                "'TND' is not supported by SimNPU (torch_npu takes only the "
+                                "alibi-compressed bias there); pass a 4-D layout");
+    checkFloat(t, "pse", query);
+    TORCH_CHECK(t.dim() == 4, "pse must be 4-D: [B, N, Sq, Skv], [1, N, Sq, Skv] or "
+                "[B|1, N, 1, Skv], got shape ", t.sizes());
+    TORCH_CHECK_NOT_IMPLEMENTED(!(p.Sq > 1024 && t.size(2) == 1024),
+                                "npu_fusion_attention: the alibi-compressed pse (the last 1024 "
+                                "rows, for Sq > 1024) is not supported by SimNPU; pass the whole "
+                                "[B|1, N, Sq, Skv] bias");
+    TORCH_CHECK((t.size(0) == 1 || t.size(0) == p.B) && t.size(1) == p.Nq &&
+                    (t.size(2) == 1 || t.size(2) == p.Sq) && t.size(3) == p.Skv,
+                "pse of shape ", t.sizes(), " does not fit [B, N, Sq, Skv] = [", p.B, ", ", p.Nq,
+                ", ", p.Sq, ", ", p.Skv, "] (B and Sq may be 1)");
+    p.pse = t;
+  }
+  const int64_t num_seqs = p.layout == "TND" ? static_cast<int64_t>(p.cu_q.size()) - 1 : p.B;
+  auto seq_len = [&](int64_t s, bool kv) {
+    if (p.layout != "TND") return kv ? p.Skv : p.Sq;
+    const std::vector<int64_t>& cu = kv ? p.cu_kv : p.cu_q;
+    return cu[s + 1] - cu[s];
+  };
   const bool has_mask = atten_mask.has_value() && atten_mask->defined();
-  switch (sparse_mode) {
+  // torch_npu: "when atten_mask is None, sparse_mode, pre_tockens and next_tockens take no
+  // effect: everything is computed" -- so every mode's structure needs the mask passed.
+  switch (has_mask ? sparse_mode : -1) {
+    case -1:
+      break;
     case 0:
     case 1:
-      if (has_mask) {
-        const at::Tensor& m = *atten_mask;
-        TORCH_CHECK(m.scalar_type() == at::kBool || m.scalar_type() == at::kByte,
-                    "atten_mask must be bool or uint8 (True / 1 = masked), got ", m.scalar_type());
-        TORCH_CHECK(p.layout != "TND" || m.dim() == 2,
-                    "with input_layout 'TND', atten_mask must be 2-D [Sq, Skv]");
-        at::Tensor m4 = m.dim() == 2 ? m.view({1, 1, m.size(0), m.size(1)})
-                                     : m.dim() == 3 ? m.unsqueeze(1) : m;
-        TORCH_CHECK(m4.dim() == 4, "atten_mask must be [Sq, Skv], [B, Sq, Skv] or [B|1, N|1, Sq, "
-                    "Skv], got ", m.sizes());
-        const int64_t mq = p.layout == "TND" ? m4.size(2) : p.Sq;
-        const int64_t mk = p.layout == "TND" ? m4.size(3) : p.Skv;
-        TORCH_CHECK(m4.size(2) == mq && m4.size(3) == mk &&
-                        (m4.size(0) == 1 || m4.size(0) == p.B) &&
-                        (m4.size(1) == 1 || m4.size(1) == p.Nq),
-                    "atten_mask of shape ", m.sizes(), " does not broadcast to [B, N, Sq, Skv] = [",
-                    p.B, ", ", p.Nq, ", ", p.Sq, ", ", p.Skv, "]");
-        p.mask = m4;
-        if (sparse_mode == 0) {
-          p.band.pre = pre_tockens;
-          p.band.next = next_tockens;
-        }
-      } else {
-        TORCH_CHECK(sparse_mode == 0, "sparse_mode 1 (allMask) needs atten_mask");
+    case 5: {
+      const at::Tensor& m = *atten_mask;
+      TORCH_CHECK(sparse_mode != 5 || m.dim() == 4, "sparse_mode 5 takes atten_mask as "
+                  "[B, N, Sq, Skv] or [B, 1, Sq, Skv], got shape ", m.sizes());
+      TORCH_CHECK(m.scalar_type() == at::kBool || m.scalar_type() == at::kByte,
+                  "atten_mask must be bool or uint8 (True / 1 = masked), got ", m.scalar_type());
+      TORCH_CHECK(p.layout != "TND" || m.dim() == 2,
+                  "with input_layout 'TND', atten_mask must be 2-D [Sq, Skv]");
+      at::Tensor m4 = m.dim() == 2 ? m.view({1, 1, m.size(0), m.size(1)})
+                                   : m.dim() == 3 ? m.unsqueeze(1) : m;
+      TORCH_CHECK(m4.dim() == 4, "atten_mask must be [Sq, Skv], [B, Sq, Skv] or [B|1, N|1, Sq, "
+                  "Skv], got ", m.sizes());
+      const int64_t mq = p.layout == "TND" ? m4.size(2) : p.Sq;
+      const int64_t mk = p.layout == "TND" ? m4.size(3) : p.Skv;
+      TORCH_CHECK(m4.size(2) == mq && m4.size(3) == mk &&
+                      (m4.size(0) == 1 || m4.size(0) == p.B) &&
+                      (m4.size(1) == 1 || m4.size(1) == p.Nq),
+                  "atten_mask of shape ", m.sizes(), " does not broadcast to [B, N, Sq, Skv] = [",
+                  p.B, ", ", p.Nq, ", ", p.Sq, ", ", p.Skv, "]");
+      p.mask = m4;
+      if (sparse_mode == 0) {
+        p.band.pre = pre_tockens;
+        p.band.next = next_tockens;
+      }
+      if (sparse_mode != 5) break;
+    }
+      [[fallthrough]];
+    case 6: {
+      p.band.pre = INT64_MAX / 4;
+      p.band.next = 0;
+      p.band.bottom_right = true;
+      TORCH_CHECK(prefix.has_value() && static_cast<int64_t>(prefix->size()) == num_seqs,
+                  "sparse_mode ", sparse_mode, " (prefix) needs prefix: the number of leading "
+                  "keys every query sees, one per batch (", num_seqs, " values), got ",
+                  prefix.has_value() ? std::to_string(prefix->size()) + " values"
+                                     : std::string("None"));
+      for (int64_t s = 0; s < num_seqs; ++s) {
+        const int64_t n = (*prefix)[s];
+        TORCH_CHECK(n >= 0 && n <= seq_len(s, true), "prefix[", s, "] = ", n,
+                    " must be in [0, Skv] = [0, ", seq_len(s, true), "]");
+        p.prefix.push_back(n);
       }
       break;
+    }
     case 2:
     case 3:
       p.band.pre = INT64_MAX / 4;
@@ -243,16 +319,29 @@ Problem fusionProblem(const at::Tensor& query, const at::Tensor& key, const at::
       p.band.next = next_tockens;
       p.band.bottom_right = true;
       break;
-    default:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "npu_fusion_attention: sparse_mode ", sparse_mode,
-                                  " is not supported by SimNPU (0-4 are)");
+    default: {  // 7 / 8
+      TORCH_CHECK(!p.pse, "npu_fusion_attention: sparse_mode ", sparse_mode, " does not take pse "
+                  "(as in torch_npu)");
+      nk::AttentionBand causal, cut;
+      causal.next = 0;
+      causal.bottom_right = sparse_mode == 7;
+      cut.pre = pre_tockens;
+      cut.next = next_tockens;
+      cut.bottom_right = true;
+      p.seq_bands.assign(static_cast<size_t>(num_seqs), causal);
+      if (num_seqs > 0) p.seq_bands[sparse_mode == 7 ? num_seqs - 1 : 0] = cut;
+      break;
+    }
   }
-  if (sparse_mode >= 2 && has_mask) {
-    TORCH_CHECK(atten_mask->dim() == 2 && atten_mask->size(0) == 2048 &&
+  if (has_mask && sparse_mode >= 2 && sparse_mode != 5) {
+    const int64_t rows = sparse_mode == 6 ? 3072 : 2048;
+    TORCH_CHECK(atten_mask->dim() == 2 && atten_mask->size(0) == rows &&
                     atten_mask->size(1) == 2048,
-                "sparse_mode ", sparse_mode, " takes the compressed 2048 x 2048 atten_mask "
-                "(torch.triu(torch.ones(2048, 2048), diagonal=1).bool()), got shape ",
-                atten_mask->sizes());
+                "sparse_mode ", sparse_mode, " takes the compressed ", rows, " x 2048 atten_mask ",
+                sparse_mode == 6 ? "(a 2048 x 2048 upper triangle over a 1024 x 2048 block whose "
+                                   "left half is 0 and right half 1)"
+                                 : "(torch.triu(torch.ones(2048, 2048), diagonal=1).bool())",
+                ", got shape ", atten_mask->sizes());
   }
   return p;
 }
@@ -277,18 +366,24 @@ void launchForward(const Problem& p, const at::Tensor& out4, const at::Tensor& s
 
 void launchBackward(const Problem& p, const at::Tensor& out4, const at::Tensor& dout4,
                     const at::Tensor& smax4, const at::Tensor& ssum4, const at::Tensor& dq4,
-                    const at::Tensor& dk4, const at::Tensor& dv4, const char* name) {
+                    const at::Tensor& dk4, const at::Tensor& dv4, const char* name,
+                    const at::Tensor* dpse4 = nullptr) {
+  std::optional<nk::TensorDesc> dpse;
+  if (dpse4) dpse = describe(*dpse4);
   launchTask(streamOf(p.q), name,
              [l = p.launch(), o = describe(out4), g = describe(dout4), m = describe(smax4),
-              s = describe(ssum4), dq = describe(dq4), dk = describe(dk4), dv = describe(dv4)] {
-               nk::flash_attention_backward(l.get(), o, g, m, s, dq, dk, dv);
+              s = describe(ssum4), dq = describe(dq4), dk = describe(dk4), dv = describe(dv4),
+              dpse] {
+               nk::flash_attention_backward(l.get(), o, g, m, s, dq, dk, dv,
+                                            dpse ? &*dpse : nullptr);
              });
 }
 
 // The dropout seed of one call: a fresh draw from the device's generator (as torch_npu takes
 // one from its Philox generator); offset 0. The grad replays the mask from the pair.
 void drawSeed(Problem* p, c10::DeviceIndex device) {
-  if (p->keep_prob >= 1.0) return;
+  // keep_prob 0 drops everything: nothing random to draw (torch_npu draws only for 0 < p < 1).
+  if (p->keep_prob >= 1.0 || p->keep_prob <= 0.0) return;
   p->seed = nextLaunchSeed(std::nullopt, device, "attention with dropout") &
             0x7fffffffffffffffULL;
   p->offset = 0;
@@ -352,14 +447,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_fusion_attention_
   at::Tensor dk = at::empty_like(key, at::MemoryFormat::Contiguous);
   at::Tensor dv = at::empty_like(value, at::MemoryFormat::Contiguous);
   const int64_t kv_heads = p.Nkv;
+  // dpse: float32 with the batch dim whole (the kernel writes each batch's own), summed over a
+  // broadcast batch afterwards and rounded once to pse's dtype and shape.
+  std::optional<at::Tensor> dpse;
+  if (p.pse) {
+    dpse = at::zeros({p.B, p.Nq, p.pse->size(2), p.Skv}, query.options().dtype(at::kFloat));
+  }
   if (query.numel() > 0 || key.numel() > 0) {
     launchBackward(p, toBNSD(*attention_in, p.layout, p.Nq, "attention_in"),
                    toBNSD(dy, p.layout, p.Nq, "dy"), statsView(*softmax_max, p),
                    statsView(*softmax_sum, p), toBNSD(dq, p.layout, p.Nq, "dq"),
                    toBNSD(dk, p.layout, kv_heads, "dk"), toBNSD(dv, p.layout, kv_heads, "dv"),
-                   "npu_fusion_attention_grad");
+                   "npu_fusion_attention_grad", dpse ? &*dpse : nullptr);
   }
-  return {dq, dk, dv, at::empty({0}, query.options())};
+  if (!dpse) return {dq, dk, dv, at::empty({0}, query.options())};
+  at::Tensor g = p.pse->size(0) == 1 && p.B > 1 ? dpse->sum(0, /*keepdim=*/true) : *dpse;
+  return {dq, dk, dv, g.to(p.pse->scalar_type())};
 }
 
 // ---- npu_fused_infer_attention_score ----------------------------------------------------
@@ -396,8 +499,6 @@ std::tuple<at::Tensor, at::Tensor> npu_fused_infer_attention_score(
                          {&pse_shift, "pse_shift"}, {&dequant_scale1, "dequant_scale1"},
                          {&quant_scale1, "quant_scale1"}, {&dequant_scale2, "dequant_scale2"},
                          {&quant_scale2, "quant_scale2"}, {&quant_offset2, "quant_offset2"},
-                         {&antiquant_scale, "antiquant_scale"},
-                         {&antiquant_offset, "antiquant_offset"},
                          {&query_padding_size, "query_padding_size"},
                          {&kv_padding_size, "kv_padding_size"},
                          {&key_antiquant_scale, "key_antiquant_scale"},
@@ -411,9 +512,10 @@ std::tuple<at::Tensor, at::Tensor> npu_fused_infer_attention_score(
                          {&key_rope_antiquant_scale, "key_rope_antiquant_scale"}}) {
     TORCH_CHECK_NOT_IMPLEMENTED(!given(*t), "npu_fused_infer_attention_score: ", name,
                                 " (quantization / shared prefix / rope split) is not supported "
-                                "by SimNPU");
+                                "by SimNPU (of the quantisation arguments, antiquant_scale / "
+                                "antiquant_offset with an int8 key / value are)");
   }
-  (void)antiquant_mode, (void)key_antiquant_mode, (void)value_antiquant_mode;
+  (void)key_antiquant_mode, (void)value_antiquant_mode;
   const std::string layout(input_layout);
   TORCH_CHECK(layout == "BSH" || layout == "BSND" || layout == "BNSD",
               "npu_fused_infer_attention_score: input_layout must be BSH, BSND or BNSD in "
@@ -421,8 +523,23 @@ std::tuple<at::Tensor, at::Tensor> npu_fused_infer_attention_score(
   TORCH_CHECK(num_heads > 0, "num_heads must be positive, got ", num_heads);
   const int64_t kv_heads = num_key_value_heads > 0 ? num_key_value_heads : num_heads;
   checkFloat(query, "query", query);
-  checkFloat(key, "key", query);
-  checkFloat(value, "value", query);
+  // An int8 key / value cache is dequantised in the kernel with antiquant_scale / _offset.
+  const bool int8_kv = key.scalar_type() == at::kChar || value.scalar_type() == at::kChar;
+  if (int8_kv) {
+    TORCH_CHECK(key.scalar_type() == at::kChar && value.scalar_type() == at::kChar,
+                "npu_fused_infer_attention_score: key and value must both be int8 (antiquant), "
+                "got ", key.scalar_type(), " and ", value.scalar_type());
+    TORCH_CHECK(given(antiquant_scale), "npu_fused_infer_attention_score: an int8 key / value "
+                "needs antiquant_scale (and antiquant_offset for asymmetric quantisation)");
+    TORCH_CHECK(key.device() == query.device() && value.device() == query.device(),
+                "key and value must be on query's device");
+  } else {
+    TORCH_CHECK(!given(antiquant_scale) && !given(antiquant_offset),
+                "npu_fused_infer_attention_score: antiquant_scale / antiquant_offset dequantise "
+                "an int8 key / value, but key is ", key.scalar_type());
+    checkFloat(key, "key", query);
+    checkFloat(value, "value", query);
+  }
   const c10::DeviceGuard guard(query.device());
   at::Tensor q4 = toBNSD(query, layout, num_heads, "query");
   at::Tensor k4, v4;
@@ -452,6 +569,48 @@ std::tuple<at::Tensor, at::Tensor> npu_fused_infer_attention_score(
   const int64_t Sq = q4.size(2), Skv = k4.size(2), N = q4.size(1), Dv = v4.size(3);
   TORCH_CHECK(k4.size(1) == kv_heads && N % kv_heads == 0, "key has ", k4.size(1),
               " heads; expected num_key_value_heads = ", kv_heads, " dividing num_heads ", N);
+  // antiquant_scale / _offset: index 0 for the key, 1 for the value; per-tensor (2,),
+  // per-channel (2, N, 1, D) BNSD / (2, N, D) BSND / (2, H) BSH (antiquant_mode 0), or
+  // per-token (2, B, Skv) float32 (antiquant_mode 1). Each half as a [B, Nkv, Skv, D] view.
+  std::array<std::optional<at::Tensor>, 4> deq;  // k_scale, k_offset, v_scale, v_offset
+  if (int8_kv) {
+    TORCH_CHECK(k4.size(3) == Dv, "antiquant needs key and value of one head dim");
+    const int64_t D = Dv;
+    auto as4 = [&](const at::Tensor& t, const char* name) {
+      checkFloat(t, name, t);
+      at::Tensor h4;
+      if (antiquant_mode == 1) {
+        TORCH_CHECK(t.dim() == 3 && t.size(0) == 2 && t.size(1) == B && t.size(2) >= Skv,
+                    name, " must be (2, B, Skv) = (2, ", B, ", ", Skv, ") for antiquant_mode 1 "
+                    "(per-token), got ", t.sizes());
+        h4 = t.narrow(2, 0, Skv).unsqueeze(-1).unsqueeze(2);  // [2, B, 1, Skv, 1]
+      } else {
+        TORCH_CHECK(antiquant_mode == 0, "antiquant_mode must be 0 (per-channel / per-tensor) or "
+                    "1 (per-token), got ", antiquant_mode);
+        if (t.dim() == 1 && t.size(0) == 2) {
+          h4 = t.view({2, 1, 1, 1, 1});
+        } else {
+          TORCH_CHECK(t.numel() == 2 * kv_heads * D && t.size(0) == 2 &&
+                          ((layout == "BNSD" && t.dim() == 4) ||
+                           (layout == "BSND" && t.dim() == 3) || (layout == "BSH" && t.dim() == 2)),
+                      name, " must be (2,) (per-tensor) or, per-channel, (2, N, 1, D) for BNSD, "
+                      "(2, N, D) for BSND, (2, H) for BSH, with N = ", kv_heads, " and D = ", D,
+                      "; got ", t.sizes(), " with input_layout '", layout, "'");
+          h4 = t.reshape({2, 1, kv_heads, 1, D});
+        }
+      }
+      return std::array<at::Tensor, 2>{h4[0].expand({B, kv_heads, Skv, D}),
+                                       h4[1].expand({B, kv_heads, Skv, D})};
+    };
+    auto scales = as4(*antiquant_scale, "antiquant_scale");
+    deq[0] = scales[0];
+    deq[2] = scales[1];
+    if (given(antiquant_offset)) {
+      auto offsets = as4(*antiquant_offset, "antiquant_offset");
+      deq[1] = offsets[0];
+      deq[3] = offsets[1];
+    }
+  }
   auto lengths = [&](at::OptionalSymIntArrayRef l, int64_t full, const char* name) {
     std::vector<int64_t> out(static_cast<size_t>(B), full);
     if (l.has_value()) {
@@ -509,6 +668,9 @@ std::tuple<at::Tensor, at::Tensor> npu_fused_infer_attention_score(
     }
     p.band = band;
     p.scale = scale;
+    for (size_t i = 0; i < deq.size(); ++i) {
+      if (deq[i]) p.antiquant[i] = deq[i]->narrow(0, b, 1).narrow(2, 0, lkv[b]);
+    }
     launchForward(p, out4.narrow(0, b, 1).narrow(2, 0, lq[b]),
                   stats[0].narrow(0, b, 1).narrow(2, 0, lq[b]),
                   stats[1].narrow(0, b, 1).narrow(2, 0, lq[b]), "npu_fused_infer_attention_score");

@@ -180,21 +180,37 @@ std::tuple<at::Tensor&, at::Tensor&> npu_apply_rotary_pos_emb(at::Tensor& query,
                                                               c10::string_view layout,
                                                               c10::string_view rotary_mode) {
   const std::string l(layout);
-  TORCH_CHECK(l == "BSND" || l == "SBND" || l == "BNSD",
-              "npu_apply_rotary_pos_emb: layout must be 'BSND', 'SBND' or 'BNSD' in SimNPU, got '",
-              l, "'");
-  TORCH_CHECK(query.dim() == 4 && key.dim() == 4, "npu_apply_rotary_pos_emb: query and key must "
-              "be 4-D (", l, "), got ", query.sizes(), " and ", key.sizes());
+  TORCH_CHECK(l == "BSND" || l == "BSH" || l == "SBND" || l == "BNSD",
+              "npu_apply_rotary_pos_emb: The layout should be BSND/BSH/BNSD/SBND, but got ", l);
+  // torch_npu takes 'BSH' as the BSND arrangement (one layout code for both): 4-D [B, S, N, D]
+  // tensors, or here also 3-D [B, S, N * D] ones, split into heads of cos's last dim D.
+  auto heads = [&](at::Tensor& t, const char* name) -> at::Tensor {
+    if (l == "BSH" && t.dim() == 3) {
+      const int64_t d = cos.size(-1);
+      TORCH_CHECK(d > 0 && t.size(2) % d == 0, "npu_apply_rotary_pos_emb: the hidden size ",
+                  t.size(2), " of ", name, " is not a multiple of cos's last dim ", d);
+      TORCH_CHECK(cos.dim() == 3 || cos.dim() == 4, "npu_apply_rotary_pos_emb: with 3-D (BSH) ",
+                  name, ", cos and sin must be [B|1, S, D] or [B|1, S, 1, D], got ", cos.sizes());
+      return t.view({t.size(0), t.size(1), t.size(2) / d, d});
+    }
+    TORCH_CHECK(t.dim() == 4, "npu_apply_rotary_pos_emb: ", name, " must be 4-D (", l,
+                l == "BSH" ? ", or 3-D [B, S, H]" : "", "), got ", t.sizes());
+    return t;
+  };
+  at::Tensor q4 = heads(query, "query"), k4 = heads(key, "key");
+  // [B|1, S, D] cos / sin of a 3-D (BSH) call broadcast over the heads.
+  const at::Tensor c4 = cos.dim() == 3 ? cos.unsqueeze(2) : cos;
+  const at::Tensor s4 = sin.dim() == 3 ? sin.unsqueeze(2) : sin;
   const nk::RotaryMode mode = rotaryMode(rotary_mode, "npu_apply_rotary_pos_emb");
-  checkRotary(query, cos, sin, "npu_apply_rotary_pos_emb");
-  checkRotary(key, cos, sin, "npu_apply_rotary_pos_emb");
+  checkRotary(q4, c4, s4, "npu_apply_rotary_pos_emb");
+  checkRotary(k4, c4, s4, "npu_apply_rotary_pos_emb");
   const c10::DeviceGuard guard(query.device());
-  for (at::Tensor* t : {&query, &key}) {
+  for (at::Tensor* t : {&q4, &k4}) {
     if (t->numel() == 0) continue;
     // In place: the kernel reads each row before it writes it.
     launchTask(streamOf(*t), "npu_apply_rotary_pos_emb",
-               [o = describe(*t), a = describe(cos.expand(t->sizes())),
-                b = describe(sin.expand(t->sizes())), mode] { nk::rotary_mul(o, o, a, b, mode); });
+               [o = describe(*t), a = describe(c4.expand(t->sizes())),
+                b = describe(s4.expand(t->sizes())), mode] { nk::rotary_mul(o, o, a, b, mode); });
   }
   return {query, key};
 }

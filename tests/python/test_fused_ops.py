@@ -1,7 +1,8 @@
 """torch_npu's fused LLM ops on npu against the CPU composition of aten ops they replace.
 
 Each op and its gradient: float32 tight, float16 / bfloat16 looser. npu_fusion_attention in
-every layout and sparse_mode, GQA, varlen (TND), dropout replayed from seed / offset; SDPA on
+every layout and sparse_mode (0-8), GQA, varlen (TND), dropout replayed from seed / offset (and
+keep_prob 0), the position bias pse with its gradient; SDPA on
 npu (the fused backend) against the CPU; peak memory of attention at S = 4096 is O(S).
 """
 
@@ -114,6 +115,24 @@ def test_rotary_mul_default_mode_is_half():
         torch_npu.npu_rotary_mul(x.npu(), c.npu(), s.npu(), rotary_mode="spiral")
 
 
+@pytest.mark.parametrize("three_d", [False, True])
+def test_apply_rotary_pos_emb_bsh_layout(three_d):
+    # torch_npu maps 'BSH' to the BSND arrangement: [B, S, N, D] tensors, or [B, S, N * D] ones
+    # split into heads of cos's last dim.
+    q, k = torch.randn(2, 5, 4, 16), torch.randn(2, 5, 2, 16)
+    cos, sin = torch.randn(1, 5, 1, 16), torch.randn(1, 5, 1, 16)
+    qn, kn = (q.flatten(2), k.flatten(2)) if three_d else (q, k)
+    qn, kn = qn.npu(), kn.npu()
+    cn, sn = (cos[:, :, 0], sin[:, :, 0]) if three_d else (cos, sin)
+    rq, rk = torch_npu.npu_apply_rotary_pos_emb(qn, kn, cn.npu(), sn.npu(), layout="BSH")
+    assert rq.data_ptr() == qn.data_ptr() and rq.shape == qn.shape
+    close(qn.view(q.shape), q * cos + rotate_ref(q, "half") * sin, torch.float32)
+    close(kn.view(k.shape), k * cos + rotate_ref(k, "half") * sin, torch.float32)
+    with pytest.raises(RuntimeError, match="not a multiple of cos's last dim"):
+        torch_npu.npu_apply_rotary_pos_emb(torch.randn(2, 5, 20).npu(), kn.flatten(2),
+                                           cos[:, :, 0].npu(), sin[:, :, 0].npu(), layout="BSH")
+
+
 def test_apply_rotary_pos_emb_in_place():
     q, k = torch.randn(2, 5, 4, 16), torch.randn(2, 5, 2, 16)
     cos, sin = torch.randn(1, 5, 1, 16), torch.randn(1, 5, 1, 16)
@@ -187,12 +206,16 @@ def visible(sq, skv, sparse_mode, pre=2147483647, nxt=2147483647, mask=None):
     return vis
 
 
-def attention_ref(q, k, v, vis, scale, keep=None):
-    """q [B, N, Sq, D], k / v [B, Nkv, Skv, D]; vis broadcast to [B, N, Sq, Skv]."""
+def attention_ref(q, k, v, vis, scale, keep=None, pse=None):
+    """q [B, N, Sq, D], k / v [B, Nkv, Skv, D]; vis broadcast to [B, N, Sq, Skv]; pse (torch_npu's
+    position bias, added before the scale) broadcast likewise."""
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, 1)
     v = v.repeat_interleave(group, 1)
-    s = (q @ k.transpose(-1, -2)) * scale
+    s = q @ k.transpose(-1, -2)
+    if pse is not None:
+        s = s + pse
+    s = s * scale
     p = s.masked_fill(~vis, float("-inf")).softmax(-1)
     if keep is not None:
         p = p * keep
@@ -352,13 +375,178 @@ def test_fusion_attention_errors_name_the_argument():
     q = torch.randn(1, 4, 2, 8).npu()
     with pytest.raises(RuntimeError, match="input_layout must be one of"):
         torch_npu.npu_fusion_attention(q, q, q, 2, "BHSD")
-    with pytest.raises(NotImplementedError, match="sparse_mode 6"):
-        torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", sparse_mode=6)
+    with pytest.raises(RuntimeError, match=r"range of \[0,6\].*'TND'"):
+        torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", sparse_mode=7)
+    with pytest.raises(RuntimeError, match=r"range of \[0,5\) or \(5,8\]"):
+        torch_npu.npu_fusion_attention(q[0], q[0], q[0], 2, "TND", sparse_mode=5,
+                                       actual_seq_qlen=(4,), actual_seq_kvlen=(4,))
+    with pytest.raises(RuntimeError, match="needs prefix"):
+        torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", sparse_mode=6, atten_mask=PREFIX_MASK)
+    with pytest.raises(RuntimeError, match="keep_prob value must be in range of \\[0, 1\\]"):
+        torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", keep_prob=1.5)
+    with pytest.raises(NotImplementedError, match="pse with input_layout 'TND'"):
+        torch_npu.npu_fusion_attention(q[0], q[0], q[0], 2, "TND", pse=q,
+                                       actual_seq_qlen=(4,), actual_seq_kvlen=(4,))
+    with pytest.raises(RuntimeError, match="pse of shape"):
+        torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", pse=torch.zeros(1, 3, 4, 4).npu())
+    long_q = torch.randn(1, 1100, 1, 8).npu()
+    with pytest.raises(NotImplementedError, match="alibi-compressed"):
+        torch_npu.npu_fusion_attention(long_q, long_q, long_q, 1, "BSND",
+                                       pse=torch.zeros(1, 1, 1024, 1100).npu())
     with pytest.raises(RuntimeError, match="actual_seq_qlen"):
         torch_npu.npu_fusion_attention(q[0], q[0], q[0], 2, "TND")
     with pytest.raises(RuntimeError, match="2048 x 2048"):
         torch_npu.npu_fusion_attention(q, q, q, 2, "BSND", sparse_mode=2,
                                        atten_mask=torch.ones(4, 4, dtype=torch.bool).npu())
+
+
+# ---- pse, prefix (sparse_mode 5 / 6), varlen cuts (7 / 8), keep_prob 0 ------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pse_shape", ["BNSS", "1NSS", "BN1S", "1N1S"])
+@pytest.mark.parametrize("sparse_mode", [0, 3])
+def test_fusion_attention_pse_and_its_gradient(dtype, pse_shape, sparse_mode):
+    torch.manual_seed(2)
+    B, N, Nkv, Sq, Skv, D = 2, 4, 2, 40, 70, 16
+    q, k, v = torch.randn(B, Sq, N, D), torch.randn(B, Skv, Nkv, D), torch.randn(B, Skv, Nkv, D)
+    shape = (1 if pse_shape[0] == "1" else B, N, 1 if pse_shape[2] == "1" else Sq, Skv)
+    pse = torch.randn(shape) * 2
+    (qc, kc, vc, pc), (qn, kn, vn, pn) = leaves(q, k, v, pse, dtype=dtype)
+    mask = COMPRESSED.npu() if sparse_mode == 3 else None
+    out = torch_npu.npu_fusion_attention(qn, kn, vn, N, "BSND", pse=pn, atten_mask=mask,
+                                         scale=0.3, sparse_mode=sparse_mode)
+    eout = attention_ref(qc.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
+                         visible(Sq, Skv, sparse_mode), 0.3, pse=pc).transpose(1, 2)
+    close(out[0], eout, dtype)
+    g = torch.randn(eout.shape).to(dtype)
+    out[0].backward(g.npu())
+    eout.backward(g.double())
+    for got, want in ((qn, qc), (kn, kc), (vn, vc), (pn, pc)):
+        assert got.grad.shape == want.grad.shape and got.grad.dtype == dtype
+        close(got.grad, want.grad, dtype, 4)
+    # The grad op returns dpse in pse's shape (torch_npu's fourth output).
+    dq, dk, dv, dpse = torch_npu.npu_fusion_attention_grad(
+        qn.detach(), kn.detach(), vn.detach(), g.npu(), N, "BSND", pse=pn.detach(),
+        atten_mask=mask, softmax_max=out[1], softmax_sum=out[2], attention_in=out[0].detach(),
+        scale_value=0.3, sparse_mode=sparse_mode)
+    assert dpse.shape == pse.shape
+    close(dpse, pc.grad, dtype, 4)
+
+
+# sparse_mode 6's compressed mask: a 2048 x 2048 causal triangle over a 1024 x 2048 block whose
+# left half is 0 and right half 1.
+PREFIX_MASK = torch.cat([COMPRESSED, torch.arange(2048).expand(1024, 2048) >= 1024]).npu()
+
+
+@pytest.mark.parametrize("sparse_mode", [1, 2, 3, 4, 6])
+def test_fusion_attention_without_atten_mask_computes_everything(sparse_mode):
+    # torch_npu: with atten_mask None, sparse_mode / pre_tockens / next_tockens take no effect.
+    q, k, v = torch.randn(2, 20, 2, 16), torch.randn(2, 30, 2, 16), torch.randn(2, 30, 2, 16)
+    out = torch_npu.npu_fusion_attention(q.npu(), k.npu(), v.npu(), 2, "BSND", scale=0.25,
+                                         pre_tockens=3, next_tockens=0, prefix=[1, 2],
+                                         sparse_mode=sparse_mode)[0]
+    e = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                      torch.ones(20, 30, dtype=torch.bool), 0.25).transpose(1, 2)
+    close(out, e, torch.float32)
+
+
+def prefix_visible(sq, skv, prefix):
+    """sparse_mode 5 / 6: causal from the bottom-right, or one of the first prefix[b] keys;
+    [B, 1, Sq, Skv]."""
+    i = torch.arange(sq)[:, None]
+    j = torch.arange(skv)[None, :]
+    return torch.stack([(j - i <= skv - sq) | (j < n) for n in prefix])[:, None]
+
+
+@pytest.mark.parametrize("sparse_mode", [5, 6])
+@pytest.mark.parametrize("sq,skv", [(60, 60), (30, 90)])
+def test_fusion_attention_prefix_modes(sparse_mode, sq, skv):
+    torch.manual_seed(3)
+    B, N, D, prefix = 3, 2, 16, [0, 20, skv]
+    q, k, v = torch.randn(B, N, sq, D), torch.randn(B, N, skv, D), torch.randn(B, N, skv, D)
+    vis = prefix_visible(sq, skv, prefix)
+    if sparse_mode == 5:  # the full [B, 1, Sq, Skv] mask, True = masked
+        mask = ~vis
+    else:
+        mask = PREFIX_MASK
+    (qc, kc, vc), (qn, kn, vn) = leaves(q, k, v)
+    out = torch_npu.npu_fusion_attention(qn, kn, vn, N, "BNSD", atten_mask=mask.npu(),
+                                         scale=0.25, prefix=prefix, sparse_mode=sparse_mode)
+    eout = attention_ref(qc, kc, vc, vis, 0.25)
+    close(out[0], eout, torch.float32)
+    g = torch.randn(eout.shape)
+    out[0].backward(g.npu())
+    eout.backward(g.double())
+    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
+        close(got.grad, want.grad, torch.float32, 4)
+
+
+@pytest.mark.parametrize("sparse_mode", [6, 7, 8])
+def test_fusion_attention_varlen_cut_modes(sparse_mode):
+    # A batch whose last (7) / first (8) sequence is a piece of a longer one cut across cards:
+    # it gets the band of pre / next tokens around its bottom-right diagonal, the others are
+    # causal from the bottom-right (7) / top-left (8). torch_npu's own examples: mode 7, card 1
+    # (q lens 3, 2; kv lens 3, 6; pre 6, next -2); mode 8, card 2 (q 3, 5, 4; kv 4, 5, 4; pre 4,
+    # next 1); and longer ones.
+    torch.manual_seed(5)
+    N, D = 2, 16
+    if sparse_mode == 7:
+        lens_q, lens_kv, pre, nxt = [3, 2, 40, 7], [3, 6, 40, 90], 90, -30
+    elif sparse_mode == 8:
+        lens_q, lens_kv, pre, nxt = [3, 5, 4, 50], [4, 5, 4, 60], 4, 1
+    else:
+        lens_q, lens_kv, pre, nxt = [30, 8, 50], [30, 20, 50], 0, 0
+    prefix = [5, 12, 0]
+    q = torch.randn(sum(lens_q), N, D)
+    k = torch.randn(sum(lens_kv), N, D)
+    v = torch.randn(sum(lens_kv), N, D)
+    (qc, kc, vc), (qn, kn, vn) = leaves(q, k, v)
+    cu_q = tuple(torch.tensor(lens_q).cumsum(0).tolist())
+    cu_kv = tuple(torch.tensor(lens_kv).cumsum(0).tolist())
+    mask = PREFIX_MASK if sparse_mode == 6 else COMPRESSED
+    out = torch_npu.npu_fusion_attention(
+        qn, kn, vn, N, "TND", atten_mask=mask.npu(), scale=0.25, pre_tockens=pre,
+        next_tockens=nxt, actual_seq_qlen=cu_q, actual_seq_kvlen=cu_kv,
+        prefix=prefix if sparse_mode == 6 else None, sparse_mode=sparse_mode)
+    pieces, q0, k0 = [], 0, 0
+    for s, (lq, lk) in enumerate(zip(lens_q, lens_kv)):
+        i = torch.arange(lq)[:, None]
+        j = torch.arange(lk)[None, :]
+        d = j - i - (lk - lq)  # distance from the bottom-right diagonal
+        if sparse_mode == 6:
+            vis = (d <= 0) | (j < prefix[s])
+        elif (sparse_mode == 7 and s == len(lens_q) - 1) or (sparse_mode == 8 and s == 0):
+            vis = (d >= -pre) & (d <= nxt)
+        else:
+            vis = d <= 0 if sparse_mode == 7 else j <= i
+        sl = lambda t, a, n: t[a:a + n].transpose(0, 1)[None]  # noqa: E731
+        o = attention_ref(sl(qc, q0, lq), sl(kc, k0, lk), sl(vc, k0, lk), vis, 0.25)
+        pieces.append(o[0].transpose(0, 1))
+        q0, k0 = q0 + lq, k0 + lk
+    eout = torch.cat(pieces)
+    close(out[0], eout, torch.float32)
+    g = torch.randn(eout.shape)
+    out[0].backward(g.npu())
+    eout.backward(g.double())
+    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
+        close(got.grad, want.grad, torch.float32, 4)
+
+
+def test_fusion_attention_keep_prob_zero_drops_everything():
+    q, k, v = (torch.randn(2, 30, 4, 16).npu().requires_grad_() for _ in range(3))
+    out = torch_npu.npu_fusion_attention(q, k, v, 4, "BSND", scale=0.25, keep_prob=0.0)
+    assert torch.count_nonzero(out[0].cpu()) == 0
+    assert out[6] == 2 * 4 * 30 * 30  # numels: every score, as for 0 < keep_prob < 1
+    # The softmax statistics are those of the undropped scores.
+    s = (q.detach().cpu().transpose(1, 2) @ k.detach().cpu().transpose(1, 2).transpose(-1, -2))
+    close(out[1][..., 0], (s * 0.25).amax(-1), torch.float32, 10)
+    out[0].backward(torch.randn(out[0].shape).npu())
+    for t in (q, k, v):
+        assert torch.count_nonzero(t.grad.cpu()) == 0
+    # SDPA with dropout_p = 1 takes the same path.
+    o = F.scaled_dot_product_attention(q.detach().transpose(1, 2), k.detach().transpose(1, 2),
+                                       v.detach().transpose(1, 2), dropout_p=1.0)
+    assert torch.count_nonzero(o.cpu()) == 0
 
 
 def _peak_attention_mib(S, D=64):
@@ -465,8 +653,64 @@ def test_fused_infer_attention_score_block_table():
 
 def test_fused_infer_attention_score_rejects_quantization_clearly():
     q = torch.randn(1, 1, 16).npu()
-    with pytest.raises(NotImplementedError, match="antiquant_scale"):
+    with pytest.raises(NotImplementedError, match="dequant_scale1"):
+        torch_npu.npu_fused_infer_attention_score(q, q, q, dequant_scale1=q)
+    with pytest.raises(NotImplementedError, match="key_antiquant_scale"):
+        torch_npu.npu_fused_infer_attention_score(q, q, q, key_antiquant_scale=q)
+    with pytest.raises(RuntimeError, match="dequantise an int8 key / value"):
         torch_npu.npu_fused_infer_attention_score(q, q, q, antiquant_scale=q)
+    k8 = torch.randint(-5, 5, (1, 4, 16), dtype=torch.int8).npu()
+    with pytest.raises(RuntimeError, match="needs antiquant_scale"):
+        torch_npu.npu_fused_infer_attention_score(q, k8, k8)
+    with pytest.raises(RuntimeError, match=r"\(2, H\) for BSH"):
+        torch_npu.npu_fused_infer_attention_score(q, k8, k8, antiquant_scale=q[0, :, :3])
+
+
+@pytest.mark.parametrize("layout", ["BSH", "BSND", "BNSD"])
+@pytest.mark.parametrize("mode", ["per_tensor", "per_channel", "per_token"])
+@pytest.mark.parametrize("offset", [False, True])
+def test_fused_infer_attention_score_int8_kv_antiquant(layout, mode, offset):
+    # An int8 KV cache dequantised in the kernel as (x + offset) * scale (Ascend's antiquant);
+    # index 0 of scale / offset is the key's, 1 the value's.
+    torch.manual_seed(6)
+    B, N, Nkv, Sq, Skv, D = 3, 4, 2, 3, 37, 16  # B != Nkv: a per-token scale is per batch
+    q = torch.randn(B, N, Sq, D).half()
+    k8 = torch.randint(-128, 128, (B, Nkv, Skv, D), dtype=torch.int8)
+    v8 = torch.randint(-128, 128, (B, Nkv, Skv, D), dtype=torch.int8)
+    if mode == "per_tensor":
+        scale, off = torch.rand(2) / 50 + 0.005, torch.randn(2) * 3
+        bcast = lambda t, i: t[i]  # noqa: E731
+    elif mode == "per_channel":
+        scale, off = torch.rand(2, Nkv, 1, D) / 50 + 0.005, torch.randn(2, Nkv, 1, D) * 3
+        bcast = lambda t, i: t[i][None]  # noqa: E731
+    else:
+        scale, off = torch.rand(2, B, Skv) / 50 + 0.005, torch.randn(2, B, Skv) * 3
+        bcast = lambda t, i: t[i][:, None, :, None]  # noqa: E731
+    dtype = torch.float32 if mode == "per_token" else torch.float16
+    scale, off = scale.to(dtype), off.to(dtype)
+    deq = [(t.double() + (bcast(off.double(), i) if offset else 0)) * bcast(scale.double(), i)
+           for i, t in enumerate((k8, v8))]
+    e = attention_ref(q.double(), deq[0], deq[1], torch.ones(Sq, Skv, dtype=torch.bool), 0.25)
+
+    def arrange(t, heads):  # [B, N, S, D] -> layout
+        if layout == "BNSD":
+            return t
+        t = t.transpose(1, 2)
+        return t.flatten(2) if layout == "BSH" else t
+
+    def params(t):  # per-channel scale / offset in the layout's documented shape
+        if mode != "per_channel" or layout == "BNSD":
+            return t
+        return t[:, :, 0] if layout == "BSND" else t[:, :, 0].flatten(1)
+
+    out, _ = torch_npu.npu_fused_infer_attention_score(
+        arrange(q, N).contiguous().npu(), arrange(k8, Nkv).contiguous().npu(),
+        arrange(v8, Nkv).contiguous().npu(), antiquant_scale=params(scale).npu(),
+        antiquant_offset=params(off).npu() if offset else None,
+        antiquant_mode=1 if mode == "per_token" else 0, num_heads=N, num_key_value_heads=Nkv,
+        scale=0.25, input_layout=layout)
+    assert out.dtype == torch.float16
+    close(out, arrange(e, N), torch.float16)
 
 
 # ---- formats -----------------------------------------------------------------------------------

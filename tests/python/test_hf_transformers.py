@@ -277,6 +277,67 @@ def test_accelerate_loop_trains_on_the_npu(python):
     assert "OK" in result.stdout
 
 
+ACCELERATE_CONFIG = """compute_environment: LOCAL_MACHINE
+distributed_type: MULTI_NPU
+num_machines: 1
+machine_rank: 0
+num_processes: 2
+gpu_ids: all
+mixed_precision: 'no'
+rdzv_backend: static
+same_network: true
+use_cpu: false
+main_training_function: main
+"""
+
+
+def test_accelerate_launch_two_processes_equals_single_process_cpu(tmp_path):
+    # The real launcher (.venv/bin/accelerate, torch.distributed.run underneath) with a config
+    # file of our own, so no user config or network is consulted; two ranks, hccl.
+    import re
+    import sys
+
+    from dist_launch import finish, free_port, job_env, start, worker
+
+    sys.path.insert(0, os.path.dirname(worker("accelerate_mlp.py")))
+    import accelerate_mlp
+
+    config = tmp_path / "accelerate.yaml"
+    config.write_text(ACCELERATE_CONFIG)
+    out = tmp_path / "params.pt"
+    launcher = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    env = job_env({"HF_HUB_OFFLINE": "1", "ACCELERATE_LOG_LEVEL": "warning"})
+    proc = start([launcher, "launch", "--config_file", str(config), "--num_processes", "2",
+                  "--main_process_port", str(free_port()), worker("accelerate_mlp.py"), str(out)],
+                 env)
+    r = finish(proc, timeout=300)
+    assert r.returncode == 0, r.stdout[-6000:]
+    reports = dict(re.findall(r"rank (\d) (local=\d device=\S+ param_device=\S+ backend=\S+ "
+                              r"world=\d distributed_type=\S+ steps=\d+)", r.stdout))
+    steps = accelerate_mlp.SAMPLES // (2 * accelerate_mlp.PER_RANK)
+    assert reports == {
+        str(rank): f"local={rank} device=npu:{rank} param_device=npu:{rank} backend=hccl "
+                   f"world=2 distributed_type=MULTI_NPU steps={steps}" for rank in (0, 1)
+    }, r.stdout[-4000:]
+
+    # The reference: one CPU process, global batches of 2 x PER_RANK consecutive samples (rank r
+    # takes the r-th batch of each pair, and DDP averages the two equal-size means).
+    model, x, y = accelerate_mlp.model_and_data()
+    opt = torch.optim.SGD(model.parameters(), lr=accelerate_mlp.STEPS_LR)
+    glob = 2 * accelerate_mlp.PER_RANK
+    for s in range(steps):
+        opt.zero_grad()
+        F.mse_loss(model(x[s * glob:(s + 1) * glob]), y[s * glob:(s + 1) * glob]).backward()
+        opt.step()
+    trained = torch.load(out)
+    reference = model.state_dict()
+    assert trained.keys() == reference.keys()
+    initial = accelerate_mlp.model_and_data()[0].state_dict()
+    for name, value in reference.items():
+        assert not torch.equal(value, initial[name]), name  # training moved it
+        torch.testing.assert_close(trained[name], value, rtol=1e-5, atol=1e-6)
+
+
 def test_environment_reports_name_the_npu():
     import subprocess
     import sys

@@ -26,13 +26,35 @@ struct AttentionBand {
 // starting at 0) cut the S dims into sequences attended separately.
 // mask: Bool / UInt8, nonzero = masked; [B|1, N|1, Sq, Skv] as a 4-D descriptor (stride 0 on a
 //   broadcast dim); in varlen, dim 0 indexes the sequence and dims 2, 3 the positions in it.
+// pse: an additive position bias, scores = scale * (Q K^T + pse) (torch_npu's formula: the bias is
+//   added before scaling); [B|1, N, Sq|1, Skv] as a 4-D descriptor of any float dtype, a size-1
+//   dim broadcasting; dim 0 indexes the sequence in varlen.
+// prefix (torch_npu's sparse_mode 5 / 6): per sequence, keys j < prefix[seq] are visible from
+//   every query besides what the band shows.
+// seq_bands: per sequence, a band replacing `band` (torch_npu's sparse_mode 7 / 8, where the
+//   cut sequence at one end of a varlen batch has its own band).
 // Dropout (keep_prob < 1): element (seq, head, i, j) is kept iff a counter-based hash of
 //   (seed, offset, seq, head, i, j) falls below keep_prob; kept weights are divided by
 //   keep_prob. The backward with the same seed / offset replays the same mask.
+// Int8 key / value dequantised as their blocks are loaded (npu_fused_infer_attention_score's
+// antiquant, Ascend's convention): k = (k_int8 + offset) * scale, v likewise; scale / offset
+// are 4-D descriptors broadcast to k's / v's [B, Nkv, Skv, D] (stride 0 on a broadcast dim),
+// of any float dtype; a null offset is 0 (symmetric quantisation). Forward only.
+struct KvAntiquant {
+  const TensorDesc* k_scale = nullptr;
+  const TensorDesc* k_offset = nullptr;
+  const TensorDesc* v_scale = nullptr;
+  const TensorDesc* v_offset = nullptr;
+};
+
 struct FlashAttentionArgs {
   TensorDesc q, k, v;
   const TensorDesc* mask = nullptr;
+  const TensorDesc* pse = nullptr;
   AttentionBand band;
+  const AttentionBand* seq_bands = nullptr;
+  const int64_t* prefix = nullptr;
+  KvAntiquant antiquant;  // with Int8 k / v
   const int64_t* cu_seqlens_q = nullptr;
   const int64_t* cu_seqlens_kv = nullptr;
   int64_t num_seqs = 0;
@@ -50,10 +72,14 @@ void flash_attention_forward(const FlashAttentionArgs& args, const TensorDesc& o
 
 // Recomputes the scores block by block from the forward's softmax_max / softmax_sum.
 // grad_q has q's shape, grad_k / grad_v k's / v's (summed over each kv head's query group).
+// grad_pse (with args.pse): Float32 [B, N, Sq|1, Skv], zero-filled by the caller, dim 0 NOT
+// broadcast (the caller sums it over a broadcast batch): scale * dScores, summed over the rows
+// when pse has one row. Entries of invisible scores stay 0.
 void flash_attention_backward(const FlashAttentionArgs& args, const TensorDesc& out,
                               const TensorDesc& grad_out, const TensorDesc& softmax_max,
                               const TensorDesc& softmax_sum, const TensorDesc& grad_q,
-                              const TensorDesc& grad_k, const TensorDesc& grad_v);
+                              const TensorDesc& grad_k, const TensorDesc& grad_v,
+                              const TensorDesc* grad_pse = nullptr);
 
 // The dropout keep decision the kernels use (exposed for tests and references).
 bool attention_dropout_keep(uint64_t seed, uint64_t offset, int64_t seq, int64_t head,

@@ -1,6 +1,7 @@
 // Flash attention forward / backward against a naive reference that materialises
 // softmax(scale * Q K^T) (in double) and its gradient: every dtype, odd sizes, S not a
-// multiple of the tiles, GQA / MQA, masks, bands (both origins), varlen, dropout, S > 2048.
+// multiple of the tiles, GQA / MQA, masks, bands (both origins), varlen, dropout (keep_prob 0
+// too), S > 2048, a position bias (pse, with its gradient), prefix columns, per-sequence bands.
 // A case is one Case struct: add a line to a list below to add a test.
 #include <gtest/gtest.h>
 
@@ -22,6 +23,11 @@ struct Case {
   bool random_mask = false;
   double keep_prob = 1.0;
   std::vector<int64_t> cu_q, cu_kv;  // varlen: cumulative offsets starting at 0
+  // pse [1 or B, Nq, 1 or Sq, Skv] when pse_rows > 0 (1: one row for every query; else Sq).
+  int64_t pse_rows = 0;
+  bool pse_one_batch = false;
+  std::vector<int64_t> prefix;              // per sequence
+  std::vector<nk::AttentionBand> seq_bands;  // per sequence
 };
 
 // A logical [B, N, S, D] tensor stored as [B, N, S, D] or [B, S, N, D].
@@ -38,7 +44,7 @@ int64_t idx4(const HostTensor& t, int64_t b, int64_t n, int64_t s, int64_t d) {
 }
 
 struct Result {
-  HostTensor out, smax, ssum, dq, dk, dv;
+  HostTensor out, smax, ssum, dq, dk, dv, dpse;
 };
 
 struct Seqs {
@@ -59,12 +65,15 @@ Seqs seqs_of(const Case& c) {
 
 // The reference: per (sequence, head, query row), the full score row in double.
 void reference(const Case& c, const HostTensor& q, const HostTensor& k, const HostTensor& v,
-               const HostTensor* mask, const HostTensor& dout, double scale, Result* r) {
+               const HostTensor* mask, const HostTensor* pse, const HostTensor& dout,
+               double scale, Result* r) {
   const int64_t group = c.Nq / c.Nkv;
   const bool varlen = !c.cu_q.empty();
   for (auto [si, q0, sq, k0, skv] : seqs_of(c).list) {
     const int64_t b = varlen ? 0 : si;
-    const int64_t origin = c.band.bottom_right ? skv - sq : 0;
+    const nk::AttentionBand& band = c.seq_bands.empty() ? c.band : c.seq_bands[si];
+    const int64_t origin = band.bottom_right ? skv - sq : 0;
+    const int64_t prefix = c.prefix.empty() ? 0 : c.prefix[si];
     for (int64_t n = 0; n < c.Nq; ++n) {
       const int64_t h = n / group;
       for (int64_t i = 0; i < sq; ++i) {
@@ -72,12 +81,16 @@ void reference(const Case& c, const HostTensor& q, const HostTensor& k, const Ho
         double mx = -INFINITY;
         for (int64_t j = 0; j < skv; ++j) {
           const int64_t dlt = j - i;
-          bool vis = dlt >= origin - c.band.pre && dlt <= origin + c.band.next;
+          bool vis = (dlt >= origin - band.pre && dlt <= origin + band.next) || j < prefix;
           const int64_t mb = mask && mask->sizes[0] > 1 ? si : 0;
           if (mask && mask->get(idx4(*mask, mb, 0, i, j)) != 0) vis = false;
           double acc = 0;
           for (int64_t d = 0; d < c.D; ++d) {
             acc += q.get(idx4(q, b, n, q0 + i, d)) * k.get(idx4(k, b, h, k0 + j, d));
+          }
+          if (pse) {
+            const int64_t pb = pse->sizes[0] == 1 ? 0 : si, pi = pse->sizes[2] == 1 ? 0 : i;
+            acc += pse->get(idx4(*pse, pb, n, pi, j));
           }
           s[j] = vis ? acc * scale : -INFINITY;
           mx = std::max(mx, s[j]);
@@ -109,6 +122,10 @@ void reference(const Case& c, const HostTensor& q, const HostTensor& k, const Ho
         for (int64_t j = 0; j < skv; ++j) {
           const double ds = p[j] * (z[j] * dp[j] - Di);
           if (p[j] == 0) continue;
+          if (pse) {
+            const int64_t gi = idx4(r->dpse, si, n, r->dpse.sizes[2] == 1 ? 0 : i, j);
+            r->dpse.set(gi, r->dpse.get(gi) + scale * ds);
+          }
           for (int64_t d = 0; d < c.D; ++d) {
             const int64_t iq = idx4(r->dq, b, n, row, d), ik = idx4(r->dk, b, h, k0 + j, d);
             r->dq.set(iq, r->dq.get(iq) + scale * ds * k.get(idx4(k, b, h, k0 + j, d)));
@@ -164,7 +181,19 @@ void run_case(const Case& c) {
     mask_expanded = mask.expanded(0, B).expanded(1, c.Nq);
     mask_desc = mask_expanded.desc();
   }
+  HostTensor pse, dpse;
+  nk::TensorDesc pse_desc, dpse_desc;
+  if (c.pse_rows > 0) {
+    pse = HostTensor(c.dtype, {c.pse_one_batch ? 1 : B, c.Nq, c.pse_rows, Skv});
+    fill_uniform(pse, -3, 3);
+    pse_desc = pse.desc();
+    dpse = HostTensor(DType::Float32, {B, c.Nq, c.pse_rows, Skv});  // zero-filled
+    dpse_desc = dpse.desc();
+  }
   nk::FlashAttentionArgs a;
+  a.pse = c.pse_rows > 0 ? &pse_desc : nullptr;
+  a.prefix = c.prefix.empty() ? nullptr : c.prefix.data();
+  a.seq_bands = c.seq_bands.empty() ? nullptr : c.seq_bands.data();
   a.q = q.desc();
   a.k = k.desc();
   a.v = v.desc();
@@ -181,20 +210,23 @@ void run_case(const Case& c) {
   }
   nk::flash_attention_forward(a, out.desc(), smax.desc(), ssum.desc());
   nk::flash_attention_backward(a, out.desc(), dout.desc(), smax.desc(), ssum.desc(), dq.desc(),
-                               dk.desc(), dv.desc());
+                               dk.desc(), dv.desc(), c.pse_rows > 0 ? &dpse_desc : nullptr);
 
   Result r{HostTensor(DType::Float64, {B, c.Nq, Sq, c.Dv}),
            HostTensor(DType::Float64, {B, c.Nq, Sq, 1}),
            HostTensor(DType::Float64, {B, c.Nq, Sq, 1}),
            HostTensor(DType::Float64, {B, c.Nq, Sq, c.D}),
            HostTensor(DType::Float64, {B, c.Nkv, Skv, c.D}),
-           HostTensor(DType::Float64, {B, c.Nkv, Skv, c.Dv})};
-  reference(c, q, k, v, c.random_mask ? &mask : nullptr, dout, a.scale, &r);
+           HostTensor(DType::Float64, {B, c.Nkv, Skv, c.Dv}),
+           HostTensor(DType::Float64, {B, c.Nq, std::max<int64_t>(c.pse_rows, 1), Skv})};
+  reference(c, q, k, v, c.random_mask ? &mask : nullptr, c.pse_rows > 0 ? &pse : nullptr, dout,
+            a.scale, &r);
   const double tol = c.dtype == DType::Float32 ? 2e-5 : c.dtype == DType::Float16 ? 4e-3 : 3e-2;
   EXPECT_LE(max_rel_err(out, r.out), tol) << "out";
   EXPECT_LE(max_rel_err(dq, r.dq), 4 * tol) << "dq";
   EXPECT_LE(max_rel_err(dk, r.dk), 4 * tol) << "dk";
   EXPECT_LE(max_rel_err(dv, r.dv), 4 * tol) << "dv";
+  if (c.pse_rows > 0) EXPECT_LE(max_rel_err(dpse, r.dpse), 4 * tol) << "dpse";
   // Statistics: every one of the 8 copies.
   for (int64_t row = 0; row < B * c.Nq * Sq; ++row) {
     for (int64_t t = 0; t < 8; ++t) {
@@ -348,6 +380,161 @@ TEST(FlashAttention, LongCausalBeyond2048) {
   c.Dv = 16;
   c.band = causal(true);
   run_case(c);
+}
+
+// torch_npu's pse: scores = scale * (Q K^T + pse), every documented shape ([B, N, S, S],
+// [1, N, S, S], [B, N, 1, Skv]); its gradient scale * dS (summed over rows for the one-row form),
+// under GQA, a causal band and a multi-tile sequence (both backward strategies: B * Nkv small
+// and large).
+TEST(FlashAttention, PositionBiasAndItsGradient) {
+  for (DType t : {DType::Float32, DType::BFloat16}) {
+    for (auto [rows_full, one_batch] : {std::pair<bool, bool>{true, false}, {true, true},
+                                        {false, false}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_str(t) << " full " << rows_full << " one batch "
+                                        << one_batch);
+      Case c;
+      c.dtype = t;
+      c.B = 2;
+      c.Nq = 4;
+      c.Nkv = 2;
+      c.Sq = 150;
+      c.Skv = 290;
+      c.band = causal(true);
+      c.pse_rows = rows_full ? c.Sq : 1;
+      c.pse_one_batch = one_batch;
+      run_case(c);
+    }
+  }
+  Case many;  // B * Nkv = 16 items: the one-pass backward
+  many.B = 8;
+  many.Sq = 40;
+  many.Skv = 60;
+  many.pse_rows = 40;
+  run_case(many);
+  many.pse_rows = 1;
+  run_case(many);
+}
+
+// sparse_mode 5 / 6: keys j < prefix[b] are visible besides the bottom-right causal band
+// (a prefix past Skv - Sq widens it; one within it changes nothing).
+TEST(FlashAttention, PrefixColumnsBesideTheCausalBand) {
+  Case c;
+  c.B = 3;
+  c.Sq = 300;
+  c.Skv = 300;
+  c.band = causal(true);
+  c.prefix = {0, 37, 290};
+  run_case(c);
+  c.Sq = 100;
+  c.Skv = 280;  // Skv - Sq = 180: prefix 37 is inside the band, 290 covers everything
+  run_case(c);
+}
+
+// sparse_mode 7 / 8 (varlen, a sequence cut at one end): every sequence causal except the
+// cut one, which has its own band.
+TEST(FlashAttention, PerSequenceBands) {
+  Case c;
+  c.Nq = 2;
+  c.Nkv = 1;
+  c.cu_q = {0, 30, 300, 302};
+  c.cu_kv = {0, 30, 330, 600};
+  nk::AttentionBand cut;
+  cut.pre = 270;
+  cut.next = -100;
+  cut.bottom_right = true;
+  c.seq_bands = {causal(true), causal(true), cut};  // mode 7: the last sequence is cut
+  run_case(c);
+  c.seq_bands = {cut, causal(false), causal(false)};  // mode 8: the first one
+  c.seq_bands[0].pre = 40;
+  c.seq_bands[0].next = 3;
+  run_case(c);
+}
+
+// keep_prob 0 drops every score: the output and every gradient are exactly 0, the softmax
+// statistics are those of the scores.
+TEST(FlashAttention, KeepProbZeroDropsEverything) {
+  Case c;
+  c.Sq = 90;
+  c.Skv = 300;
+  c.keep_prob = 0.0;
+  run_case(c);
+}
+
+// npu_fused_infer_attention_score's antiquant: an int8 key / value dequantised block by block,
+// (x + offset) * scale with per-channel scale / offset ([1, Nkv, 1, D] broadcast) and a
+// per-token one ([B, 1, Skv, 1]), equals attention on the dequantised float64 key / value.
+TEST(FlashAttention, Int8KeyValueDequantisedInTheKernel) {
+  for (bool per_token : {false, true}) {
+    SCOPED_TRACE(per_token);
+    Case c;
+    c.B = 3;
+    c.Nq = 4;
+    c.Nkv = 2;
+    c.Sq = 5;
+    c.Skv = 300;
+    c.D = c.Dv = 16;
+    HostTensor q = make4(DType::Float16, c.B, c.Nq, c.Sq, c.D, false);
+    HostTensor k8(DType::Int8, {c.B, c.Nkv, c.Skv, c.D}), v8(DType::Int8, {c.B, c.Nkv, c.Skv, c.D});
+    fill_uniform(q, -2, 2);
+    for (int64_t i = 0; i < k8.numel(); ++i) {
+      k8.set_int(i, int64_t(rng()() % 256) - 128);
+      v8.set_int(i, int64_t(rng()() % 256) - 128);
+    }
+    // scale / offset [2 (key, value), ...]: per-channel [1, Nkv, 1, D], per-token [B, 1, Skv, 1].
+    const std::vector<int64_t> ps = per_token ? std::vector<int64_t>{c.B, 1, c.Skv, 1}
+                                              : std::vector<int64_t>{1, c.Nkv, 1, c.D};
+    HostTensor sc[2] = {HostTensor(DType::Float32, ps), HostTensor(DType::Float32, ps)};
+    HostTensor of[2] = {HostTensor(DType::Float16, ps), HostTensor(DType::Float16, ps)};
+    for (int t = 0; t < 2; ++t) {
+      fill_uniform(sc[t], 0.005, 0.02);
+      fill_uniform(of[t], -3, 3);
+    }
+    auto param = [&](const HostTensor& p, int64_t b, int64_t h, int64_t s, int64_t d) {
+      return per_token ? p.get(idx4(p, b, 0, s, 0)) : p.get(idx4(p, 0, h, 0, d));
+    };
+    HostTensor kf(DType::Float64, k8.sizes), vf(DType::Float64, v8.sizes);
+    for (int64_t b = 0; b < c.B; ++b) {
+      for (int64_t h = 0; h < c.Nkv; ++h) {
+        for (int64_t s = 0; s < c.Skv; ++s) {
+          for (int64_t d = 0; d < c.D; ++d) {
+            const int64_t i = idx4(k8, b, h, s, d);
+            kf.set(i, (k8.get(i) + param(of[0], b, h, s, d)) * param(sc[0], b, h, s, d));
+            vf.set(i, (v8.get(i) + param(of[1], b, h, s, d)) * param(sc[1], b, h, s, d));
+          }
+        }
+      }
+    }
+    // Broadcast to [B, Nkv, Skv, D] with stride-0 dims (views that own a copy of the values:
+    // kept alive in `views` while the kernel runs).
+    std::vector<HostTensor> views;
+    for (int t = 0; t < 2; ++t) {
+      for (const HostTensor* p : {&sc[t], &of[t]}) {
+        views.push_back(p->expanded(per_token ? 1 : 0, per_token ? c.Nkv : c.B)
+                            .expanded(per_token ? 3 : 2, per_token ? c.D : c.Skv));
+      }
+    }
+    std::vector<nk::TensorDesc> descs;
+    for (const HostTensor& v : views) descs.push_back(v.desc());
+    nk::FlashAttentionArgs a;
+    a.q = q.desc();
+    a.k = k8.desc();
+    a.v = v8.desc();
+    a.scale = 0.25;
+    a.antiquant = {&descs[0], &descs[1], &descs[2], &descs[3]};
+    HostTensor out = make4(DType::Float16, c.B, c.Nq, c.Sq, c.D, false);
+    HostTensor smax(DType::Float32, {c.B, c.Nq, c.Sq, 8}), ssum(DType::Float32, {c.B, c.Nq, c.Sq, 8});
+    nk::flash_attention_forward(a, out.desc(), smax.desc(), ssum.desc());
+    HostTensor dout(DType::Float64, {c.B, c.Nq, c.Sq, c.D});
+    Result r{HostTensor(DType::Float64, {c.B, c.Nq, c.Sq, c.Dv}),
+             HostTensor(DType::Float64, {c.B, c.Nq, c.Sq, 1}),
+             HostTensor(DType::Float64, {c.B, c.Nq, c.Sq, 1}),
+             HostTensor(DType::Float64, {c.B, c.Nq, c.Sq, c.D}),
+             HostTensor(DType::Float64, {c.B, c.Nkv, c.Skv, c.D}),
+             HostTensor(DType::Float64, {c.B, c.Nkv, c.Skv, c.Dv}),
+             HostTensor(DType::Float64, {c.B, c.Nq, 1, c.Skv})};
+    reference(c, q, kf, vf, nullptr, nullptr, dout, a.scale, &r);
+    EXPECT_LE(max_rel_err(out, r.out), 4e-3);
+  }
 }
 
 }  // namespace
