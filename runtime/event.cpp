@@ -102,13 +102,26 @@ std::string eventWait(npuEvent_st* event, uint64_t seq) {
     done = event->completed.load(std::memory_order_acquire) >= seq;
     if (!done) _mm_pause();
   }
-  std::unique_lock<std::mutex> lock(event->mutex);
-  if (!done) {
-    ++event->waiters;
-    event->cv.wait(lock, [&] { return event->completed.load(std::memory_order_acquire) >= seq; });
-    --event->waiters;
+  npuStream_st* stream = nullptr;
+  uint64_t position = 0;
+  std::string error;
+  {
+    std::unique_lock<std::mutex> lock(event->mutex);
+    if (!done) {
+      ++event->waiters;
+      event->cv.wait(lock,
+                     [&] { return event->completed.load(std::memory_order_acquire) >= seq; });
+      --event->waiters;
+    }
+    stream = event->done_stream;
+    position = event->done_position;
+    error = event->error;
   }
-  return event->error;
+  // Also until the recording stream has counted the record (a moment after the event
+  // completed), so that whatever the waiter does next -- a stream running on, a host reading
+  // the event -- sees the record as done everywhere, as npuEventQuery reports it.
+  if (stream) waitForStreamPosition(stream, position);
+  return error;
 }
 
 uint64_t eventNextRecord(npuEvent_st* event) {
@@ -215,14 +228,6 @@ npuError_t npuEventSynchronize(npuEvent_t event) {
   }
   if (target == 0) return npuSuccess;  // never recorded
   std::string error = eventWait(event, target);
-  npuStream_st* stream = nullptr;
-  uint64_t position = 0;
-  {
-    std::lock_guard<std::mutex> lock(event->mutex);
-    stream = event->done_stream;
-    position = event->done_position;
-  }
-  if (stream) waitForStreamPosition(stream, position);
   if (!error.empty()) return recordError("npuEventSynchronize", error);
   return npuSuccess;
 }

@@ -130,7 +130,8 @@ void eventRelease(npuEvent_st* event);
 // it as done); null for a record replayed inside a graph.
 void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error,
                    npuStream_st* stream = nullptr, uint64_t position = 0);
-// Run by the stream worker; returns the error the awaited record carries ("" if none).
+// Waits until record `seq` of `event` is complete and its stream has counted it (a stream
+// worker's wait task, npuEventSynchronize); returns the error the record carries ("" if none).
 std::string eventWait(npuEvent_st* event, uint64_t seq);
 
 // The next record number of `event` (a graph launch numbers the records it replays).

@@ -63,3 +63,25 @@ TEST(Event, WaitOnAnUnrecordedEventIsANoOp) {
   ASSERT_NPU_OK(npuStreamSynchronize(nullptr));
   ASSERT_NPU_OK(npuEventDestroy(ev));
 }
+
+// A stream that waited for an event and was then synchronized by the host: the event must
+// query complete at once (CUDA's order). The recording stream counts the record a moment after
+// the event completes; a wait that ended on the event alone let the host see the waiting
+// stream done while npuEventQuery still said not ready (seen 1 in ~50 under load).
+TEST(Event, CompleteOnceAStreamThatWaitedForItIsSynchronized) {
+  npuStream_t side = nullptr, main_stream = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&side));
+  ASSERT_NPU_OK(npuStreamCreate(&main_stream));
+  npuEvent_t ev = nullptr;
+  ASSERT_NPU_OK(npuEventCreate(&ev));
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_NPU_OK(npuLaunchTask(side, "sleep", sleepTask, reinterpret_cast<void*>(i % 3 ? 0 : 1)));
+    ASSERT_NPU_OK(npuEventRecord(ev, side));
+    ASSERT_NPU_OK(npuStreamWaitEvent(main_stream, ev, 0));
+    ASSERT_NPU_OK(npuStreamSynchronize(main_stream));
+    ASSERT_EQ(npuEventQuery(ev), npuSuccess) << "iteration " << i;
+  }
+  ASSERT_NPU_OK(npuEventDestroy(ev));
+  ASSERT_NPU_OK(npuStreamDestroy(side));
+  ASSERT_NPU_OK(npuStreamDestroy(main_stream));
+}
