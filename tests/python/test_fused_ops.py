@@ -311,20 +311,27 @@ def test_fusion_attention_varlen_tnd():
         qn, kn, vn, N, input_layout="TND", atten_mask=COMPRESSED.npu(), scale=0.2,
         actual_seq_qlen=tuple(cu_q), actual_seq_kvlen=tuple(cu_kv), sparse_mode=3)
     assert out[1].shape == (sum(lens_q), N, 8)
-    pieces = []
-    q0 = k0 = 0
-    for lq, lk in zip(lens_q, lens_kv):
+    check_varlen(out[0], (qn, kn, vn), (qc, kc, vc), lens_q, lens_kv,
+                 lambda s, lq, lk: visible(lq, lk, 3), 0.2)
+
+
+def check_varlen(out, npu_leaves, ref_leaves, lens_q, lens_kv, visible_of, scale):
+    """A TND (packed) attention output and its gradients against the float64 reference run
+    sequence by sequence; visible_of(s, lq, lk) gives sequence s's [lq, lk] visibility."""
+    qc, kc, vc = ref_leaves
+    pieces, q0, k0 = [], 0, 0
+    for s, (lq, lk) in enumerate(zip(lens_q, lens_kv)):
         sl = lambda t, a, n: t[a:a + n].transpose(0, 1)[None]  # noqa: E731
         o = attention_ref(sl(qc, q0, lq), sl(kc, k0, lk), sl(vc, k0, lk),
-                          visible(lq, lk, 3), 0.2)
+                          visible_of(s, lq, lk), scale)
         pieces.append(o[0].transpose(0, 1))
         q0, k0 = q0 + lq, k0 + lk
     eout = torch.cat(pieces)
-    close(out[0], eout, torch.float32)
+    close(out, eout, torch.float32)
     g = torch.randn(eout.shape)
-    out[0].backward(g.npu())
+    out.backward(g.npu())
     eout.backward(g.double())
-    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
+    for got, want in zip(npu_leaves, ref_leaves):
         close(got.grad, want.grad, torch.float32, 4)
 
 
@@ -508,28 +515,16 @@ def test_fusion_attention_varlen_cut_modes(sparse_mode):
         qn, kn, vn, N, "TND", atten_mask=mask.npu(), scale=0.25, pre_tockens=pre,
         next_tockens=nxt, actual_seq_qlen=cu_q, actual_seq_kvlen=cu_kv,
         prefix=prefix if sparse_mode == 6 else None, sparse_mode=sparse_mode)
-    pieces, q0, k0 = [], 0, 0
-    for s, (lq, lk) in enumerate(zip(lens_q, lens_kv)):
+    def visible_of(s, lq, lk):
         i = torch.arange(lq)[:, None]
         j = torch.arange(lk)[None, :]
         d = j - i - (lk - lq)  # distance from the bottom-right diagonal
         if sparse_mode == 6:
-            vis = (d <= 0) | (j < prefix[s])
-        elif (sparse_mode == 7 and s == len(lens_q) - 1) or (sparse_mode == 8 and s == 0):
-            vis = (d >= -pre) & (d <= nxt)
-        else:
-            vis = d <= 0 if sparse_mode == 7 else j <= i
-        sl = lambda t, a, n: t[a:a + n].transpose(0, 1)[None]  # noqa: E731
-        o = attention_ref(sl(qc, q0, lq), sl(kc, k0, lk), sl(vc, k0, lk), vis, 0.25)
-        pieces.append(o[0].transpose(0, 1))
-        q0, k0 = q0 + lq, k0 + lk
-    eout = torch.cat(pieces)
-    close(out[0], eout, torch.float32)
-    g = torch.randn(eout.shape)
-    out[0].backward(g.npu())
-    eout.backward(g.double())
-    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
-        close(got.grad, want.grad, torch.float32, 4)
+            return (d <= 0) | (j < prefix[s])
+        if (sparse_mode == 7 and s == len(lens_q) - 1) or (sparse_mode == 8 and s == 0):
+            return (d >= -pre) & (d <= nxt)
+        return d <= 0 if sparse_mode == 7 else j <= i
+    check_varlen(out[0], (qn, kn, vn), (qc, kc, vc), lens_q, lens_kv, visible_of, 0.25)
 
 
 def test_fusion_attention_keep_prob_zero_drops_everything():
