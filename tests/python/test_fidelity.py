@@ -514,6 +514,31 @@ def test_sync_debug_mode_error_raises_before_waiting(sync_debug_mode):
     assert torch.equal(x.cpu(), x.cpu()) and torch.npu.get_sync_debug_mode() == 0
 
 
+def test_sync_debug_mode_error_queues_no_copy_into_a_host_buffer_it_frees(python):
+    # item() and x.cpu() raised after queueing their device-to-host copy: the CPU tensor died
+    # with the exception while the copy still wrote it (glibc then aborted, "corrupted
+    # double-linked list", or the process crashed later). Many rounds make a corruption show.
+    r = python("""
+import torch, torch_npu
+reference = torch.randn(1 << 12)
+x = reference.npu()
+torch.npu.synchronize()
+torch.npu.set_sync_debug_mode(2)
+for _ in range(200):
+    for call in (lambda: x.sum().item(), lambda: x.cpu(), lambda: torch.ones(64).npu()):
+        try:
+            call()
+        except RuntimeError:
+            pass
+    junk = [torch.empty(n) for n in range(1, 64)]
+torch.npu.set_sync_debug_mode(0)
+torch.npu.synchronize()
+print(torch.equal(x.cpu(), reference))
+""")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True"]
+
+
 # ---- one device per op: npu and cpu tensors mixed are refused as on CUDA ------------------------
 
 # CUDA's two wordings: its generated wrappers' ("..., but got index is on cpu, different from
