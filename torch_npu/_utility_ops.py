@@ -215,7 +215,10 @@ def empty_with_format(size: Sequence[int], dtype: torch.dtype | None = None, lay
                              pin_memory=pin_memory)
         offset = -buffer.data_ptr() % align
         out = buffer[offset:offset + nbytes].view(dtype).view(shape)
-    return out if acl_format == 2 else torch_npu.npu_format_cast(out, acl_format)
+    if acl_format != 2:
+        # In place: npu_format_cast would copy into a new block and lose the alignment.
+        torch_npu.npu_format_cast_(out, acl_format)
+    return out
 
 
 # The kernels of the torch.ops.npu schemas (NpuLibrary.cpp): the functions above, for every

@@ -612,6 +612,9 @@ def test_empty_with_format_aligns_the_base_address(kb):
             assert t.shape == (3, 5) and t.dtype == torch.float16 and t.is_contiguous()
             t.fill_(2.0)
             assert t.cpu().eq(2.0).all()
+    # Another format too (a format cast that copied into a new block lost the alignment); small
+    # blocks held first, so that a new block is not aligned by chance.
+    pads = [torch.empty(1, device="npu") for _ in range(3)]  # noqa: F841
     t = torch_npu.empty_with_format([2, 3], dtype=torch.float32, device="npu", acl_format=29,
                                     base_addr_aligned_kb=16)
     assert t.data_ptr() % 16384 == 0 and torch_npu.get_npu_format(t) == 29
