@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -31,12 +32,14 @@ namespace py = pybind11;
 using Stack = std::shared_ptr<torch::CapturedTraceback>;
 
 struct Entry {
-  const char* action;  // "alloc", "free_requested", "free_completed"
+  const char* action;  // "alloc", "free_requested", "free_completed", "segment_alloc", ...
   uintptr_t addr;
   size_t size;
   uintptr_t stream;
   int64_t time_us;
   Stack stack;
+  size_t device_free = 0;  // "oom" only
+  uint64_t pool_id = 0;
 };
 
 struct Live {
@@ -51,6 +54,7 @@ struct History {
   bool trace = false;          // enabled="all"
   bool stack_alloc = false;    // context state / alloc / all
   bool stack_free = false;     // context all
+  bool cpp_frames = false;     // stacks="all"
   size_t max_entries = SIZE_MAX;
   std::vector<std::deque<Entry>> traces;  // per device
   std::unordered_map<uintptr_t, Live> live;
@@ -72,9 +76,31 @@ int64_t nowUs() {
 // The calling thread's Python stack (taking the GIL, as CUDA's allocator does), or none on a
 // thread Python has never run on: a stream worker must not wait for the GIL, which a thread
 // synchronizing with its stream may hold.
-Stack gatherStack() {
+Stack gatherStack(bool cpp) {
   if (!Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) return nullptr;
-  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false, /*cpp=*/false);
+  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false, cpp);
+}
+
+// The stack of the allocation this thread is making (AllocationScope), for the segment it may
+// cause the allocator to obtain.
+thread_local Stack t_allocation_stack;
+thread_local bool t_in_allocation = false;
+
+// The allocator's trace observer: runs under the device's lock, so it only copies a pointer
+// and appends (no stack walk, no GIL).
+void onAllocatorEvent(const npu::alloc::TraceEvent& event) {
+  if (!recording()) return;
+  History& h = history();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  Entry entry{event.action, event.address, event.size,
+              reinterpret_cast<uintptr_t>(event.stream), nowUs(), t_allocation_stack};
+  entry.device_free = event.device_free;
+  entry.pool_id = event.pool_id;
+  if (!h.trace || event.device < 0) return;
+  if (h.traces.size() <= static_cast<size_t>(event.device)) h.traces.resize(event.device + 1);
+  std::deque<Entry>& trace = h.traces[static_cast<size_t>(event.device)];
+  trace.push_back(std::move(entry));
+  while (trace.size() > h.max_entries) trace.pop_front();
 }
 
 void append(History& h, int device, Entry entry) {
@@ -87,14 +113,16 @@ void append(History& h, int device, Entry entry) {
 
 }  // namespace
 
-void configure(const std::string& enabled, const std::string& context, size_t max_entries,
-               bool clear) {
+void configure(const std::string& enabled, const std::string& context, const std::string& stacks,
+               size_t max_entries, bool clear) {
   TORCH_CHECK(enabled.empty() || enabled == "state" || enabled == "all",
               "_record_memory_history: enabled must be None, 'state' or 'all', got '", enabled,
               "'");
   TORCH_CHECK(context.empty() || context == "state" || context == "alloc" || context == "all",
               "_record_memory_history: context must be None, 'state', 'alloc' or 'all', got '",
               context, "'");
+  TORCH_CHECK(stacks == "python" || stacks == "all",
+              "_record_memory_history: stacks must be 'python' or 'all', got '", stacks, "'");
   torch::installCapturedTracebackPython();
   History& h = history();
   std::vector<Stack> dropped;  // released after the lock (their frames need the GIL, held here)
@@ -103,6 +131,7 @@ void configure(const std::string& enabled, const std::string& context, size_t ma
     h.trace = enabled == "all";
     h.stack_alloc = !enabled.empty() && !context.empty();
     h.stack_free = !enabled.empty() && context == "all";
+    h.cpp_frames = stacks == "all";
     h.max_entries = max_entries == 0 ? SIZE_MAX : max_entries;
     if (clear || enabled.empty()) {
       for (auto& trace : h.traces) {
@@ -116,9 +145,28 @@ void configure(const std::string& enabled, const std::string& context, size_t ma
     }
     g_recording.store(!enabled.empty(), std::memory_order_release);
   }
+  npu::alloc::CachingAllocator::setTraceObserver(enabled.empty() ? nullptr : &onAllocatorEvent);
 }
 
 bool recording() noexcept { return g_recording.load(std::memory_order_acquire); }
+
+AllocationScope::AllocationScope() {
+  History& h = history();
+  bool with_stack = false;
+  bool cpp = false;
+  {
+    std::lock_guard<std::mutex> lock(h.mutex);
+    with_stack = h.stack_alloc;
+    cpp = h.cpp_frames;
+  }
+  t_in_allocation = true;
+  t_allocation_stack = with_stack ? gatherStack(cpp) : nullptr;  // may take the GIL: no lock
+}
+
+AllocationScope::~AllocationScope() {
+  t_in_allocation = false;
+  t_allocation_stack = nullptr;
+}
 
 void recordAlloc(void* ptr, int device, void* stream) {
   if (ptr == nullptr) return;
@@ -126,11 +174,15 @@ void recordAlloc(void* ptr, int device, void* stream) {
   npu::alloc::CachingAllocator::instance().findAllocation(ptr, nullptr, nullptr, &size);
   History& h = history();
   bool with_stack = false;
+  bool cpp = false;
   {
     std::lock_guard<std::mutex> lock(h.mutex);
     with_stack = h.stack_alloc;
+    cpp = h.cpp_frames;
   }
-  Stack stack = with_stack ? gatherStack() : nullptr;  // outside the lock: it may take the GIL
+  // The scope's stack when there is one (taken before the allocator ran), else one now; both
+  // outside the lock, as a walk may take the GIL.
+  Stack stack = t_in_allocation ? t_allocation_stack : with_stack ? gatherStack(cpp) : nullptr;
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   const auto s = reinterpret_cast<uintptr_t>(stream);
   std::lock_guard<std::mutex> lock(h.mutex);
@@ -145,9 +197,11 @@ void recordFree(void* ptr) {
   Live live{0, -1, 0, nullptr};
   bool known = false;
   bool with_stack = false;
+  bool cpp = false;
   {
     std::lock_guard<std::mutex> lock(h.mutex);
     with_stack = h.stack_free;
+    cpp = h.cpp_frames;
     auto found = h.live.find(addr);
     if (found != h.live.end()) {
       live = std::move(found->second);
@@ -163,7 +217,7 @@ void recordFree(void* ptr) {
     }
     live = Live{size, device, 0, nullptr};
   }
-  Stack stack = with_stack ? gatherStack() : nullptr;
+  Stack stack = with_stack ? gatherStack(cpp) : nullptr;
   std::lock_guard<std::mutex> lock(h.mutex);
   // The caching allocator reuses the block once the streams that used it are done; the
   // trace shows the request and the return to the cache at once, as a block with no pending
@@ -206,6 +260,8 @@ py::dict snapshot(int device_count) {
       d["stream"] = e.stream;
       d["time_us"] = e.time_us;
       d["frames"] = e.stack ? frames[next++] : py::list();
+      if (std::string_view(e.action) == "oom") d["device_free"] = e.device_free;
+      if (e.pool_id != 0) d["pool_id"] = py::make_tuple(0, e.pool_id);
       entries.append(d);
     }
     device_traces.append(entries);

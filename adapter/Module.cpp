@@ -250,7 +250,7 @@ py::dict memorySnapshot() {
       seg["requested_size"] = segment.requested_size;
       seg["stream"] = reinterpret_cast<uintptr_t>(segment.stream);
       seg["segment_type"] = segment.is_large ? "large" : "small";
-      seg["segment_pool_id"] = py::make_tuple(0, 0);
+      seg["segment_pool_id"] = py::make_tuple(0, segment.pool_id);
       seg["is_expandable"] = segment.is_expandable;
       seg["frames"] = py::list();
       py::list blocks;
@@ -306,6 +306,65 @@ void setAllocatorSettings(const std::string& conf) {
     if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
     TORCH_CHECK(false, "torch.npu.memory._set_allocator_settings: ", what);
   }
+}
+
+// ---- bodies: user memory pools (torch.npu.MemPool) ----------------------------------------
+
+// Allocator errors about pools (a use_mem_pool ended by another thread, ...) as RuntimeError.
+template <class Fn>
+auto poolCall(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const alloc::AllocatorError& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+// A new pool id: the graph pools' counter, so that a MemPool's id can also be handed to
+// torch.npu.graph(pool=...), as with CUDA.
+MempoolId createMemPool(int64_t device, bool use_on_oom, bool no_split) {
+  const MempoolId id = graphPoolHandle();
+  poolCall([&] {
+    alloc::CachingAllocator::instance().createPool(initializedDevice(device), id.second,
+                                                   use_on_oom, no_split);
+    return 0;
+  });
+  return id;
+}
+
+void beginAllocateCurrentThreadToPool(int64_t device, MempoolId id) {
+  poolCall([&] {
+    alloc::CachingAllocator::instance().beginAllocateThreadToPool(initializedDevice(device),
+                                                                  id.second);
+    return 0;
+  });
+}
+
+void endAllocateCurrentThreadToPool(int64_t device, MempoolId id) {
+  poolCall([&] {
+    alloc::CachingAllocator::instance().endAllocateThreadToPool(initializedDevice(device),
+                                                                id.second);
+    return 0;
+  });
+}
+
+void releaseMemPool(int64_t device, MempoolId id) {
+  poolCall([&] {
+    alloc::CachingAllocator::instance().releasePool(initializedDevice(device), id.second);
+    return 0;
+  });
+}
+
+// Drops the MemPool object's use; its cached segments go back to the device then (as the CUDA
+// MemPool's destructor empties its pool), unless use_mem_pool blocks still hold it.
+void destroyMemPool(int64_t device, MempoolId id) {
+  releaseMemPool(device, id);
+  py::gil_scoped_release no_gil;  // waits for pending stream uses
+  alloc::CachingAllocator::instance().releasePoolMemory(initializedDevice(device), id.second);
+}
+
+int memPoolUseCount(int64_t device, MempoolId id) {
+  return alloc::CachingAllocator::instance().poolUseCount(initializedDevice(device), id.second);
 }
 
 double getMemoryFraction(int64_t device) {
@@ -428,6 +487,12 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_npu_launchCompiledKernel", &launchCompiledKernelFromPython);
   m.def("_npu_graphPoolHandle", &graphPoolHandle);
+  m.def("_npu_createMemPool", &createMemPool);
+  m.def("_npu_beginAllocateCurrentThreadToPool", &beginAllocateCurrentThreadToPool);
+  m.def("_npu_endAllocateCurrentThreadToPool", &endAllocateCurrentThreadToPool);
+  m.def("_npu_releasePool", &releaseMemPool);
+  m.def("_npu_destroyMemPool", &destroyMemPool);
+  m.def("_npu_memPoolUseCount", &memPoolUseCount);
   m.def("_npu_isCurrentStreamCapturing", [] {
     npuStreamCaptureStatus status = npuStreamCaptureStatusNone;
     NPU_CHECK(npuStreamIsCapturing(getCurrentNPUStream().handle(), &status));

@@ -5,6 +5,7 @@
 #include "NPUAllocator.h"
 
 #include <cstdio>
+#include <optional>
 
 #include <c10/util/Exception.h>
 
@@ -92,6 +93,8 @@ class NPUDeviceAllocator final : public c10::DeviceAllocator {
     const c10::DeviceIndex device = currentDevice();
     const npuStream_t stream = getCurrentNPUStream(device).handle();
     void* ptr = nullptr;
+    std::optional<memory_history::AllocationScope> history_scope;
+    if (C10_UNLIKELY(memory_history::recording())) history_scope.emplace();
     try {
       ptr = caching().allocate(nbytes, device, stream);
     } catch (const alloc::OutOfMemoryError& e) {

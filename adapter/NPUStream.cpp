@@ -129,6 +129,10 @@ void NPUStream::synchronize() const {
   NPU_CHECK(npuStreamSynchronize(handle()));
 }
 
+void NPUStream::synchronizeAfterSyncDebugCheck() const {
+  NPU_CHECK(npuStreamSynchronize(handle()));
+}
+
 NPUStream getCurrentNPUStream(c10::DeviceIndex device) {
   device = resolveDevice(device);
   return NPUStream(makeStream(device, t_current_ids[device]));

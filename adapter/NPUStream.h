@@ -39,6 +39,10 @@ class NPUStream {
   int priority() const;     // 0 normal, -1 high
   bool query() const;       // true when all queued work has finished
   void synchronize() const; // blocks the calling thread until queued work has finished
+  // synchronize() without torch.npu.set_sync_debug_mode's check, for a caller that made the
+  // check before queueing a copy into or out of a host buffer: raising after the copy is queued
+  // would free the buffer (the caller's tensors unwind) while the copy still uses it.
+  void synchronizeAfterSyncDebugCheck() const;
 
   bool operator==(const NPUStream& other) const { return stream_ == other.stream_; }
   bool operator!=(const NPUStream& other) const { return !(*this == other); }

@@ -1,4 +1,5 @@
-// PYTORCH_NPU_ALLOC_CONF and PYTORCH_NO_NPU_MEMORY_CACHING.
+// PYTORCH_NPU_ALLOC_CONF (or PYTORCH_ALLOC_CONF, PyTorch's device-generic name, which torch_npu
+// reads the same way; setting both is an error) and PYTORCH_NO_NPU_MEMORY_CACHING.
 //
 // The grammar is PyTorch's (PYTORCH_CUDA_ALLOC_CONF): comma-separated `key:value` pairs, spaces
 // ignored; roundup_power2_divisions also takes a bracketed list `[256:1,512:2,>:8]` whose keys
@@ -22,11 +23,13 @@ namespace npu::alloc {
 namespace {
 
 constexpr std::string_view kVariable = "PYTORCH_NPU_ALLOC_CONF";
+constexpr std::string_view kGenericVariable = "PYTORCH_ALLOC_CONF";
 constexpr std::string_view kKnownKeys =
     "max_split_size_mb, garbage_collection_threshold, expandable_segments, "
     "roundup_power2_divisions, base_addr_aligned_kb, page_size, segment_size_mb, "
     "large_segment_size_mb, per_process_memory_fraction, multi_stream_lazy_reclaim, "
-    "pinned_use_background_threads, pin_memory_expandable_segments, pinned_mem_register";
+    "pinned_use_background_threads, pin_memory_expandable_segments, pinned_mem_register, "
+    "pinned_reserve_segment_size_mb, pinned_max_round_threshold_mb, pinned_max_cached_size_mb";
 
 bool knownKey(std::string_view key) {
   // kKnownKeys is the list, ", "-separated: a key is known when it is one whole entry.
@@ -287,6 +290,14 @@ void AllocatorConfig::update(const std::string& conf, AllocatorConfig& config) {
       c.pin_memory_expandable_segments = parseBool(p, key);
     } else if (key == "pinned_mem_register") {
       c.pinned_mem_register = parseBool(p, key);
+    } else if (key == "pinned_reserve_segment_size_mb") {
+      c.pinned_reserve_segment_size_mb =
+          parseBounded(p, key, 0, 0, "a non-negative integer number of MiB");
+    } else if (key == "pinned_max_round_threshold_mb") {
+      c.pinned_max_round_threshold_mb =
+          parseBounded(p, key, 1, 0, "a positive integer number of MiB");
+    } else if (key == "pinned_max_cached_size_mb") {
+      c.pinned_max_cached_size_mb = parseBounded(p, key, 1, 0, "a positive integer number of MiB");
     } else {
       reject("unknown key '" + key + "'; expected one of " + std::string(kKnownKeys));
     }
@@ -306,8 +317,27 @@ void AllocatorConfig::update(const std::string& conf, AllocatorConfig& config) {
 }
 
 AllocatorConfig AllocatorConfig::fromEnvironment() {
-  const char* conf = std::getenv(kVariable.data());
-  AllocatorConfig c = conf ? parse(conf) : AllocatorConfig{};
+  const char* npu_conf = std::getenv(kVariable.data());
+  const char* generic_conf = std::getenv(kGenericVariable.data());
+  if (npu_conf != nullptr && generic_conf != nullptr) {
+    // torch_npu refuses the pair too: which one wins would otherwise be a guess.
+    throw std::invalid_argument(
+        std::string(kVariable) + " and " + std::string(kGenericVariable) +
+        " are both set; they take the same settings, so set only one of them (torch_npu "
+        "recommends " + std::string(kGenericVariable) + ")");
+  }
+  AllocatorConfig c;
+  if (npu_conf != nullptr) {
+    c = parse(npu_conf);
+  } else if (generic_conf != nullptr) {
+    try {
+      c = parse(generic_conf);
+    } catch (const std::invalid_argument& e) {  // name the variable the setting came from
+      const std::string what = e.what();
+      throw std::invalid_argument(std::string(kGenericVariable) +
+                                  what.substr(std::min(what.size(), kVariable.size())));
+    }
+  }
   c.caching_disabled = cachingDisabled(std::getenv("PYTORCH_NO_NPU_MEMORY_CACHING"));
   return c;
 }

@@ -45,6 +45,25 @@
 namespace npu::alloc {
 namespace detail {
 
+namespace {
+std::atomic<TraceObserver> g_trace_observer{nullptr};
+}  // namespace
+
+void DeviceState::trace(const char* action, const void* address, size_t size,
+                        npuStream_t stream, const BlockPool* pool, size_t device_free) const {
+  const TraceObserver observer = g_trace_observer.load(std::memory_order_acquire);
+  if (observer == nullptr) return;
+  TraceEvent event;
+  event.action = action;
+  event.device = device;
+  event.address = reinterpret_cast<uintptr_t>(address);
+  event.size = size;
+  event.stream = stream;
+  event.pool_id = pool != nullptr && pool->private_pool != nullptr ? pool->private_pool->id : 0;
+  event.device_free = device_free;
+  observer(event);
+}
+
 // ---- block and node bookkeeping --------------------------------------------------------------
 
 Block* DeviceState::newBlock(char* ptr, size_t size, npuStream_t stream, BlockPool* pool,
@@ -149,6 +168,11 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
       }
       if (block == nullptr) block = newSegmentBlock(pool, stream, size);
     }
+    // Last resort for an allocation outside the private pools: a user pool's free block, if
+    // the pool allows it (use_on_oom). A pool's own allocations never take another's.
+    if (block == nullptr && !private_pools.empty() && pool.private_pool == nullptr) {
+      block = takeFromPoolsUsableOnOom(stream, size);
+    }
     if (block == nullptr) {
       // Like PyTorch, report what was asked of the runtime: the segment, for fixed segments.
       const bool fixed_segments = !config.caching_disabled && !config.expandable_segments;
@@ -200,6 +224,7 @@ Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t 
   Block* b = newBlock(seg->base, bytes, stream, &pool, seg);
   seg->head = seg->tail = b;
   segments.emplace(reinterpret_cast<uintptr_t>(ptr), seg);
+  trace("segment_alloc", ptr, bytes, stream, &pool);
   NPU_LOG(NPU_LOG_INFO, "ALLOCATOR", "device %d: new segment of %zu bytes at %p (reserved %zu)",
           static_cast<int>(device), bytes, ptr, static_cast<size_t>(reserved + bytes));
   insertFree(b);  // useBlock takes blocks from the free set
@@ -214,6 +239,7 @@ Block* DeviceState::newSegmentBlock(BlockPool& pool, npuStream_t stream, size_t 
 
 bool DeviceState::shouldSplit(const Block* b, size_t size) const {
   const size_t remaining = b->size - size;
+  if (b->pool->private_pool != nullptr && b->pool->private_pool->no_split) return false;
   if (b->pool->is_small || b->segment->expandable) return remaining >= kMinBlockSize;
   // A large remainder under 1 MiB would only ever serve small-pool-sized requests, which the
   // large pool never sees, so it stays with the block.
@@ -384,6 +410,7 @@ void DeviceState::throwOutOfMemory(std::unique_lock<DeviceLock>& lock, size_t al
   message += formatSize(reserved_now) +
              " reserved in total by PyTorch) If reserved memory is >> allocated memory try "
              "setting max_split_size_mb to avoid fragmentation.";
+  trace("oom", nullptr, alloc_size, nullptr, nullptr, free_bytes);
   NPU_LOG(NPU_LOG_ERROR, "ALLOCATOR", "%s", message.c_str());
   throw OutOfMemoryError(message);
 }
@@ -555,6 +582,31 @@ void CachingAllocator::endAllocateToPool(int device, uint64_t pool_id) {
 
 void CachingAllocator::releasePool(int device, uint64_t pool_id) {
   impl_->state(device).releasePool(pool_id);
+}
+
+void CachingAllocator::createPool(int device, uint64_t pool_id, bool use_on_oom, bool no_split) {
+  impl_->state(device).createPool(pool_id, use_on_oom, no_split);
+}
+
+void CachingAllocator::beginAllocateThreadToPool(int device, uint64_t pool_id) {
+  impl_->state(device).beginAllocateThreadToPool(pool_id);
+}
+
+void CachingAllocator::endAllocateThreadToPool(int device, uint64_t pool_id) {
+  impl_->state(device).endAllocateThreadToPool(pool_id);
+}
+
+int CachingAllocator::poolUseCount(int device, uint64_t pool_id) const {
+  const DeviceState* s = impl_->existing(device);
+  return s == nullptr ? 0 : s->poolUseCount(pool_id);
+}
+
+void CachingAllocator::releasePoolMemory(int device, uint64_t pool_id) {
+  if (DeviceState* s = impl_->existing(device)) s->releasePoolMemory(pool_id);
+}
+
+void CachingAllocator::setTraceObserver(TraceObserver observer) {
+  detail::g_trace_observer.store(observer, std::memory_order_release);
 }
 
 void CachingAllocator::emptyCache() {

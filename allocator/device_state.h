@@ -30,6 +30,7 @@
 #include "allocator/device_lock.h"
 #include "allocator/pointer_map.h"
 #include <string>
+#include <thread>
 
 namespace npu::alloc {
 namespace detail {
@@ -184,11 +185,18 @@ struct Segment {
 // what it frees stays here, because a replay writes those addresses again. While a graph holds
 // the pool (use_count > 0) its memory is never reused by other allocations nor returned to the
 // runtime; afterwards its free segments go back with the next empty_cache.
+//
+// A user pool (torch.npu.MemPool) is the same kind of pool, filled by the allocations of a
+// thread inside use_mem_pool instead of a capturing stream; its MemPool object holds one use.
 struct PrivatePool {
-  explicit PrivatePool(DeviceState* owner) : small(owner, true, this), large(owner, false, this) {}
+  PrivatePool(DeviceState* owner, uint64_t pool_id)
+      : id(pool_id), small(owner, true, this), large(owner, false, this) {}
+  const uint64_t id;
   BlockPool small;
   BlockPool large;
-  int use_count = 0;  // captures that allocated into it and whose graphs still live
+  int use_count = 0;  // captures, MemPool objects and use_mem_pool blocks that hold it
+  bool use_on_oom = false;  // user pools: other allocations may take its free blocks at OOM
+  bool no_split = false;    // user pools: blocks are handed out whole
 };
 
 // A pool's free blocks belong to a live graph: they must stay where they are.
@@ -226,6 +234,8 @@ struct DeviceState {
   // Graph pools by id, and the streams whose allocations go to one now (captures in progress).
   std::map<uint64_t, std::unique_ptr<PrivatePool>> private_pools;
   std::vector<std::pair<npuStream_t, PrivatePool*>> routes;
+  // Threads whose allocations go to a user pool now (use_mem_pool).
+  std::vector<std::pair<std::thread::id, PrivatePool*>> thread_routes;
   std::vector<Block*> deferred_frees;  // freed during a capture with stream uses (see free)
   std::map<npuStream_t, std::deque<PendingUse>> pending;  // per stream, in record order
   size_t pending_count = 0;
@@ -246,8 +256,17 @@ struct DeviceState {
   void beginAllocateToPool(uint64_t id, npuStream_t stream);
   void endAllocateToPool(uint64_t id);
   void releasePool(uint64_t id);
+  void createPool(uint64_t id, bool use_on_oom, bool no_split);
+  void beginAllocateThreadToPool(uint64_t id);
+  void endAllocateThreadToPool(uint64_t id);
+  int poolUseCount(uint64_t id) const;
+  void releasePoolMemory(uint64_t id);
 
  private:
+  PrivatePool& poolWithId(uint64_t id);
+  Block* takeFromPoolsUsableOnOom(npuStream_t stream, size_t size);
+  void trace(const char* action, const void* address, size_t size, npuStream_t stream,
+             const BlockPool* pool, size_t device_free = 0) const;
   BlockPool& poolFor(npuStream_t stream, size_t size);
   void forgetEmptyPools();
   size_t allowedBytes() const {
@@ -279,7 +298,9 @@ struct DeviceState {
   void unmapPages(Segment* seg, size_t first, size_t end);
   void unmapFreePages(Segment* seg);
   void releaseIfUnmapped(Segment* seg);
-  void releaseCachedBlocks();
+  // Returns the unused cached memory of the default pools and of pools without uses, or (with
+  // `only`) of that pool alone.
+  void releaseCachedBlocks(const PrivatePool* only = nullptr);
   bool releaseOversizeBlocks(BlockPool& pool, npuStream_t stream, size_t size);
   void collectGarbage();
   [[noreturn]] void throwOutOfMemory(std::unique_lock<DeviceLock>& lock, size_t alloc_size);

@@ -101,6 +101,10 @@ bool DeviceState::mapPages(Segment* seg, const char* ptr, size_t size) {
   }
   if (err == npuErrorMemoryAllocation) return false;
   if (err != npuSuccess) runtimeFailure("npuMemMap", err);
+  for (const auto& [from, to] : done) {
+    trace("segment_map", seg->base + from * page_size, (to - from) * page_size, seg->stream,
+          seg->pool);
+  }
   const StatType type = seg->pool->statType();
   if (seg->mapped == 0) increase(stats.segment, type, 1);
   seg->mapped += need;
@@ -126,6 +130,7 @@ void DeviceState::unmapPages(Segment* seg, size_t first, size_t end) {
     npuError_t err = npuMemUnmap(seg->base + p * page_size, bytes);
     if (err != npuSuccess) runtimeFailure("npuMemUnmap", err);
     for (size_t i = p; i < q; ++i) seg->page_mapped[i] = false;
+    trace("segment_unmap", seg->base + p * page_size, bytes, seg->stream, seg->pool);
     seg->mapped -= bytes;
     reserved -= bytes;
     ++stats.num_device_free;

@@ -16,6 +16,7 @@ void DeviceState::releaseSegment(Block* b) {
     err = npuFree(seg->base);
   }
   reserved -= seg->size;
+  trace("segment_free", seg->base, seg->size, seg->stream, seg->pool);
   NPU_LOG(NPU_LOG_INFO, "ALLOCATOR", "device %d: segment of %zu bytes at %p returned (reserved %zu)",
           static_cast<int>(device), seg->size, static_cast<void*>(seg->base),
           static_cast<size_t>(reserved));
@@ -29,10 +30,13 @@ void DeviceState::releaseSegment(Block* b) {
   if (err != npuSuccess) runtimeFailure("npuFree", err);
 }
 
-void DeviceState::releaseCachedBlocks() {
-  std::vector<BlockPool*> pools{&large, &small};
+void DeviceState::releaseCachedBlocks(const PrivatePool* only) {
+  std::vector<BlockPool*> pools;
+  if (only == nullptr) pools = {&large, &small};
   for (auto& [id, priv] : private_pools) {
-    if (priv->use_count == 0) pools.insert(pools.end(), {&priv->large, &priv->small});
+    if (priv->use_count == 0 && (only == nullptr || priv.get() == only)) {
+      pools.insert(pools.end(), {&priv->large, &priv->small});
+    }
   }
   std::vector<Block*> victims;
   for (BlockPool* pool : pools) {
@@ -43,7 +47,8 @@ void DeviceState::releaseCachedBlocks() {
   for (Block* b : victims) releaseSegment(b);
   std::vector<Segment*> growable;
   for (const auto& [key, seg] : expandable) {
-    if (!heldByGraph(*seg->pool)) growable.push_back(seg);
+    const bool chosen = only == nullptr || seg->pool->private_pool == only;
+    if (chosen && !heldByGraph(*seg->pool)) growable.push_back(seg);
   }
   for (Segment* seg : growable) unmapFreePages(seg);
   forgetEmptyPools();
@@ -129,6 +134,7 @@ void DeviceState::snapshot(std::vector<SegmentInfo>& out) const {
     if (seg->size == 0) continue;
     SegmentInfo info;
     info.device = device;
+    info.pool_id = seg->pool->private_pool != nullptr ? seg->pool->private_pool->id : 0;
     info.address = address;
     info.total_size = seg->size;
     info.stream = seg->stream;

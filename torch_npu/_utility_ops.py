@@ -14,6 +14,7 @@ CompositeImplicitAutograd kernels (``_register_torch_ops``).
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -188,13 +189,36 @@ def npu_softmax_cross_entropy_with_logits(self: torch.Tensor, labels: torch.Tens
 
 
 def empty_with_format(size: Sequence[int], dtype: torch.dtype | None = None, layout=None,
-                      device=None, pin_memory: bool = False, acl_format: int = 2) -> torch.Tensor:
-    """An uninitialised npu tensor carrying ACL format `acl_format` (2: ND, the default)."""
+                      device=None, pin_memory: bool = False, acl_format: int = 2,
+                      base_addr_aligned_kb: int | None = None) -> torch.Tensor:
+    """An uninitialised npu tensor carrying ACL format `acl_format` (2: ND, the default).
+    base_addr_aligned_kb: its data starts at a multiple of that many KiB (KV caches ask for 2048,
+    a 2 MiB boundary); None or 0 leaves the allocator's own alignment."""
     import torch_npu
 
-    out = torch.empty(size, dtype=dtype, layout=layout, device=device or "npu",
-                      pin_memory=pin_memory)
-    return out if acl_format == 2 else torch_npu.npu_format_cast(out, acl_format)
+    if base_addr_aligned_kb is not None and (
+            not isinstance(base_addr_aligned_kb, int) or isinstance(base_addr_aligned_kb, bool)
+            or base_addr_aligned_kb < 0):
+        raise ValueError(f"torch_npu.empty_with_format: base_addr_aligned_kb must be a "
+                         f"non-negative integer (KiB), got {base_addr_aligned_kb!r}")
+    if not base_addr_aligned_kb:
+        out = torch.empty(size, dtype=dtype, layout=layout, device=device or "npu",
+                          pin_memory=pin_memory)
+    else:
+        # A byte buffer with room to move the start to the boundary; the tensor views it from
+        # there (the allocator itself only promises 512-byte alignment).
+        align = base_addr_aligned_kb * 1024
+        dtype = dtype or torch.get_default_dtype()
+        shape = [int(d) for d in size]
+        nbytes = math.prod(shape) * dtype.itemsize
+        buffer = torch.empty(nbytes + align, dtype=torch.uint8, device=device or "npu",
+                             pin_memory=pin_memory)
+        offset = -buffer.data_ptr() % align
+        out = buffer[offset:offset + nbytes].view(dtype).view(shape)
+    if acl_format != 2:
+        # In place: npu_format_cast would copy into a new block and lose the alignment.
+        torch_npu.npu_format_cast_(out, acl_format)
+    return out
 
 
 # The kernels of the torch.ops.npu schemas (NpuLibrary.cpp): the functions above, for every

@@ -22,6 +22,7 @@
 
 #include "DeviceCheck.h"
 #include "NPUException.h"
+#include "NPUFunctions.h"
 #include "NPUHostAllocator.h"
 #include "NPUStream.h"
 #include "KernelBridge.h"
@@ -89,9 +90,12 @@ void copyHostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     private_buffer = true;
   }
   if (!non_blocking) {
+    // The sync-debug check before the copy is queued: raising after it would free `host` (a
+    // private buffer, or the caller's tensor as it unwinds) while the copy still reads it.
+    if (C10_UNLIKELY(syncDebugMode() != 0)) warnOrErrorOnSync();
     NPU_CHECK(npuMemcpyAsync(dst.data_ptr(), host.const_data_ptr(), spanBytes(dst),
                              npuMemcpyHostToDevice, stream.handle()));
-    stream.synchronize();
+    stream.synchronizeAfterSyncDebugCheck();
     return;
   }
   if (!private_buffer && !isPinnedPtr(host.const_data_ptr())) {
@@ -118,13 +122,17 @@ void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     device_side = emptyLike(dst, dst.scalar_type(), src.device());
     copyOnDevice(device_side, src, stream);
   }
+  const bool waits = !(non_blocking && isPinnedPtr(dst.const_data_ptr()));
+  // The sync-debug check before the copy is queued: raising after it would free `dst` (x.cpu()'s
+  // new tensor unwinds) while the copy still writes it, a heap corruption.
+  if (waits && C10_UNLIKELY(syncDebugMode() != 0)) warnOrErrorOnSync();
   NPU_CHECK(npuMemcpyAsync(dst.data_ptr(), device_side.const_data_ptr(), spanBytes(dst),
                            npuMemcpyDeviceToHost, stream.handle()));
-  if (non_blocking && isPinnedPtr(dst.const_data_ptr())) {
+  if (!waits) {
     keepAliveUntilDone(stream, dst.storage());
     return;
   }
-  stream.synchronize();
+  stream.synchronizeAfterSyncDebugCheck();
 }
 
 void copyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst) {

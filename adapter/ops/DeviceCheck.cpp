@@ -41,7 +41,7 @@ void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
 
   const auto& arguments = op.schema().arguments();
   std::optional<c10::Device> common;
-  auto visit = [&](size_t i, const at::Tensor& t) {
+  auto visit = [&](size_t i, const at::Tensor& t, bool index) {
     const c10::AliasInfo* alias = i < arguments.size() ? arguments[i].alias_info() : nullptr;
     const bool written = alias != nullptr && alias->isWrite();
     bool ok = true;
@@ -53,7 +53,7 @@ void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
         ok = device_check::agrees<DeviceRule::kTensorIterator>(common, t, written);
         break;
       case DeviceRule::kCpuIndices:
-        ok = device_check::agrees<DeviceRule::kCpuIndices>(common, t, written);
+        ok = device_check::agrees<DeviceRule::kCpuIndices>(common, t, written, index);
         break;
       case DeviceRule::kNone:
         break;
@@ -63,10 +63,10 @@ void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
   for (size_t i = begin; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
     if (v.isTensor()) {
-      visit(i - begin, v.toTensor());
-    } else if (v.isList()) {  // Tensor[], Tensor?[]
+      visit(i - begin, v.toTensor(), false);
+    } else if (v.isList()) {  // Tensor[], Tensor?[] (the indices of the kCpuIndices ops)
       for (const c10::IValue& e : v.toListRef()) {
-        if (e.isTensor()) visit(i - begin, e.toTensor());
+        if (e.isTensor()) visit(i - begin, e.toTensor(), true);
       }
     }
   }

@@ -36,7 +36,7 @@ namespace torch_npu {
 enum class DeviceRule {
   kSameDevice,      // CUDA's generated wrappers: every defined tensor argument on one device
   kTensorIterator,  // the same, except that CPU 0-dim tensors pass (TensorIterator's scalars)
-  kCpuIndices,      // npu tensors on one device; CPU tensors of any size pass (indices)
+  kCpuIndices,      // as kTensorIterator, and the index list (Tensor?[]) may be on the CPU
   kNone,            // exempt (kExemptOps)
 };
 
@@ -112,14 +112,18 @@ constexpr DeviceRule ruleFor(std::string_view op) {
                                  c10::Device common, const at::Tensor& tensor);
 
 // `written`: the op writes t (out=, in-place self); a CPU tensor is never a scalar there.
+// `index`: t is an element of an index list (Tensor?[]), which CUDA reads from either device.
+// Only the indices: values and masks on the CPU are refused as CUDA refuses them (a CPU values
+// tensor of index_put_ was once accepted because the whole op was exempt).
 template <DeviceRule kRule>
 C10_ALWAYS_INLINE bool agrees(std::optional<c10::Device>& common, const at::Tensor& t,
-                              bool written) {
+                              bool written, bool index = false) {
   if (!t.defined()) return true;
-  if constexpr (kRule == DeviceRule::kTensorIterator) {
+  if constexpr (kRule == DeviceRule::kTensorIterator || kRule == DeviceRule::kCpuIndices) {
     if (!written && t.is_cpu() && t.dim() == 0) return true;
-  } else if constexpr (kRule == DeviceRule::kCpuIndices) {
-    if (!written && t.is_cpu()) return true;
+  }
+  if constexpr (kRule == DeviceRule::kCpuIndices) {
+    if (!written && index && t.is_cpu()) return true;
   }
   if (!common.has_value()) {
     common = t.device();
@@ -135,8 +139,10 @@ struct Walk {
   std::string_view op;
   std::optional<c10::Device> common;
 
-  void visit(size_t i, const at::Tensor& t, bool written = false) {
-    if (C10_UNLIKELY(!agrees<kRule>(common, t, written))) reportMismatch(op, kRule, i, *common, t);
+  void visit(size_t i, const at::Tensor& t, bool written = false, bool index = false) {
+    if (C10_UNLIKELY(!agrees<kRule>(common, t, written, index))) {
+      reportMismatch(op, kRule, i, *common, t);
+    }
   }
   void visit(size_t i, at::Tensor& t) { visit(i, std::as_const(t), true); }
   void visit(size_t i, const std::optional<at::Tensor>& t) {
@@ -148,8 +154,10 @@ struct Walk {
   void visit(size_t i, at::TensorList list) {
     for (const at::Tensor& t : list) visit(i, t);
   }
-  void visit(size_t i, const c10::List<std::optional<at::Tensor>>& list) {
-    for (const std::optional<at::Tensor> t : list) visit(i, t);
+  void visit(size_t i, const c10::List<std::optional<at::Tensor>>& list) {  // indices
+    for (const std::optional<at::Tensor> t : list) {
+      if (t.has_value()) visit(i, *t, false, true);
+    }
   }
   template <class T>
   void visit(size_t, const T&) {}  // not a tensor

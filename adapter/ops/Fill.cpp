@@ -8,6 +8,7 @@
 
 #include "DeviceCheck.h"
 #include "NPUException.h"
+#include "NPUFunctions.h"
 #include "NPUStream.h"
 #include "KernelBridge.h"
 #include "TaskTensor.h"
@@ -77,10 +78,12 @@ at::Scalar _local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() > 0, "_local_scalar_dense: the tensor has no elements");
   const c10::DeviceGuard guard(self.device());
   const NPUStream stream = getCurrentNPUStream(self.device().index());
+  // The sync-debug check before the copy is queued: `host` dies with an exception.
+  if (C10_UNLIKELY(syncDebugMode() != 0)) warnOrErrorOnSync();
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
   NPU_CHECK(npuMemcpyAsync(host.data_ptr(), self.const_data_ptr(), self.element_size(),
                            npuMemcpyDeviceToHost, stream.handle()));
-  stream.synchronize();
+  stream.synchronizeAfterSyncDebugCheck();
   return host.item();
 }
 

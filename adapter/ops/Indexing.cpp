@@ -8,6 +8,7 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/count_nonzero.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -279,7 +280,21 @@ at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& inde
 at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
   std::vector<at::Tensor> all;
   for (const at::Tensor& t : tensors) all.push_back(t);
-  at::assert_no_internal_overlap(out);  // the CPU kernel's rules
+  // The CPU kernel's order: out= first takes the result's size (a fresh, contiguous layout when
+  // it differs, with ATen's warning), then the overlap rules apply to it. The size comes from
+  // the meta kernel, which also raises the CPU's messages for inputs that do not fit together.
+  {
+    std::vector<at::Tensor> meta;
+    for (const at::Tensor& t : all) {
+      meta.push_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta)));
+    }
+    const std::vector<int64_t> shape = at::cat(meta, dim).sizes().vec();
+    if (out.sizes() != c10::IntArrayRef(shape)) {
+      const c10::DeviceGuard guard(out.device());
+      at::native::resize_output(out, shape);
+    }
+  }
+  at::assert_no_internal_overlap(out);
   for (const at::Tensor& t : all) at::assert_no_overlap(out, t);
   // Legacy behaviour: 1-D empty tensors are skipped whatever the other shapes.
   std::vector<at::Tensor> parts;

@@ -79,5 +79,6 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
   m.def("npu_sort_v2(Tensor self, int dim=-1, bool descending=False) -> Tensor");
   m.def("npu_softmax_cross_entropy_with_logits(Tensor self, Tensor labels) -> Tensor");
   m.def("empty_with_format(int[] size, *, ScalarType? dtype=None, Layout? layout=None, "
-        "Device? device=None, bool? pin_memory=None, int acl_format=2) -> Tensor");
+        "Device? device=None, bool? pin_memory=None, int acl_format=2, "
+        "int? base_addr_aligned_kb=None) -> Tensor");
 }

@@ -61,6 +61,7 @@ struct BlockInfo {
 
 struct SegmentInfo {
   int device = 0;
+  uint64_t pool_id = 0;  // 0: the default pools; else the graph or user pool that owns it
   uintptr_t address = 0;
   size_t total_size = 0;
   size_t requested_size = 0;
@@ -72,9 +73,27 @@ struct SegmentInfo {
   std::vector<BlockInfo> blocks;
 };
 
-// Parsed PYTORCH_NPU_ALLOC_CONF: every key torch_npu documents. The ones marked "accepted" are
-// checked as torch_npu checks them and kept (collect_env, the settings string) but change
-// nothing: they tune hardware or host-side work that SimNPU does not have.
+// One event of the allocator's dealings with the runtime, for memory history (torch.cuda's
+// trace entries): "segment_alloc" / "segment_free" (a fixed segment obtained / returned),
+// "segment_map" / "segment_unmap" (pages of an expandable segment mapped / unmapped) and "oom"
+// (size: the bytes that could not be had; device_free: what the runtime reported free).
+struct TraceEvent {
+  const char* action = "";  // a string literal
+  int device = 0;
+  uintptr_t address = 0;
+  size_t size = 0;
+  npuStream_t stream = nullptr;
+  uint64_t pool_id = 0;
+  size_t device_free = 0;
+};
+// Called on the thread doing the work, with the device's lock held: it must not block nor call
+// back into the allocator.
+using TraceObserver = void (*)(const TraceEvent&);
+
+// Parsed PYTORCH_NPU_ALLOC_CONF (or PYTORCH_ALLOC_CONF): every key torch_npu documents. The
+// ones marked "accepted" are checked as torch_npu checks them and kept (collect_env, the
+// settings string) but change nothing: they tune hardware or host-side work that SimNPU does
+// not have.
 struct AllocatorConfig {
   size_t max_split_size = SIZE_MAX;            // max_split_size_mb (MiB in the variable)
   double garbage_collection_threshold = 0.0;   // 0 = off; else in (0, 1)
@@ -94,6 +113,9 @@ struct AllocatorConfig {
   bool pinned_use_background_threads = false;  // accepted (host-side event polling)
   bool pin_memory_expandable_segments = false; // accepted (host allocator)
   bool pinned_mem_register = false;            // accepted (host memory registration)
+  size_t pinned_reserve_segment_size_mb = 0;   // accepted (host allocator's reserve)
+  size_t pinned_max_round_threshold_mb = 0;    // accepted (host allocator rounding), 0 = unset
+  size_t pinned_max_cached_size_mb = 0;        // accepted (host allocator cache cap), 0 = unset
 
   // Throws std::invalid_argument naming the bad key or value and the accepted forms.
   static AllocatorConfig parse(const std::string& conf);
@@ -150,6 +172,24 @@ class NPU_ALLOC_API CachingAllocator {
   void beginAllocateToPool(int device, uint64_t pool_id, npuStream_t stream);
   void endAllocateToPool(int device, uint64_t pool_id);
   void releasePool(int device, uint64_t pool_id);
+
+  // User pools (torch.npu.MemPool / use_mem_pool, torch.cuda's semantics), kept with the graph
+  // pools and sharing their ids. createPool makes the pool on `device` (or adds a use to an
+  // existing one): use_on_oom lets an allocation outside the pool that would fail for lack of
+  // memory take one of the pool's free blocks; no_split hands out the pool's blocks whole.
+  // Between beginAllocateThreadToPool and endAllocateThreadToPool, what the calling thread
+  // allocates on `device`, on any stream, comes from the pool; blocks freed go back to the
+  // pool they came from. While the pool has uses (releasePool drops one) its cached segments
+  // stay through emptyCache; releasePoolMemory then returns those of a pool without uses.
+  void createPool(int device, uint64_t pool_id, bool use_on_oom, bool no_split);
+  void beginAllocateThreadToPool(int device, uint64_t pool_id);
+  void endAllocateThreadToPool(int device, uint64_t pool_id);
+  int poolUseCount(int device, uint64_t pool_id) const;
+  void releasePoolMemory(int device, uint64_t pool_id);
+
+  // Every segment_alloc / segment_free / segment_map / segment_unmap / oom of every device
+  // goes to `observer` (nullptr: none).
+  static void setTraceObserver(TraceObserver observer);
 
   DeviceStats getStats(int device) const;
   void resetPeakStats(int device);

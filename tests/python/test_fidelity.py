@@ -512,3 +512,111 @@ def test_sync_debug_mode_error_raises_before_waiting(sync_debug_mode):
         call(x)
     sync_debug_mode("default")
     assert torch.equal(x.cpu(), x.cpu()) and torch.npu.get_sync_debug_mode() == 0
+
+
+def test_sync_debug_mode_error_queues_no_copy_into_a_host_buffer_it_frees(python):
+    # item() and x.cpu() raised after queueing their device-to-host copy: the CPU tensor died
+    # with the exception while the copy still wrote it (glibc then aborted, "corrupted
+    # double-linked list", or the process crashed later). Many rounds make a corruption show.
+    r = python("""
+import torch, torch_npu
+reference = torch.randn(1 << 12)
+x = reference.npu()
+torch.npu.synchronize()
+torch.npu.set_sync_debug_mode(2)
+for _ in range(200):
+    for call in (lambda: x.sum().item(), lambda: x.cpu(), lambda: torch.ones(64).npu()):
+        try:
+            call()
+        except RuntimeError:
+            pass
+    junk = [torch.empty(n) for n in range(1, 64)]
+torch.npu.set_sync_debug_mode(0)
+torch.npu.synchronize()
+print(torch.equal(x.cpu(), reference))
+""")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True"]
+
+
+# ---- one device per op: npu and cpu tensors mixed are refused as on CUDA ------------------------
+
+# CUDA's two wordings: its generated wrappers' ("..., but got index is on cpu, different from
+# other tensors on ...") and TensorIterator's ("..., but found at least two devices, ...").
+SAME_DEVICE = "Expected all tensors to be on the same device, but"
+
+
+def test_isin_embedding_and_index_put_refuse_cpu_operands():
+    npu = torch.tensor([1, 2, 3], device="npu")
+    cpu = torch.tensor([1, 3])
+    calls = {
+        "isin(npu, cpu)": lambda: torch.isin(npu, cpu),
+        "isin(cpu, npu)": lambda: torch.isin(cpu, npu),
+        "embedding(cpu indices)": lambda: torch.nn.functional.embedding(
+            torch.tensor([0, 1]), torch.randn(3, 2, device="npu")),
+        "embedding(cpu weight)": lambda: torch.nn.functional.embedding(
+            torch.tensor([0, 1], device="npu"), torch.randn(3, 2)),
+        "index_put_(cpu values)": lambda: torch.zeros(4, device="npu").index_put_(
+            (torch.tensor([0, 1], device="npu"),), torch.ones(2)),
+        "x[i] = cpu values": lambda: torch.zeros(4, device="npu").__setitem__(
+            torch.tensor([0, 1]), torch.ones(2)),
+        "index_put(cpu values)": lambda: torch.zeros(4, device="npu").index_put(
+            (torch.tensor([0, 1], device="npu"),), torch.ones(2), accumulate=True),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match=SAME_DEVICE):
+            call()
+            torch.npu.synchronize()
+            pytest.fail(f"{name} was accepted")
+    torch.npu.synchronize()
+
+
+def test_indices_on_the_cpu_and_0_dim_cpu_values_are_still_accepted_as_on_cuda():
+    x = torch.zeros(4, device="npu")
+    x[torch.tensor([0, 2])] = torch.tensor([1.0, 2.0], device="npu")  # cpu indices
+    x.index_put_((torch.tensor([1]),), torch.tensor(5.0))             # 0-dim cpu value
+    assert x.cpu().tolist() == [1.0, 5.0, 2.0, 0.0]
+    assert x[torch.tensor([2, 1])].cpu().tolist() == [2.0, 5.0]
+
+
+# ---- cat into an out= whose elements overlap --------------------------------------------------
+
+def test_cat_into_an_expanded_out_refuses_as_the_cpu_does():
+    parts = [torch.ones(2, 2), torch.full((2, 2), 2.0)]
+    cases = [(lambda d: torch.zeros(2, 1, device=d).expand(2, 4), 1),
+             (lambda d: torch.zeros(1, device=d).expand(4, 2), 0)]
+    for make_out, dim in cases:
+        with pytest.raises(RuntimeError) as cpu_error:
+            torch.cat(parts, dim=dim, out=make_out("cpu"))
+        with pytest.raises(RuntimeError) as npu_error:
+            torch.cat([p.npu() for p in parts], dim=dim, out=make_out("npu"))
+        assert str(npu_error.value) == str(cpu_error.value)
+        assert "more than one element of the written-to tensor" in str(npu_error.value)
+    # An out= of another size is resized first (a fresh layout, no overlap), as on the CPU.
+    cpu_out, npu_out = torch.zeros(1).expand(8), torch.zeros(1, device="npu").expand(8)
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.cat([torch.ones(2), torch.ones(2)], out=cpu_out)
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.cat([torch.ones(2, device="npu"), torch.ones(2, device="npu")], out=npu_out)
+    assert torch.equal(npu_out.cpu(), cpu_out)
+
+
+# ---- torch_npu.empty_with_format(base_addr_aligned_kb=) -----------------------------------------
+
+@pytest.mark.parametrize("kb", [4, 2048])
+def test_empty_with_format_aligns_the_base_address(kb):
+    for make in (torch_npu.empty_with_format, torch.ops.npu.empty_with_format):
+        for _ in range(3):  # several, so a lucky allocator address is not what passes
+            t = make([3, 5], dtype=torch.float16, device="npu", base_addr_aligned_kb=kb)
+            assert t.data_ptr() % (kb * 1024) == 0
+            assert t.shape == (3, 5) and t.dtype == torch.float16 and t.is_contiguous()
+            t.fill_(2.0)
+            assert t.cpu().eq(2.0).all()
+    # Another format too (a format cast that copied into a new block lost the alignment); small
+    # blocks held first, so that a new block is not aligned by chance.
+    pads = [torch.empty(1, device="npu") for _ in range(3)]  # noqa: F841
+    t = torch_npu.empty_with_format([2, 3], dtype=torch.float32, device="npu", acl_format=29,
+                                    base_addr_aligned_kb=16)
+    assert t.data_ptr() % 16384 == 0 and torch_npu.get_npu_format(t) == 29
+    with pytest.raises(ValueError, match="base_addr_aligned_kb must be a non-negative integer"):
+        torch_npu.empty_with_format([2], device="npu", base_addr_aligned_kb=-1)

@@ -138,7 +138,8 @@ def test_record_memory_history_traces_allocations_with_their_stacks(tmp_path):
 
     from torch.cuda import _memory_viz
 
-    torch.npu.memory._record_memory_history(max_entries=1000)
+    # Python frames only: stacks="all" (the default, as torch.cuda's) adds the C++ ones.
+    torch.npu.memory._record_memory_history(max_entries=1000, stacks="python")
     try:
         kept = _allocate_here(3 * MiB)
         gone = _allocate_here(1000)
@@ -148,7 +149,8 @@ def test_record_memory_history_traces_allocations_with_their_stacks(tmp_path):
         torch.npu.memory._dump_snapshot(str(tmp_path / "history.pickle"))
     finally:
         torch.npu.memory._record_memory_history(enabled=None)
-    trace = snap["device_traces"][0]
+    # The segments the allocations needed are traced too (test_..._segment_events).
+    trace = [e for e in snap["device_traces"][0] if not e["action"].startswith("segment_")]
     actions = [(e["action"], e["addr"]) for e in trace]
     assert actions == [("alloc", kept.data_ptr()), ("alloc", gone_address),
                        ("free_requested", gone_address), ("free_completed", gone_address)]
@@ -167,7 +169,9 @@ def test_record_memory_history_traces_allocations_with_their_stacks(tmp_path):
     assert block[0]["frames"][0]["name"] == "_allocate_here"
     # PyTorch's memory_viz reads the pickle: its text views parse the trace and the segments.
     data = pickle.loads((tmp_path / "history.pickle").read_bytes())
-    assert "4 entries" in _memory_viz.trace(data) and "segments:" in _memory_viz.segsum(data)
+    entries = len(data["device_traces"][0])
+    assert f"{entries} entries" in _memory_viz.trace(data)
+    assert "segments:" in _memory_viz.segsum(data)
     assert "<html" in _memory_viz.trace_plot(data).lower()
     # Stopped: the history is gone and nothing more is recorded.
     _allocate_here(10)
@@ -175,13 +179,13 @@ def test_record_memory_history_traces_allocations_with_their_stacks(tmp_path):
 
 
 def test_record_memory_history_options():
-    torch.npu.memory._record_memory_history(max_entries=2, context=None)
+    torch.npu.memory._record_memory_history(max_entries=2, context=None, stacks="python")
     try:
         for _ in range(3):
             _allocate_here(100)
         trace = torch.npu.memory._snapshot()["device_traces"][0]
         assert len(trace) == 2 and all(e["frames"] == [] for e in trace)  # the last two entries
-        torch.npu.memory._record_memory_history("state")  # stacks of live blocks, no trace
+        torch.npu.memory._record_memory_history("state", stacks="python")  # live blocks only
         x = _allocate_here(100)
         snap = torch.npu.memory._snapshot()
         assert len(snap["device_traces"][0]) == 2
@@ -195,6 +199,177 @@ def test_record_memory_history_options():
         torch.npu.memory._record_memory_history("yes")
     with pytest.raises(ValueError, match="context must be"):
         torch.npu.memory._record_memory_history(context="python")
+    with pytest.raises(ValueError, match="stacks must be 'python' or 'all'"):
+        torch.npu.memory._record_memory_history(stacks="cpp")
+
+
+def test_record_memory_history_traces_segment_events(python):
+    # A fresh process: which allocations need a new segment depends on what is cached.
+    r = python("""
+import pickle, torch, torch_npu
+from torch.cuda import _memory_viz
+MiB = 1 << 20
+def allocate_here(n):
+    return torch.empty(n, dtype=torch.uint8, device="npu")
+torch.npu.memory._record_memory_history(max_entries=100, stacks="python")
+x = allocate_here(3 * MiB)
+address = x.data_ptr()
+del x
+torch.npu.empty_cache()
+try:
+    torch.empty(1 << 50, dtype=torch.uint8, device="npu")
+except torch.OutOfMemoryError:
+    pass
+snap = torch.npu.memory._snapshot()
+trace = snap["device_traces"][0]
+print([e["action"] for e in trace])
+seg_alloc, alloc, _, _, seg_free, oom = trace
+assert seg_alloc["addr"] == seg_free["addr"] == alloc["addr"] == address
+assert seg_alloc["size"] == seg_free["size"] == 20 * MiB
+# The segment was obtained for the allocation: it carries the allocation's stack.
+assert [f["name"] for f in seg_alloc["frames"][:2]] == ["allocate_here", "<module>"]
+assert oom["size"] == 1 << 50 and oom["device_free"] > 0
+text = _memory_viz.trace(pickle.loads(pickle.dumps(snap)))
+assert "cudaMalloc(" in text and "cudaFree(" in text and "raise OutOfMemoryError" in text, text
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == str(["segment_alloc", "alloc", "free_requested",
+                                             "free_completed", "segment_free", "oom"])
+    r = python("""
+import torch, torch_npu
+torch.npu.memory._record_memory_history(max_entries=100, context=None)
+x = torch.empty(3 << 20, dtype=torch.uint8, device="npu")
+del x
+torch.npu.empty_cache()
+print([e["action"] for e in torch.npu.memory._snapshot()["device_traces"][0]])
+""", env={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == str(["segment_map", "alloc", "free_requested",
+                                             "free_completed", "segment_unmap"])
+
+
+def test_record_memory_history_stacks_all_adds_cpp_frames():
+    def last_alloc_frames():
+        trace = torch.npu.memory._snapshot()["device_traces"][0]
+        return [e for e in trace if e["action"] == "alloc"][-1]["frames"]
+
+    torch.npu.memory._record_memory_history(max_entries=10, stacks="python")
+    try:
+        kept = [_allocate_here(100)]
+        python_only = last_alloc_frames()
+        torch.npu.memory._record_memory_history(max_entries=10, stacks="all")
+        kept.append(_allocate_here(100))
+        both = last_alloc_frames()
+    finally:
+        torch.npu.memory._record_memory_history(enabled=None)
+    python_names = [f["name"] for f in python_only]
+    assert python_names[:2] == ["_allocate_here",
+                                "test_record_memory_history_stacks_all_adds_cpp_frames"]
+    # C++ frames (the allocation inside ATen's empty, the interpreter's own) come with them.
+    names = [f["name"] for f in both]
+    assert len(both) > len(python_only) and "_allocate_here" in names
+    assert any("empty" in n for n in names if n not in python_names), names
+
+
+# ---- user memory pools (torch.npu.MemPool / use_mem_pool) ---------------------------------
+
+def _segment_pool(t):
+    for s in torch.npu.memory_snapshot():
+        if s["address"] <= t.data_ptr() < s["address"] + s["total_size"]:
+            return tuple(s["segment_pool_id"])
+    raise AssertionError("no segment holds the tensor")
+
+
+def test_mem_pool_routes_allocations_and_keeps_its_freed_blocks():
+    pool = torch.npu.MemPool()
+    other = torch.npu.MemPool()
+    assert isinstance(pool.id, tuple) and len(pool.id) == 2 and pool.id != other.id
+    assert pool.allocator is None and pool.use_count() == 1
+    with torch.npu.use_mem_pool(pool):
+        assert pool.use_count() == 2
+        x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    assert pool.use_count() == 1
+    y = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    assert _segment_pool(x) == pool.id and _segment_pool(y) == (0, 0)
+    assert [s["address"] for s in pool.snapshot()] == [
+        s["address"] for s in torch.npu.memory_snapshot() if tuple(s["segment_pool_id"]) == pool.id]
+    assert len(pool.snapshot()) == 1 and other.snapshot() == []
+    # A freed block goes back to its pool: the pool reuses it, nothing else does.
+    address = x.data_ptr()
+    del x
+    z = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    assert z.data_ptr() != address
+    with torch.npu.use_mem_pool(pool):
+        w = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    assert w.data_ptr() == address
+    del w, y, z
+
+
+def test_mem_pool_segments_survive_empty_cache_until_the_pool_goes():
+    pool = torch.npu.MemPool()
+    with torch.npu.use_mem_pool(pool):
+        x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    del x
+    torch.npu.empty_cache()
+    (segment,) = pool.snapshot()
+    assert segment["allocated_size"] == 0 and segment["total_size"] == 20 * MiB
+    reserved = torch.npu.memory_reserved()
+    pool_id = pool.id
+    del pool
+    gc.collect()
+    assert not [s for s in torch.npu.memory_snapshot() if tuple(s["segment_pool_id"]) == pool_id]
+    assert torch.npu.memory_reserved() == reserved - 20 * MiB
+
+
+def test_use_mem_pool_routes_only_the_current_thread():
+    import threading
+
+    pool = torch.npu.MemPool()
+    seen = {}
+
+    def elsewhere():
+        seen["t"] = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+
+    with torch.npu.use_mem_pool(pool):
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        mine = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    assert _segment_pool(mine) == pool.id and _segment_pool(seen["t"]) == (0, 0)
+
+
+def test_mem_pool_no_split_and_refusals():
+    pool = torch.npu.MemPool(no_split=True)
+    with torch.npu.use_mem_pool(pool):
+        x = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")  # noqa: F841
+    (segment,) = pool.snapshot()
+    assert [b["size"] for b in segment["blocks"]] == [20 * MiB]  # handed out whole
+    with pytest.raises(NotImplementedError, match="allocator= \\(a pluggable allocator\\)"):
+        torch.npu.MemPool(allocator=object())
+    with pytest.raises(TypeError, match="pool must be a torch.npu.MemPool"):
+        with torch.npu.use_mem_pool((0, 1)):
+            pass
+
+
+def test_mem_pool_use_on_oom(python):
+    code = """
+import torch, torch_npu
+MiB = 1 << 20
+total = torch.npu.get_device_properties(0).total_memory
+torch.npu.set_per_process_memory_fraction(100 * MiB / total)
+pool = torch.npu.MemPool(use_on_oom={use_on_oom})
+with torch.npu.use_mem_pool(pool):
+    x = torch.empty(60 * MiB, dtype=torch.uint8, device="npu")
+address = x.data_ptr()
+del x
+y = torch.empty(60 * MiB, dtype=torch.uint8, device="npu")  # no room for a second segment
+print(y.data_ptr() == address)
+"""
+    r = python(code.format(use_on_oom=True))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True"]
+    r = python(code.format(use_on_oom=False))
+    assert r.returncode != 0 and "NPU out of memory" in r.stderr
 
 
 # ---- allocator settings at run time (torch.npu.memory._set_allocator_settings) ----------------
@@ -265,3 +440,22 @@ print(torch.npu.get_per_process_memory_fraction(), seg["total_size"] >> 20)
                env={"PYTORCH_NPU_ALLOC_CONF": "segment_size_mb:1000"})
     assert r.returncode != 0 and "segment_size_mb; expected an integer number of MiB in [20, 512]" \
         in r.stderr
+
+
+def test_pytorch_alloc_conf_is_read_as_torch_npu_reads_it(python):
+    code = """
+import torch, torch_npu
+x = torch.empty(3 << 20, dtype=torch.uint8, device="npu")
+seg = [s for s in torch.npu.memory_snapshot()
+       if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]][0]
+print(seg["total_size"] >> 20)
+"""
+    r = python(code, env={"PYTORCH_ALLOC_CONF": "large_segment_size_mb:64,"
+                                                "pinned_reserve_segment_size_mb:32"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["64"]
+    r = python(code, env={"PYTORCH_ALLOC_CONF": "large_segment_size_mb:64",
+                          "PYTORCH_NPU_ALLOC_CONF": "large_segment_size_mb:64"})
+    assert r.returncode != 0 and "are both set" in r.stderr and "set only one of them" in r.stderr
+    r = python(code, env={"PYTORCH_ALLOC_CONF": "bogus:1"})
+    assert r.returncode != 0 and "PYTORCH_ALLOC_CONF: unknown key 'bogus'" in r.stderr

@@ -254,7 +254,8 @@ def test_bad_arguments_are_named():
         profile(schedule=3)
     with pytest.raises(NotImplementedError, match="with_stack=True is not supported"):
         profile(with_stack=True)
-    with pytest.raises(NotImplementedError, match="experimental_config"):
+    with pytest.raises(TypeError, match="experimental_config must be a "
+                                        "torch_npu.profiler._ExperimentalConfig"):
         profile(experimental_config=object())
     with pytest.raises(TypeError, match="returned 'record'"):
         with profile(schedule=lambda step: "record"):
@@ -385,3 +386,104 @@ def test_offline_analysis_names_a_folder_without_records(tmp_path):
         torch_npu.profiler.analyse(str(tmp_path))
     with pytest.raises(ValueError, match="max_process_number must be a positive integer"):
         torch_npu.profiler.analyse(str(tmp_path), max_process_number=0)
+
+
+# ---- torch_npu.profiler._ExperimentalConfig ------------------------------------------------
+
+def test_experimental_config_has_torch_npus_values_and_defaults(capsys):
+    from torch_npu.profiler import AiCMetrics, ExportType, ProfilerLevel, _ExperimentalConfig
+
+    assert (ProfilerLevel.Level0, ProfilerLevel.Level_none) == ("Level0", "Level_none")
+    assert AiCMetrics.PipeUtilization == "ACL_AICORE_PIPE_UTILIZATION"
+    assert (ExportType.Text, ExportType.Db) == ("text", "db")
+    c = _ExperimentalConfig()
+    assert (c.profiler_level, c.aic_metrics, c.export_type, c.data_simplification) == (
+        "Level0", "ACL_AICORE_NONE", "text", True)
+    # Level1 collects the pipe utilization unless told otherwise, as torch_npu.
+    assert _ExperimentalConfig(profiler_level=ProfilerLevel.Level1).aic_metrics == \
+        AiCMetrics.PipeUtilization
+    assert capsys.readouterr().out == ""
+
+
+def test_experimental_config_resets_bad_values_with_torch_npus_warning(capsys):
+    from torch_npu.profiler import AiCMetrics, ProfilerLevel, _ExperimentalConfig
+
+    c = _ExperimentalConfig(profiler_level="Level9", aic_metrics="bogus", l2_cache="yes",
+                            export_type="xml", op_attr=True, gc_detect_threshold=-1)
+    assert (c.profiler_level, c.aic_metrics, c.export_type) == ("Level0", "ACL_AICORE_NONE",
+                                                                "text")
+    assert c.to_dict()["_l2_cache"] is False and c.to_dict()["_op_attr"] is False
+    assert c.gc_detect_threshold is None
+    out = capsys.readouterr().out
+    for line in ("Invalid parameter profiler_level, reset it to ProfilerLevel.Level0.",
+                 "Invalid parameter aic_metrics, reset it to default.",
+                 "Invalid parameter l2_cache, which must be of boolean type, reset it to False.",
+                 "Invalid parameter type, reset it to text.",
+                 "op_attr switch is invalid with export type set as text.",
+                 "Parameter gc_detect_threshold can not be negetive, reset it to default."):
+        assert f"[WARNING] [{os.getpid()}] profiler.py: {line}" in out, line
+    # Metrics at Level0 are dropped with torch_npu's advice.
+    c = _ExperimentalConfig(aic_metrics=AiCMetrics.Memory)
+    assert c.aic_metrics == AiCMetrics.AiCoreNone
+    assert "Please use level1 or level2" in capsys.readouterr().out
+    assert _ExperimentalConfig(profiler_level=ProfilerLevel.Level2,
+                               aic_metrics=AiCMetrics.Memory).aic_metrics == AiCMetrics.Memory
+
+
+def test_experimental_config_is_in_profiler_info_and_simplifies_data(tmp_path):
+    from torch_npu.profiler import ProfilerLevel, _ExperimentalConfig
+
+    x = torch.ones(64, device="npu")
+    config = _ExperimentalConfig(profiler_level=ProfilerLevel.Level1)
+    with pytest.warns(UserWarning, match="aic_metrics, which SimNPU does not simulate"):
+        prof = profile(activities=BOTH, experimental_config=config,
+                       on_trace_ready=tensorboard_trace_handler(str(tmp_path)))
+    with prof:
+        (x * 2).sum()
+        torch.npu.synchronize()
+    (run_dir,) = run_dirs(tmp_path)
+    with open(os.path.join(run_dir, "profiler_info.json")) as f:
+        info = json.load(f)
+    assert info["config"]["experimental_config"]["_profiler_level"] == "Level1"
+    assert info["config"]["experimental_config"]["_aic_metrics"] == "ACL_AICORE_PIPE_UTILIZATION"
+    events, tables = load(run_dir)
+    assert device_events(events) and tables["kernel_details"]
+    # data_simplification (True by default): the raw records are gone once analysed.
+    assert not os.path.exists(os.path.join(run_dir, "FRAMEWORK"))
+
+    kept = tmp_path / "kept"
+    _, _ = profile_once(kept, lambda: (x * 2).sum(),
+                        experimental_config=_ExperimentalConfig(data_simplification=False))
+    assert os.path.isdir(os.path.join(run_dirs(kept)[0], "FRAMEWORK"))
+
+
+def test_level_none_records_no_device_tasks(tmp_path):
+    from torch_npu.profiler import ProfilerLevel, _ExperimentalConfig
+
+    x = torch.ones(64, device="npu")
+    events, tables = profile_once(
+        tmp_path, lambda: (x * 2).sum(),
+        experimental_config=_ExperimentalConfig(profiler_level=ProfilerLevel.Level_none))
+    assert host_ops(events) and not device_events(events)
+    assert "kernel_details" not in tables and "operator_details" in tables
+
+
+def test_export_type_db_writes_the_tables_into_sqlite(tmp_path):
+    import sqlite3
+
+    from torch_npu.profiler import ExportType, _ExperimentalConfig
+
+    x = torch.ones(64, device="npu")
+    with profile(activities=BOTH, on_trace_ready=tensorboard_trace_handler(str(tmp_path)),
+                 experimental_config=_ExperimentalConfig(export_type=ExportType.Db)):
+        (x * 2).sum()
+        torch.npu.synchronize()
+    (run_dir,) = run_dirs(tmp_path)
+    out = os.path.join(run_dir, "ASCEND_PROFILER_OUTPUT")
+    assert sorted(os.listdir(out)) == ["ascend_pytorch_profiler.db"]
+    with sqlite3.connect(os.path.join(out, "ascend_pytorch_profiler.db")) as db:
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"KERNEL_DETAILS", "OPERATOR_DETAILS", "OP_STATISTIC"} <= names
+        kernels = [r[0] for r in db.execute('SELECT "Name" FROM KERNEL_DETAILS')]
+    db.close()
+    assert any("mul" in k.lower() for k in kernels), kernels

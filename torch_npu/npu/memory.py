@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 from typing import Any
 
@@ -120,11 +121,17 @@ def mem_get_info(device=None) -> tuple[int, int]:
     return tuple(_C._npu_memGetInfo(_index(device)))
 
 
-def memory_snapshot() -> list[dict[str, Any]]:
-    """Every segment the allocator holds, with its blocks (torch.cuda.memory_snapshot)."""
+def memory_snapshot(mempool_id=None, include_traces: bool = True) -> list[dict[str, Any]]:
+    """Every segment the allocator holds, with its blocks (torch.cuda.memory_snapshot); with
+    `mempool_id` (a MemPool's id), only that pool's segments. include_traces is torch.cuda's
+    argument: segments carry no trace entries here either way."""
     if not is_initialized():
         return []
-    return _C._npu_memorySnapshot()["segments"]
+    segments = _C._npu_memorySnapshot()["segments"]
+    if mempool_id is None:
+        return segments
+    wanted = tuple(mempool_id)
+    return [seg for seg in segments if tuple(seg["segment_pool_id"]) == wanted]
 
 
 # Raw allocations of caching_allocator_alloc, by address: each is a byte tensor the caching
@@ -187,10 +194,11 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
                            device=None, clear_history=False, **legacy) -> None:
     """torch.cuda.memory._record_memory_history's twin. enabled: None (stop and forget),
     "state" (the stack of each live allocation) or "all" (also a trace of every allocation and
-    free, the last max_entries per device); context: None, "state", "alloc" (stacks of
-    allocations) or "all" (of frees too). Stacks are Python stacks: stacks="all" also asks
-    CUDA for C++ frames, which SimNPU does not record. The old form (True / False with
-    trace_alloc_max_entries=...) is accepted, as torch.cuda accepts it."""
+    free and of the allocator's segment_alloc / segment_free / segment_map / segment_unmap /
+    oom, the last max_entries per device); context: None, "state", "alloc" (stacks of
+    allocations) or "all" (of frees too); stacks: "python" (Python frames) or "all" (C++ frames
+    too). The old form (True / False with trace_alloc_max_entries=...) is accepted, as
+    torch.cuda accepts it."""
     if isinstance(enabled, bool):  # _record_memory_history(True, trace_alloc_max_entries=...)
         max_entries = legacy.pop("trace_alloc_max_entries", 1)
         record_context = legacy.pop("record_context", True)
@@ -213,25 +221,70 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
                          f"{stacks!r}")
     if enabled is not None:
         _lazy_init()
-    _C._npu_recordMemoryHistory(enabled or "", context or "", int(max_entries), bool(clear_history))
-
-
-_NO_MEM_POOLS = ("user memory pools are not implemented in SimNPU yet: the caching allocator "
-                 "keeps private pools only for graph capture (torch.npu.graph's pool=); "
-                 "docs/api.md lists it")
+    _C._npu_recordMemoryHistory(enabled or "", context or "", stacks, int(max_entries),
+                                bool(clear_history))
 
 
 class MemPool:
-    """torch_npu's (and torch.cuda's) user memory pool: refused, not silently ignored, since
-    code that routes allocations into a pool relies on where they go."""
+    """torch.cuda.MemPool's twin: a pool of the caching allocator. Inside use_mem_pool(pool),
+    what the current thread allocates on the pool's device comes from the pool's own segments,
+    and blocks freed return to it; while the MemPool lives, empty_cache leaves its segments;
+    once it is gone they go back to the device (as the CUDA MemPool's destructor empties its
+    pool). use_on_oom: an allocation elsewhere that would run out of memory may take the pool's
+    free blocks; no_split: the pool's blocks are handed out whole. Its id can also be given to
+    torch.npu.graph(pool=...)."""
 
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError(f"torch.npu.MemPool: {_NO_MEM_POOLS}")
+    def __init__(self, allocator=None, use_on_oom: bool = False, no_split: bool = False):
+        if allocator is not None:
+            raise NotImplementedError(
+                "torch.npu.MemPool: allocator= (a pluggable allocator) is not supported by "
+                "SimNPU, which has no NPUPluggableAllocator; pass None to use the caching "
+                "allocator")
+        self._device = _index(None)
+        self._id = tuple(_C._npu_createMemPool(self._device, bool(use_on_oom), bool(no_split)))
+
+    @property
+    def id(self) -> tuple[int, int]:
+        """The pool's id, (0, n)."""
+        return self._id
+
+    @property
+    def allocator(self):
+        """None: the pool's memory comes from the caching allocator."""
+        return None
+
+    def use_count(self) -> int:
+        """This object, plus each use_mem_pool block (or graph capture) using the pool now."""
+        return _C._npu_memPoolUseCount(self._device, self._id)
+
+    def snapshot(self, include_traces: bool = True) -> list[dict[str, Any]]:
+        """memory_snapshot of this pool's segments only."""
+        return memory_snapshot(self._id, include_traces=include_traces)
+
+    def __del__(self):
+        device, pool_id = getattr(self, "_device", None), getattr(self, "_id", None)
+        if pool_id is not None and _C is not None:
+            try:
+                _C._npu_destroyMemPool(device, pool_id)
+            except Exception:  # interpreter shutdown: the allocator may be gone already
+                pass
 
 
-def use_mem_pool(*args, **kwargs):
-    """Refused with MemPool (see there)."""
-    raise NotImplementedError(f"torch.npu.use_mem_pool: {_NO_MEM_POOLS}")
+@contextlib.contextmanager
+def use_mem_pool(pool: MemPool, device=None):
+    """Routes the current thread's allocations on `device` (the current device by default) to
+    `pool` inside the block, as torch.cuda.use_mem_pool. Other threads (an autograd backward
+    thread started inside, say) keep allocating as before."""
+    if not isinstance(pool, MemPool):
+        raise TypeError(f"torch.npu.use_mem_pool: pool must be a torch.npu.MemPool, got "
+                        f"{type(pool).__name__}")
+    index = _index(device)
+    _C._npu_beginAllocateCurrentThreadToPool(index, pool.id)
+    try:
+        yield
+    finally:
+        _C._npu_endAllocateCurrentThreadToPool(index, pool.id)
+        _C._npu_releasePool(index, pool.id)
 
 
 def _format_size(num: int) -> str:

@@ -18,6 +18,15 @@ per-op device time table at exit instead. See docs/profiler.md.
 
 from torch.autograd.profiler import record_function
 
+from torch_npu.profiler.experimental_config import (
+    AiCMetrics,
+    ExportType,
+    ProfilerLevel,
+    _ExperimentalConfig,
+    supported_ai_core_metrics,
+    supported_export_type,
+    supported_profiler_level,
+)
 from torch_npu.profiler.profiler import (
     ProfilerAction,
     ProfilerActivity,
@@ -29,12 +38,19 @@ from torch_npu.profiler.profiler import (
 )
 
 __all__ = [
+    "AiCMetrics",
+    "ExportType",
     "ProfilerAction",
     "ProfilerActivity",
+    "ProfilerLevel",
+    "_ExperimentalConfig",
     "analyse",
     "profile",
     "record_function",
     "schedule",
     "supported_activities",
+    "supported_ai_core_metrics",
+    "supported_export_type",
+    "supported_profiler_level",
     "tensorboard_trace_handler",
 ]

@@ -17,6 +17,7 @@ import csv
 import dataclasses
 import json
 import os
+import shutil
 import threading
 import time
 from typing import Any, Iterable
@@ -120,7 +121,8 @@ class ProfileResult:
     """The records of one window (the raw dict of torch_npu._C._npu_profiler_stop)."""
 
     def __init__(self, raw: dict, *, host: bool, device: bool, memory: bool,
-                 steps: list[int], scheduled: bool, process: dict | None = None) -> None:
+                 steps: list[int], scheduled: bool, process: dict | None = None,
+                 experimental: dict | None = None) -> None:
         # Unix time of CLOCK_MONOTONIC's zero, measured now (good to a few microseconds); a
         # result loaded for offline analysis brings the recording process's own (`process`).
         process = process or {"epoch_offset_ns": time.time_ns() - time.monotonic_ns(),
@@ -130,8 +132,11 @@ class ProfileResult:
         self.pid = process["pid"]
         self.main_thread = process["main_thread"]
         self.raw = raw
+        # torch_npu.profiler._ExperimentalConfig's fields (to_dict), None when none was given.
+        self.experimental = experimental
         self.show_host = host
-        self.show_device = device
+        # ProfilerLevel.Level_none records no device tasks.
+        self.show_device = device and (experimental or {}).get("_profiler_level") != "Level_none"
         self.show_memory = memory
         self.scheduled = scheduled
         self.steps = steps
@@ -366,7 +371,7 @@ class ProfileResult:
         saved = {"format": 1, "raw": self.raw,
                  "options": {"host": self.show_host, "device": self.show_device,
                              "memory": self.show_memory, "steps": self.steps,
-                             "scheduled": self.scheduled},
+                             "scheduled": self.scheduled, "experimental": self.experimental},
                  "process": {"epoch_offset_ns": self.epoch_offset_ns, "pid": self.pid,
                              "main_thread": self.main_thread}}
         with open(os.path.join(run_dir, self.RAW_FILE), "w") as f:
@@ -392,33 +397,71 @@ class ProfileResult:
     def write_output(self, run_dir: str) -> None:
         out = os.path.join(run_dir, "ASCEND_PROFILER_OUTPUT")
         os.makedirs(out, exist_ok=True)
-        self.write_trace(os.path.join(out, "trace_view.json"))
+        experimental = self.experimental or {}
+        tables = self._tables()
+        if experimental.get("_export_type") == "db":
+            self._write_db(os.path.join(out, "ascend_pytorch_profiler.db"), tables)
+        else:
+            self.write_trace(os.path.join(out, "trace_view.json"))
+            for name, (rows, header) in tables.items():
+                self._write_csv(os.path.join(out, f"{name}.csv"), rows, header)
+        info = {"simnpu": True, "pid": self.pid, "steps": self.steps,
+                "activities": [n for n, on in (("CPU", self.show_host), ("NPU", self.show_device))
+                               if on],
+                "profile_memory": self.show_memory, "dropped_device_records": self.dropped_records}
+        if self.experimental is not None:
+            info["config"] = {"experimental_config": self.experimental}
+        with open(os.path.join(run_dir, "profiler_info.json"), "w") as f:
+            json.dump(info, f, indent=2)
+        # data_simplification (an explicit experimental_config's, True by default): the raw
+        # records go once the output is written, as torch_npu deletes its intermediate data.
+        if experimental.get("_data_simplification"):
+            shutil.rmtree(os.path.join(run_dir, "FRAMEWORK"), ignore_errors=True)
+
+    def _tables(self) -> dict[str, tuple[list[dict], list[str]]]:
+        """The tables of ASCEND_PROFILER_OUTPUT by file name: (rows, header)."""
+        tables = {}
         kernel_header = (["Step Id"] if self.scheduled else []) + [
             "Device_id", "Stream ID", "Task ID", "Name", "Type", "Accelerator Core",
             "Start Time(us)", "Duration(us)", "Wait Time(us)", "Input Shapes",
             "Input Data Types"]
         if self.show_device:
-            self._write_csv(os.path.join(out, "kernel_details.csv"), self.kernel_rows(),
-                            kernel_header)
-            self._write_csv(os.path.join(out, "op_statistic.csv"), self.op_statistic_rows(),
-                            ["Device_id", "OP Type", "Core Type", "Count", "Total Time(us)",
-                             "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"])
+            tables["kernel_details"] = (self.kernel_rows(), kernel_header)
+            tables["op_statistic"] = (
+                self.op_statistic_rows(),
+                ["Device_id", "OP Type", "Core Type", "Count", "Total Time(us)",
+                 "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"])
         if self.show_host:
-            self._write_csv(os.path.join(out, "operator_details.csv"), self.operator_rows(),
-                            ["Name", "Input Shapes", "Call Stack", "Host Self Duration(us)",
-                             "Host Total Duration(us)", "Device Self Duration(us)",
-                             "Device Total Duration(us)", "Device Self Duration With AICore(us)",
-                             "Device Total Duration With AICore(us)"])
+            tables["operator_details"] = (
+                self.operator_rows(),
+                ["Name", "Input Shapes", "Call Stack", "Host Self Duration(us)",
+                 "Host Total Duration(us)", "Device Self Duration(us)",
+                 "Device Total Duration(us)", "Device Self Duration With AICore(us)",
+                 "Device Total Duration With AICore(us)"])
         if self.show_memory:
-            self._write_csv(os.path.join(out, "memory_record.csv"), self.memory_rows(),
-                            ["Component", "Timestamp(us)", "Total Allocated(MB)",
-                             "Total Reserved(MB)", "Device Type"])
-        info = {"simnpu": True, "pid": self.pid, "steps": self.steps,
-                "activities": [n for n, on in (("CPU", self.show_host), ("NPU", self.show_device))
-                               if on],
-                "profile_memory": self.show_memory, "dropped_device_records": self.dropped_records}
-        with open(os.path.join(run_dir, "profiler_info.json"), "w") as f:
-            json.dump(info, f, indent=2)
+            tables["memory_record"] = (
+                self.memory_rows(),
+                ["Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)",
+                 "Device Type"])
+        return tables
+
+    @staticmethod
+    def _write_db(path: str, tables: dict[str, tuple[list[dict], list[str]]]) -> None:
+        """ExportType.Db: the tables of the text export in one SQLite file, a table each
+        (upper-case names, the CSV headers as columns). torch_npu's database has CANN's own
+        schema; this one carries SimNPU's tables, not that schema."""
+        import sqlite3
+
+        if os.path.exists(path):
+            os.remove(path)
+        with sqlite3.connect(path) as db:
+            for name, (rows, header) in tables.items():
+                columns = ", ".join(f'"{c}"' for c in header)
+                db.execute(f'CREATE TABLE "{name.upper()}" ({columns})')
+                db.executemany(
+                    f'INSERT INTO "{name.upper()}" VALUES ({", ".join("?" * len(header))})',
+                    [tuple(str(r.get(c, "")) for c in header) for r in rows])
+        db.close()
 
     # ---- the PROFILING_MODE table -----------------------------------------------------------
 

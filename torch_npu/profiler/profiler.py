@@ -18,6 +18,7 @@ import enum
 import os
 import socket
 import time
+import warnings
 from typing import Any, Callable, Iterable
 
 import torch
@@ -25,6 +26,7 @@ from torch.profiler import ProfilerAction
 
 import torch_npu
 from torch_npu.profiler._result import ProfileResult
+from torch_npu.profiler.experimental_config import _ExperimentalConfig
 
 
 class ProfilerActivity(enum.Enum):
@@ -118,11 +120,18 @@ class profile:  # noqa: N801 (torch_npu's name)
                     f"torch_npu.profiler.profile: {name}=True is not supported by SimNPU's "
                     "profiler (no call stacks, FLOP counts or module hierarchy); leave it False"
                 )
-        if experimental_config is not None:
-            raise NotImplementedError(
-                "torch_npu.profiler.profile: experimental_config (AI Core metrics, profiler "
-                "levels, ...) is not supported by SimNPU's profiler; pass None"
+        if experimental_config is not None and \
+                not isinstance(experimental_config, _ExperimentalConfig):
+            raise TypeError(
+                "torch_npu.profiler.profile: experimental_config must be a "
+                f"torch_npu.profiler._ExperimentalConfig, got {type(experimental_config).__name__}"
             )
+        if experimental_config is not None and experimental_config.not_simulated():
+            warnings.warn(
+                "torch_npu.profiler.profile: experimental_config asks for "
+                f"{', '.join(experimental_config.not_simulated())}, which SimNPU does not "
+                "simulate (no hardware counters, CANN tools or GC tracing): they are recorded in "
+                "profiler_info.json but add no data", stacklevel=2)
         if use_cuda:
             raise ValueError("torch_npu.profiler.profile: use_cuda=True makes no sense on NPU; "
                              "use activities=[ProfilerActivity.NPU]")
@@ -147,6 +156,7 @@ class profile:  # noqa: N801 (torch_npu's name)
                 f"profiler (tensorboard_trace_handler(dir)), got {on_trace_ready!r}"
             )
         self.activities = chosen
+        self.experimental_config = experimental_config
         self.schedule = schedule or _default_schedule
         self.on_trace_ready = on_trace_ready
         self.record_shapes = bool(record_shapes)
@@ -267,6 +277,8 @@ class profile:  # noqa: N801 (torch_npu's name)
             memory=self.profile_memory,
             steps=list(self._window_steps),
             scheduled=self.schedule is not _default_schedule,
+            experimental=(self.experimental_config.to_dict()
+                          if self.experimental_config is not None else None),
         )
         if self.on_trace_ready is not None:
             self.on_trace_ready(self)

@@ -66,7 +66,9 @@ TEST(AllocatorConfig, UnknownKeyNamesKeyAndAcceptedKeys) {
             "garbage_collection_threshold, expandable_segments, roundup_power2_divisions, "
             "base_addr_aligned_kb, page_size, segment_size_mb, large_segment_size_mb, "
             "per_process_memory_fraction, multi_stream_lazy_reclaim, "
-            "pinned_use_background_threads, pin_memory_expandable_segments, pinned_mem_register");
+            "pinned_use_background_threads, pin_memory_expandable_segments, pinned_mem_register, "
+            "pinned_reserve_segment_size_mb, pinned_max_round_threshold_mb, "
+            "pinned_max_cached_size_mb");
   // A part of a known key is not a key.
   EXPECT_NE(parseError("size_mb:20").find("unknown key 'size_mb'"), std::string::npos);
   EXPECT_NE(parseError("max_split_size_mb:64,bar:2").find("unknown key 'bar'"),
@@ -121,6 +123,37 @@ TEST(AllocatorConfig, FromEnvironment) {
   unsetenv("PYTORCH_NO_NPU_MEMORY_CACHING");
   setenv("PYTORCH_NPU_ALLOC_CONF", "nonsense:1", 1);
   EXPECT_THROW(AllocatorConfig::fromEnvironment(), std::invalid_argument);
+  unsetenv("PYTORCH_NPU_ALLOC_CONF");
+}
+
+// PYTORCH_ALLOC_CONF, PyTorch's device-generic name, is read as torch_npu reads it: the same
+// settings when it is the only one set, an error when both are set.
+TEST(AllocatorConfig, FromEnvironmentReadsPytorchAllocConf) {
+  unsetenv("PYTORCH_NPU_ALLOC_CONF");
+  setenv("PYTORCH_ALLOC_CONF", "large_segment_size_mb:40,expandable_segments:True", 1);
+  AllocatorConfig c = AllocatorConfig::fromEnvironment();
+  EXPECT_EQ(c.large_segment_size, 40 * kMiB);
+  EXPECT_TRUE(c.expandable_segments);
+
+  setenv("PYTORCH_ALLOC_CONF", "nonsense:1", 1);
+  try {
+    AllocatorConfig::fromEnvironment();
+    ADD_FAILURE() << "a bad PYTORCH_ALLOC_CONF parsed";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("PYTORCH_ALLOC_CONF: unknown key 'nonsense'", 0), 0u) << what;
+  }
+
+  setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True", 1);
+  setenv("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True", 1);
+  try {
+    AllocatorConfig::fromEnvironment();
+    ADD_FAILURE() << "both variables set was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("set only one of them"), std::string::npos) << e.what();
+  }
+  unsetenv("PYTORCH_ALLOC_CONF");
+  unsetenv("PYTORCH_NPU_ALLOC_CONF");
 }
 
 // instance() reads the environment once, on first use: this test's own process (ctest runs
@@ -172,6 +205,12 @@ TEST(AllocatorConfig, TorchNpusOtherKeysWithTheirDefaults) {
   EXPECT_TRUE(c.multi_stream_lazy_reclaim && c.pinned_use_background_threads &&
               c.pin_memory_expandable_segments);
   EXPECT_TRUE(AllocatorConfig::parse("pinned_mem_register:True").pinned_mem_register);
+  AllocatorConfig pinned = AllocatorConfig::parse(
+      "pinned_reserve_segment_size_mb:64,pinned_max_round_threshold_mb:8,"
+      "pinned_max_cached_size_mb:512");
+  EXPECT_EQ(pinned.pinned_reserve_segment_size_mb, 64u);
+  EXPECT_EQ(pinned.pinned_max_round_threshold_mb, 8u);
+  EXPECT_EQ(pinned.pinned_max_cached_size_mb, 512u);
   // segment_size_mb is the older spelling; large_segment_size_mb wins when both are given.
   EXPECT_EQ(AllocatorConfig::parse("segment_size_mb:40").large_segment_size, 40 * kMiB);
   EXPECT_EQ(AllocatorConfig::parse("segment_size_mb:40,large_segment_size_mb:30").large_segment_size,
@@ -188,6 +227,9 @@ TEST(AllocatorConfig, TorchNpusOtherKeysRejectWhatTorchNpuRejects) {
   EXPECT_NE(parseError("large_segment_size_mb:10").find("greater than 10"), std::string::npos);
   EXPECT_NE(parseError("per_process_memory_fraction:1.5").find("[0.0, 1.0]"), std::string::npos);
   EXPECT_NE(parseError("multi_stream_lazy_reclaim:yes").find("True or False"), std::string::npos);
+  EXPECT_NE(parseError("pinned_reserve_segment_size_mb:-1").find("non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(parseError("pinned_max_cached_size_mb:0").find("positive integer"), std::string::npos);
   EXPECT_NE(parseError("max_split_size_mb:30,large_segment_size_mb:40")
                 .find("must be at least large_segment_size_mb (40)"),
             std::string::npos);
