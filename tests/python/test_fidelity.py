@@ -620,3 +620,40 @@ def test_empty_with_format_aligns_the_base_address(kb):
     assert t.data_ptr() % 16384 == 0 and torch_npu.get_npu_format(t) == 29
     with pytest.raises(ValueError, match="base_addr_aligned_kb must be a non-negative integer"):
         torch_npu.empty_with_format([2], device="npu", base_addr_aligned_kb=-1)
+
+
+def test_npu_combine_tensors_repoints_each_tensor_at_its_slice():
+    from torch_npu.utils import get_part_combined_tensor, is_combined_tensor_valid, \
+        npu_combine_tensors
+    x = torch.randn(2, 2, 2, 2, device="npu")
+    y = torch.randn(4, 4, device="npu")
+    z = torch.randn(3, 3, 3, device="npu")
+    clones = [t.clone() for t in (x, y, z)]
+    combined = npu_combine_tensors([x, y, z])
+    assert combined.shape == (16 + 16 + 27,)
+    assert is_combined_tensor_valid(combined, [x, y, z])
+    for t, c in zip((x, y, z), clones):
+        assert torch.equal(t.cpu(), c.cpu())  # the values moved with the tensors
+    # Each tensor is now its slice: writes through either side are seen by the other.
+    combined.zero_()
+    assert x.abs().sum().item() == 0 and z.abs().sum().item() == 0
+    y.fill_(3.0)
+    assert torch.equal(get_part_combined_tensor(combined, 16, 16).cpu(), torch.full((16,), 3.0))
+    assert torch.count_nonzero(combined).item() == 16
+    assert not is_combined_tensor_valid(combined, [torch.zeros(4, device="npu")])
+    fresh = [torch.ones(5, device="npu"), torch.ones(2, 3, device="npu")]
+    assert torch.count_nonzero(npu_combine_tensors(fresh, require_copy_value=False)).item() == 0
+    assert fresh[0].sum().item() == 0
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda: [torch.ones(3)], "list_of_tensor\\[0\\] is not an NPU tensor"),
+    (lambda: [torch.ones(2, device="npu"), torch.ones(2, device="npu", dtype=torch.half)],
+     "list_of_tensor\\[1\\] is torch.float16"),
+    (lambda: [torch.ones(3, 4, device="npu").t()], "not contiguous"),
+    (lambda: [], "non-empty list"),
+])
+def test_npu_combine_tensors_refuses_what_it_cannot_combine(bad, message):
+    from torch_npu.utils import npu_combine_tensors
+    with pytest.raises(ValueError, match=message):
+        npu_combine_tensors(bad())

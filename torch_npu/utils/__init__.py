@@ -21,3 +21,15 @@ def get_cann_version(module: str = "CANN") -> str:
         raise ValueError(f"get_cann_version: unknown module {module!r}; "
                          f"expected one of {', '.join(sorted(versions))}")
     return query()
+
+
+# The tensor-combining helpers import torch, so they load on first use (PEP 562).
+_LAZY = {"npu_combine_tensors": "combine_tensors", "get_part_combined_tensor": "combine_tensors",
+         "is_combined_tensor_valid": "combine_tensors"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
