@@ -19,6 +19,7 @@
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUGraph.h"
+#include "NPUHostAllocator.h"
 #include "CompiledKernels.h"
 #include "NPUStream.h"
 #include "Profiler.h"
@@ -228,6 +229,38 @@ py::dict memoryStats(int64_t device) {
   d["requested_bytes"] = statArrayToDict(s.requested_bytes);
   d["oversize_allocations"] = statToDict(s.oversize_allocations);
   d["oversize_segments"] = statToDict(s.oversize_segments);
+  return d;
+}
+
+// The pinned host allocator's statistics in torch.cuda.host_memory_stats' nested layout.
+py::dict hostMemoryStats() {
+  const at::HostStats s = getNPUHostAllocator()->get_stats();
+  auto stat = [](const c10::CachingAllocator::Stat& v) {
+    py::dict d;
+    d["current"] = v.current;
+    d["peak"] = v.peak;
+    d["allocated"] = v.allocated;
+    d["freed"] = v.freed;
+    return d;
+  };
+  auto duration = [](const c10::CachingAllocator::DurationStat& v) {
+    py::dict d;
+    d["total"] = v.total;
+    d["max"] = v.max;
+    d["min"] = v.min;
+    d["count"] = v.count;
+    d["avg"] = v.count ? v.total / v.count : 0;
+    return d;
+  };
+  py::dict d;
+  d["allocations"] = stat(s.allocations);
+  d["allocated_bytes"] = stat(s.allocated_bytes);
+  d["active_requests"] = stat(s.active_requests);
+  d["active_bytes"] = stat(s.active_bytes);
+  d["num_host_alloc"] = s.num_host_alloc;
+  d["num_host_free"] = s.num_host_free;
+  d["host_alloc_time"] = duration(s.host_alloc_time);
+  d["host_free_time"] = duration(s.host_free_time);
   return d;
 }
 
@@ -466,6 +499,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_eventElapsedTime", &eventElapsedTime);
 
   m.def("_npu_memoryStats", &memoryStats);
+  m.def("_npu_hostMemoryStats", &hostMemoryStats);
+  m.def("_npu_resetAccumulatedHostMemoryStats",
+        [] { getNPUHostAllocator()->reset_accumulated_stats(); });
+  m.def("_npu_resetPeakHostMemoryStats", [] { getNPUHostAllocator()->reset_peak_stats(); });
   m.def("_npu_memorySnapshot", &memorySnapshot);
   m.def("_npu_emptyCache", &emptyCache);
   m.def("_npu_resetPeakMemoryStats", &resetPeakMemoryStats);

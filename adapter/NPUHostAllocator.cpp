@@ -18,6 +18,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/llvmMathExtras.h>
 
+#include <chrono>
+
 #include "NPUException.h"
 #include "npu/runtime.h"
 
@@ -41,12 +43,16 @@ class NPUHostAllocator final : public at::HostAllocator {
       }
     }
     if (ptr == nullptr) {
+      const auto start = std::chrono::steady_clock::now();
       NPU_CHECK(npuMallocHost(&ptr, size));
+      const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - start).count();
       std::lock_guard<std::mutex> lock(mutex_);
       sizes_[ptr] = size;
       stats_.allocations.increase(1);
       stats_.allocated_bytes.increase(size);
       stats_.num_host_alloc += 1;
+      stats_.host_alloc_time.increase(us);
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -81,7 +87,14 @@ class NPUHostAllocator final : public at::HostAllocator {
         list.clear();
       }
     }
-    for (void* ptr : release) (void)npuFreeHost(ptr);
+    for (void* ptr : release) {
+      const auto start = std::chrono::steady_clock::now();
+      (void)npuFreeHost(ptr);
+      const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - start).count();
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.host_free_time.increase(us);
+    }
   }
 
   at::HostStats get_stats() override {
@@ -97,6 +110,8 @@ class NPUHostAllocator final : public at::HostAllocator {
     }
     stats_.num_host_alloc = 0;
     stats_.num_host_free = 0;
+    stats_.host_alloc_time.reset_accumulated();
+    stats_.host_free_time.reset_accumulated();
   }
 
   void reset_peak_stats() override {
@@ -105,6 +120,8 @@ class NPUHostAllocator final : public at::HostAllocator {
                        &stats_.allocated_bytes}) {
       stat->reset_peak();
     }
+    stats_.host_alloc_time.reset_peak();
+    stats_.host_free_time.reset_peak();
   }
 
   void release(void* ptr) {

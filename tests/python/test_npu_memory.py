@@ -462,3 +462,32 @@ print(seg["total_size"] >> 20)
     assert r.returncode != 0 and "are both set" in r.stderr and "set only one of them" in r.stderr
     r = python(code, env={"PYTORCH_ALLOC_CONF": "bogus:1"})
     assert r.returncode != 0 and "PYTORCH_ALLOC_CONF: unknown key 'bogus'" in r.stderr
+
+
+def test_host_memory_stats_follow_pinned_allocations():
+    """torch.npu.host_memory_stats as torch.cuda's: a pinned tensor is an active request of its
+    power-of-two block; freeing it keeps the block cached (owned, not active); resets clear the
+    sums and peaks."""
+    torch.npu.init()
+    torch.npu.reset_accumulated_host_memory_stats()
+    before = torch.npu.host_memory_stats()
+    x = torch.empty(3000, dtype=torch.uint8).pin_memory()
+    assert x.is_pinned()
+    s = torch.npu.host_memory_stats()
+    assert s["active_requests.current"] == before["active_requests.current"] + 1
+    assert s["active_bytes.current"] == before["active_bytes.current"] + 4096  # 3000 -> 2^12
+    # A new block (1) unless an earlier test left one of that size cached (0).
+    grown = s["num_host_alloc"]
+    assert grown in (0, 1) and s["host_alloc_time.count"] == grown
+    assert s["allocations.current"] == before["allocations.current"] + grown
+    assert s["allocated_bytes.current"] == before["allocated_bytes.current"] + 4096 * grown
+    del x
+    s = torch.npu.host_memory_stats()
+    assert s["active_requests.current"] == before["active_requests.current"]
+    assert s["allocated_bytes.current"] == before["allocated_bytes.current"] + 4096 * grown
+    assert torch.npu.host_memory_stats_as_nested_dict()["active_bytes"]["peak"] >= 4096
+    torch.npu.reset_peak_host_memory_stats()
+    torch.npu.reset_accumulated_host_memory_stats()
+    s = torch.npu.host_memory_stats()
+    assert s["active_bytes.peak"] == s["active_bytes.current"]
+    assert s["num_host_alloc"] == 0 and s["active_requests.allocated"] == 0

@@ -38,6 +38,8 @@ from .memory import (  # noqa: F401
     caching_allocator_delete,
     empty_cache,
     get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
     max_memory_allocated,
     max_memory_cached,
     max_memory_reserved,
@@ -49,9 +51,11 @@ from .memory import (  # noqa: F401
     memory_stats,
     memory_stats_as_nested_dict,
     memory_summary,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
     reset_max_memory_cached,
+    reset_peak_host_memory_stats,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
     use_mem_pool,
@@ -154,7 +158,8 @@ __all__ = [
     "caching_allocator_alloc", "caching_allocator_delete", "get_per_process_memory_fraction",
     "max_memory_cached", "memory_cached", "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
-    "MemPool", "use_mem_pool",
+    "MemPool", "use_mem_pool", "host_memory_stats", "host_memory_stats_as_nested_dict",
+    "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats",
 ] + _legacy_types_all
 
 

@@ -27,6 +27,10 @@ def memory_stats_as_nested_dict(device=None) -> dict[str, Any]:
 def memory_stats(device=None) -> "collections.OrderedDict[str, Any]":
     """Flat allocator statistics, keys as torch.cuda.memory_stats names them,
     e.g. ``allocated_bytes.all.current``, ``num_alloc_retries``."""
+    return _flatten(memory_stats_as_nested_dict(device))
+
+
+def _flatten(nested: dict) -> "collections.OrderedDict[str, Any]":
     flat = []
 
     def add(prefix: str, value):
@@ -36,9 +40,37 @@ def memory_stats(device=None) -> "collections.OrderedDict[str, Any]":
         else:
             flat.append((prefix, value))
 
-    add("", memory_stats_as_nested_dict(device))
+    add("", nested)
     flat.sort()
     return collections.OrderedDict(flat)
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    """The pinned host allocator's statistics as nested dicts (torch.cuda's layout): blocks
+    and bytes it owns (allocations, allocated_bytes) and has handed out (active_requests,
+    active_bytes), each current / peak / allocated / freed; num_host_alloc / num_host_free and
+    the time spent in them (host_alloc_time / host_free_time, microseconds). {} before the
+    device is initialized, as torch.cuda."""
+    if not is_initialized():
+        return {}
+    return _C._npu_hostMemoryStats()
+
+
+def host_memory_stats() -> "collections.OrderedDict[str, Any]":
+    """host_memory_stats_as_nested_dict() flattened, e.g. ``active_bytes.current``."""
+    return _flatten(host_memory_stats_as_nested_dict())
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    """Resets the host allocator's "allocated" / "freed" sums and its alloc / free counters."""
+    _lazy_init()
+    _C._npu_resetAccumulatedHostMemoryStats()
+
+
+def reset_peak_host_memory_stats() -> None:
+    """Resets the host allocator's "peak" statistics to their current values."""
+    _lazy_init()
+    _C._npu_resetPeakHostMemoryStats()
 
 
 def memory_allocated(device=None) -> int:
