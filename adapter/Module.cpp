@@ -500,6 +500,8 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_npu_memoryStats", &memoryStats);
   m.def("_npu_hostMemoryStats", &hostMemoryStats);
+  m.def("_npu_expandableSegments",
+        [] { return alloc::CachingAllocator::instance().config().expandable_segments; });
   m.def("_npu_resetAccumulatedHostMemoryStats",
         [] { getNPUHostAllocator()->reset_accumulated_stats(); });
   m.def("_npu_resetPeakHostMemoryStats", [] { getNPUHostAllocator()->reset_peak_stats(); });

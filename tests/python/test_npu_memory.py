@@ -1,6 +1,7 @@
 """Caching-allocator statistics through torch.npu, and out-of-memory behaviour."""
 
 import gc
+import os
 import re
 
 import pytest
@@ -491,3 +492,29 @@ def test_host_memory_stats_follow_pinned_allocations():
     s = torch.npu.host_memory_stats()
     assert s["active_bytes.peak"] == s["active_bytes.current"]
     assert s["num_host_alloc"] == 0 and s["active_requests.allocated"] == 0
+
+
+def test_empty_virt_addr_cache_needs_and_empties_expandable_segments():
+    import subprocess
+    import sys
+    code = """
+import torch, torch_npu
+x = torch.empty(64 * 1024 * 1024, dtype=torch.uint8, device="npu")
+del x
+reserved = torch.npu.memory_reserved()
+assert reserved >= 64 * 1024 * 1024, reserved
+torch.npu.empty_virt_addr_cache()
+assert torch.npu.memory_reserved() == 0, torch.npu.memory_reserved()
+assert torch.npu.max_memory_reserved() == reserved
+print("ok")
+"""
+    env = dict(os.environ, PYTORCH_NPU_ALLOC_CONF="expandable_segments:True")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    env.pop("PYTORCH_NPU_ALLOC_CONF")
+    env.pop("PYTORCH_ALLOC_CONF", None)
+    r = subprocess.run([sys.executable, "-c", "import torch, torch_npu; "
+                        "torch.npu.empty_virt_addr_cache()"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "needs expandable segments" in r.stderr, r.stderr

@@ -37,6 +37,7 @@ from .memory import (  # noqa: F401
     caching_allocator_alloc,
     caching_allocator_delete,
     empty_cache,
+    empty_virt_addr_cache,
     get_per_process_memory_fraction,
     host_memory_stats,
     host_memory_stats_as_nested_dict,
@@ -158,7 +159,7 @@ __all__ = [
     "caching_allocator_alloc", "caching_allocator_delete", "get_per_process_memory_fraction",
     "max_memory_cached", "memory_cached", "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
-    "MemPool", "use_mem_pool", "host_memory_stats", "host_memory_stats_as_nested_dict",
+    "MemPool", "use_mem_pool", "empty_virt_addr_cache", "host_memory_stats", "host_memory_stats_as_nested_dict",
     "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats",
 ] + _legacy_types_all
 

@@ -125,6 +125,19 @@ def empty_cache() -> None:
         _C._npu_emptyCache()
 
 
+def empty_virt_addr_cache() -> None:
+    """torch_npu's light empty_cache for expandable segments: the unused pages of every
+    expandable segment are unmapped, so memory_reserved() drops as after empty_cache (here the
+    simulated physical pages, host memory, go back too). Only with
+    PYTORCH_NPU_ALLOC_CONF=expandable_segments:True, as torch_npu requires."""
+    _lazy_init()
+    if not _C._npu_expandableSegments():
+        raise RuntimeError("empty_virt_addr_cache needs expandable segments: set "
+                           "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True before the first "
+                           "npu allocation (or call torch.npu.empty_cache)")
+    _C._npu_emptyCache()
+
+
 def set_per_process_memory_fraction(fraction: float, device=None) -> None:
     """Caps what this process may reserve on `device` at fraction * total memory."""
     if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
