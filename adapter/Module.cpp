@@ -500,6 +500,12 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_npu_memoryStats", &memoryStats);
   m.def("_npu_hostMemoryStats", &hostMemoryStats);
+  m.def("_npu_emptyWithSwappedMemory",
+        [](std::vector<int64_t> size, py::object dtype, int64_t device) {
+          auto* d = reinterpret_cast<THPDtype*>(dtype.ptr());
+          return emptyWithSwappedMemory(size, d->scalar_type,
+                                        static_cast<c10::DeviceIndex>(device));
+        });
   m.def("_npu_expandableSegments",
         [] { return alloc::CachingAllocator::instance().config().expandable_segments; });
   m.def("_npu_resetAccumulatedHostMemoryStats",

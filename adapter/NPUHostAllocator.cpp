@@ -9,6 +9,7 @@
 //  - empty_cache returns every free block to the runtime.
 #include "NPUHostAllocator.h"
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -17,8 +18,7 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/llvmMathExtras.h>
-
-#include <chrono>
+#include <ATen/EmptyTensor.h>
 
 #include "NPUException.h"
 #include "npu/runtime.h"
@@ -155,6 +155,46 @@ REGISTER_HOST_ALLOCATOR(at::kPrivateUse1, g_host_allocator)
 }  // namespace
 
 at::HostAllocator* getNPUHostAllocator() { return g_host_allocator; }
+
+namespace {
+
+// torch_npu.empty_with_swapped_memory's memory: on a card, host pages the device maps. Here
+// every device page already is host memory, so it is a runtime allocation of its own (npuMalloc,
+// which kernels accept; npuMallocHost pages they refuse as not device memory), outside the
+// caching allocator: it counts in neither memory_allocated nor memory_reserved.
+void freeSwapped(void* ptr) {
+  if (ptr) (void)npuFree(ptr);
+}
+
+}  // namespace
+
+at::Tensor emptyWithSwappedMemory(at::IntArrayRef size, at::ScalarType dtype,
+                                  c10::DeviceIndex device) {
+  struct SwappedAllocator final : c10::Allocator {
+    c10::DeviceIndex device = 0;
+    at::DataPtr allocate(size_t nbytes) override {
+      void* ptr = nullptr;
+      if (nbytes > 0) {
+        int current = 0;
+        NPU_CHECK(npuGetDevice(&current));
+        NPU_CHECK(npuSetDevice(device));
+        const npuError_t err = npuMalloc(&ptr, nbytes);
+        NPU_CHECK(npuSetDevice(current));
+        NPU_CHECK(err);
+      }
+      return {ptr, ptr, &freeSwapped, c10::Device(c10::DeviceType::PrivateUse1, device)};
+    }
+    c10::DeleterFnPtr raw_deleter() const override { return &freeSwapped; }
+    void copy_data(void* dest, const void* src, std::size_t count) const override {
+      std::memcpy(dest, src, count);
+    }
+  };
+  SwappedAllocator allocator;  // empty_generic allocates once, here; the deleter is static
+  allocator.device = device;
+  return at::detail::empty_generic(size, &allocator,
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
+                                   std::nullopt);
+}
 
 bool isPinnedPtr(const void* ptr) noexcept {
   if (ptr == nullptr) return false;

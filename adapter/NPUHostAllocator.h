@@ -8,5 +8,9 @@ namespace torch_npu {
 
 at::HostAllocator* getNPUHostAllocator();
 bool isPinnedPtr(const void* ptr) noexcept;
+// An npu tensor on memory outside the device caching allocator
+// (torch_npu.empty_with_swapped_memory).
+at::Tensor emptyWithSwappedMemory(at::IntArrayRef size, at::ScalarType dtype,
+                                  c10::DeviceIndex device);
 
 }  // namespace torch_npu

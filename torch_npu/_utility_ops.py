@@ -21,10 +21,11 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "copy_memory_", "empty_with_format", "fast_gelu", "npu_bmmV2", "npu_broadcast",
-    "npu_confusion_transpose", "npu_dtype_cast", "npu_layer_norm_eval", "npu_linear", "npu_max",
-    "npu_min", "npu_mish", "npu_one_hot", "npu_reshape", "npu_silu", "npu_slice",
-    "npu_softmax_cross_entropy_with_logits", "npu_sort_v2", "npu_transpose", "one_",
+    "copy_memory_", "empty_with_format", "empty_with_swapped_memory", "fast_gelu", "npu_bmmV2",
+    "npu_broadcast", "npu_confusion_transpose", "npu_dtype_cast", "npu_layer_norm_eval",
+    "npu_linear", "npu_max", "npu_min", "npu_mish", "npu_one_hot", "npu_reshape", "npu_silu",
+    "npu_slice", "npu_softmax_cross_entropy_with_logits", "npu_sort_v2", "npu_transpose",
+    "one_",
 ]
 
 
@@ -188,6 +189,31 @@ def npu_softmax_cross_entropy_with_logits(self: torch.Tensor, labels: torch.Tens
     return -(labels * torch.log_softmax(self, dim=-1)).sum(-1)
 
 
+def empty_with_swapped_memory(size: Sequence[int], dtype: torch.dtype | None = None,
+                              device=None) -> torch.Tensor:
+    """torch_npu's npu tensor whose memory is host memory. Every simulated device page is host
+    memory already: this one is a runtime allocation of its own, outside the device caching
+    allocator (it counts in neither memory_allocated nor memory_reserved), freed with the
+    tensor. torch_npu allows only fill_, zero_ and mul_ (and a few fused optimizer ops)
+    on it; here, where device memory is host memory too, every op works."""
+    import torch_npu
+
+    if isinstance(size, int):
+        size = (size,)
+    shape = [int(d) for d in size]
+    if any(d < 0 for d in shape):
+        raise ValueError(f"torch_npu.empty_with_swapped_memory: negative dimension in {shape}")
+    dev = torch.device(device) if device is not None else torch.device(
+        "npu", torch_npu.npu.current_device())
+    if dev.type != "npu":
+        raise ValueError(f"torch_npu.empty_with_swapped_memory: device must be an npu device, "
+                         f"got {dev}")
+    torch_npu.npu._lazy_init()
+    index = dev.index if dev.index is not None else torch_npu.npu.current_device()
+    return torch_npu._C._npu_emptyWithSwappedMemory(shape, dtype or torch.get_default_dtype(),
+                                                    index)
+
+
 def empty_with_format(size: Sequence[int], dtype: torch.dtype | None = None, layout=None,
                       device=None, pin_memory: bool = False, acl_format: int = 2,
                       base_addr_aligned_kb: int | None = None) -> torch.Tensor:
@@ -234,6 +260,7 @@ _TORCH_OPS = {
     "npu_sort_v2": npu_sort_v2,
     "npu_softmax_cross_entropy_with_logits": npu_softmax_cross_entropy_with_logits,
     "empty_with_format": empty_with_format,
+    "empty_with_swapped_memory": empty_with_swapped_memory,
 }
 _library = None
 

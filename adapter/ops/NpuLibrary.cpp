@@ -81,4 +81,6 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
   m.def("empty_with_format(int[] size, *, ScalarType? dtype=None, Layout? layout=None, "
         "Device? device=None, bool? pin_memory=None, int acl_format=2, "
         "int? base_addr_aligned_kb=None) -> Tensor");
+  m.def("empty_with_swapped_memory(int[] size, *, ScalarType? dtype=None, Device? device=None) "
+        "-> Tensor");
 }

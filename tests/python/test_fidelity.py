@@ -657,3 +657,24 @@ def test_npu_combine_tensors_refuses_what_it_cannot_combine(bad, message):
     from torch_npu.utils import npu_combine_tensors
     with pytest.raises(ValueError, match=message):
         npu_combine_tensors(bad())
+
+
+def test_empty_with_swapped_memory_is_an_npu_tensor_on_host_pages():
+    """torch_npu's example: fill_ the swapped tensor, multiply it into a normal one; its pages
+    are outside the device allocator, so device statistics do not move."""
+    torch.npu.synchronize()
+    allocated, reserved = torch.npu.memory_allocated(), torch.npu.memory_reserved()
+    swapped = torch_npu.empty_with_swapped_memory([512, 512], dtype=torch.float32,
+                                                  device=torch.device("npu:0"))
+    assert swapped.device == torch.device("npu:0") and swapped.shape == (512, 512)
+    assert torch.npu.memory_allocated() == allocated
+    assert torch.npu.memory_reserved() == reserved
+    tmp = swapped.fill_(3.14)
+    out = torch.empty_like(tmp).fill_(1).mul_(tmp)
+    assert torch.equal(out.cpu(), torch.full((512, 512), 3.14))
+    swapped.zero_()
+    assert swapped.abs().sum().item() == 0
+    via_op = torch.ops.npu.empty_with_swapped_memory([3], dtype=torch.float16)
+    assert via_op.dtype == torch.float16 and via_op.device.type == "npu"
+    with pytest.raises(ValueError, match="device must be an npu device"):
+        torch_npu.empty_with_swapped_memory([2], device="cpu")
