@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "copy_memory_", "empty_with_format", "empty_with_swapped_memory", "fast_gelu", "npu_bmmV2",
-    "npu_broadcast", "npu_confusion_transpose", "npu_dtype_cast", "npu_layer_norm_eval",
-    "npu_linear", "npu_max", "npu_min", "npu_mish", "npu_one_hot", "npu_reshape", "npu_silu",
-    "npu_slice", "npu_softmax_cross_entropy_with_logits", "npu_sort_v2", "npu_transpose",
-    "one_",
+    "copy_memory_", "empty_with_format", "empty_with_swapped_memory", "fast_gelu",
+    "npu_bert_apply_adam", "npu_bmmV2", "npu_broadcast", "npu_confusion_transpose",
+    "npu_dtype_cast", "npu_layer_norm_eval", "npu_linear", "npu_max", "npu_min", "npu_mish",
+    "npu_one_hot", "npu_reshape", "npu_silu", "npu_slice",
+    "npu_softmax_cross_entropy_with_logits", "npu_sort_v2", "npu_transpose", "one_",
 ]
 
 
@@ -187,6 +187,17 @@ def npu_softmax_cross_entropy_with_logits(self: torch.Tensor, labels: torch.Tens
         raise ValueError(f"torch_npu.npu_softmax_cross_entropy_with_logits: labels have shape "
                          f"{list(labels.shape)} but logits {list(self.shape)}; they must match")
     return -(labels * torch.log_softmax(self, dim=-1)).sum(-1)
+
+
+def npu_bert_apply_adam(*args, **kwargs):
+    """Refused: torch_npu documents the arguments of this BERT Adam step but not its update
+    rule (how max_grad_norm / global_grad_norm clip, what adam_mode=1 'mbert_adam' changes),
+    and a guessed rule would train silently differently from a card."""
+    raise NotImplementedError(
+        "torch_npu.npu_bert_apply_adam is not implemented in SimNPU: torch_npu documents its "
+        "arguments but not its update rule (gradient-norm clipping, adam_mode 'mbert_adam'), so "
+        "SimNPU does not guess it. Use torch_npu.optim.NpuFusedAdamW, or "
+        "torch.optim.AdamW(params, fused=True) on npu (docs/api.md)")
 
 
 def empty_with_swapped_memory(size: Sequence[int], dtype: torch.dtype | None = None,
