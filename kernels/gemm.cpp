@@ -10,6 +10,10 @@
 //    panel. Tasks run all K blocks, so a GEMM has only two barriers per row block.
 //  - Full tiles of a row-major float/double C are updated in place (C = alpha*AB + beta*C on
 //    the first K block, C += alpha*AB after). Edge tiles go through a small tile buffer.
+//  - A bfloat16 C of two bfloat16 operands (the AVX512-BF16 path) with K <= 2048 takes all of K
+//    as one block: each C tile is final after one micro-kernel call, which rounds it to
+//    bfloat16 in registers and stores it (no float workspace; the B block per task is sized for
+//    a 1 MB L2 instead).
 //  - Other C layouts or dtypes (column-major C is transposed away first, 16-bit C, ...) are
 //    computed into a float workspace, so 16-bit outputs are rounded exactly once; each task
 //    converts its own block of the workspace into C right after its last K block (while the
