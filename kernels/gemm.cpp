@@ -1,13 +1,15 @@
 // GEMM: a packed, cache-blocked driver around the micro-kernels of gemm_microkernels.h.
 //
 // How it works (the Goto/BLIS scheme, with A as the broadcast operand):
-//  - M is cut into row blocks whose A block (all of K, at most 16 MB) is packed once by all
-//    threads together into MR-row panels per K block of KC (a panel holds MR values per k).
+//  - M is cut into row blocks whose A block (all of K, at most 16 MB) is packed once into MR-row
+//    panels per K block of KC (a panel holds MR values per k), each panel by the first task
+//    that needs it.
 //  - The columns are cut into tasks of up to NC columns (and rows too, when there are fewer
 //    column blocks than twice the threads). For each K block, a task packs its KC x NC block
 //    of B into NR-column panels in its own buffer (<= 768 KB: stays in that core's L2), then
 //    for every A panel (kept in L1 across the inner loop) runs the micro-kernel over every B
-//    panel. Tasks run all K blocks, so a GEMM has only two barriers per row block.
+//    panel. Tasks run all K blocks, so a GEMM has one barrier (the end of its tasks) per row
+//    block.
 //  - Full tiles of a row-major float/double C are updated in place (C = alpha*AB + beta*C on
 //    the first K block, C += alpha*AB after). Edge tiles go through a small tile buffer.
 //  - A bfloat16 C of two bfloat16 operands (the AVX512-BF16 path) with K <= 2048 takes all of K
@@ -49,6 +51,8 @@ namespace {
 // The most capable instruction set that tests allow (set_gemm_isa): 2 = everything the CPU
 // has, 1 = AVX-512 without BF16, 0 = AVX2 (the portable baseline of this library).
 std::atomic<int> g_isa_cap{2};
+// testing::set_gemm_private_a_panels: every task packs its own A panels.
+std::atomic<bool> g_private_a_panels{false};
 
 bool use_avx512() {
   static const bool supported = __builtin_cpu_supports("avx512f") != 0;
@@ -104,7 +108,7 @@ T* scratch(int slot, size_t n) {
     size_t bytes = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local Buf bufs[2];
+  thread_local Buf bufs[3];
   Buf& b = bufs[slot];
   size_t need = (n * sizeof(T) + 63) / 64 * 64;
   if (b.bytes < need) {
@@ -463,13 +467,31 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     const int64_t mpad = m_panels * mr;
     // Panel p of the K block starting at pc lives at ap + pc * mpad + p * kcp * mr.
     P* ap = scratch<P>(0, static_cast<size_t>(mpad * Kp));
-    parallel_for(0, m_panels, small ? m_panels : std::max<int64_t>(1, 65536 / (mr * K + 1)),
-                 [&](int64_t p0, int64_t p1) {
-      for (int64_t pc = 0; pc < K; pc += kc_max) {
-        const int64_t kc = std::min(kc_max, K - pc);
-        pack_a_any<P>(a, ic, pc, mc, kc, mr, p0, p1, ap + pc * mpad);
+    // A panels are packed on first use, all K blocks at once, by the task that needs them first
+    // (0: not packed, 1: being packed, 2: packed), so there is no packing pass with a barrier
+    // before the tasks: one hand-off between the threads fewer, which on a loaded machine is a
+    // wait for a thread to get a core back. A task that finds a panel being packed by another
+    // thread packs its own copy of the K block it needs instead of waiting for it.
+    std::unique_ptr<std::atomic<int>[]> a_state(new std::atomic<int>[m_panels]);
+    for (int64_t p = 0; p < m_panels; ++p) a_state[p].store(0, std::memory_order_relaxed);
+    auto a_panel_at = [&](int64_t p, int64_t pc, int64_t kc, int64_t kcp) -> const P* {
+      const P* shared = ap + pc * mpad + p * kcp * mr;
+      const bool private_copy = g_private_a_panels.load(std::memory_order_relaxed);
+      if (!private_copy && a_state[p].load(std::memory_order_acquire) == 2) return shared;
+      int expected = private_copy ? -1 : 0;
+      if (!private_copy &&
+          a_state[p].compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+        for (int64_t pk = 0; pk < K; pk += kc_max) {
+          pack_a_any<P>(a, ic, pk, mc, std::min(kc_max, K - pk), mr, p, p + 1, ap + pk * mpad);
+        }
+        a_state[p].store(2, std::memory_order_release);
+        return shared;
       }
-    });
+      if (expected == 2) return shared;
+      P* own = scratch<P>(2, static_cast<size_t>(kcp * mr));
+      pack_a_any<P>(a, ic + p * mr, pc, mc - p * mr, kc, mr, 0, 1, own);
+      return own;
+    };
 
     // Column blocks of at most NC, at least two per thread when N allows (so a thread slowed
     // by other work hands its share to the others), and row splits when columns run out.
@@ -494,7 +516,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
           const T beta_eff = pc == 0 ? beta : T(1);
           pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
           for (int64_t p = p_begin; p < p_end; ++p) {
-            const P* a_panel = ap + pc * mpad + p * kcp * mr;
+            const P* a_panel = a_panel_at(p, pc, kc, kcp);
             const int64_t row = ic + p * mr;
             const int rows = static_cast<int>(std::min<int64_t>(mr, M - row));
             for (int64_t q = 0; q < n_panels; ++q) {
@@ -673,6 +695,10 @@ void set_gemm_isa(const char* isa) {
                     "set_gemm_isa takes \"auto\", \"avx512\" or \"avx2\"");
   detail::gemm::g_isa_cap.store(s == "auto" ? 2 : s == "avx512" ? 1 : 0,
                                 std::memory_order_relaxed);
+}
+
+void set_gemm_private_a_panels(bool on) {
+  detail::gemm::g_private_a_panels.store(on, std::memory_order_relaxed);
 }
 
 const char* gemm_isa(DType a, DType b) {

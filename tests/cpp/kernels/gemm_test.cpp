@@ -172,6 +172,21 @@ TEST_P(GemmIsa, BFloat16OutputRoundsToNearestEven) {
   }
 }
 
+// A task that finds the A panel it needs being packed by another thread packs a private copy of
+// that K block (forced here for every panel): float and bfloat16 paths, K over several blocks,
+// row tails, transposed A.
+TEST_P(GemmIsa, PrivateAPanelCopies) {
+  nk::testing::set_gemm_private_a_panels(true);
+  const int64_t shapes[][3] = {{131, 257, 385}, {45, 70, 1537}, {29, 130, 2048}};
+  for (auto& s : shapes) {
+    for (DType t : {DType::Float32, DType::BFloat16}) {
+      check_gemm({s[0], s[1], s[2], false, false, false, 1.0, 0.0, t, t, t});
+      check_gemm({s[0], s[1], s[2], true, false, false, -0.5, 2.0, t, t, DType::Float32});
+    }
+  }
+  nk::testing::set_gemm_private_a_panels(false);
+}
+
 TEST_P(GemmIsa, BFloat16StridedOperands) {
   // Neither stride 1 (every other column of bigger buffers): the generic packing loops.
   const int64_t m = 19, n = 23, k = 37;
