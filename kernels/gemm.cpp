@@ -458,8 +458,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     nc_max = std::max<int64_t>(nr, kBf16DirectBBytes / (2 * Kp) / nr * nr);
   }
 
-  // Rows per A block: the whole K extent of the block is packed up front (<= kPackedA
-  // elements), so the tasks below run every K block without a barrier in between.
+  // Rows per A block: a panel's whole K extent is packed at its first use (the block holds
+  // <= kPackedA elements), so the tasks below run every K block without a barrier in between.
   const int64_t mc_max = std::max<int64_t>(mr, B::kPackedA / std::max<int64_t>(Kp, 1) / mr * mr);
   for (int64_t ic = 0; ic < M; ic += mc_max) {
     const int64_t mc = std::min(mc_max, M - ic);
@@ -515,7 +515,12 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
           const int64_t kcp = (kc + step - 1) / step * step;
           const T beta_eff = pc == 0 ? beta : T(1);
           pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
-          for (int64_t p = p_begin; p < p_end; ++p) {
+          // The first tasks (one per thread) start at different A panels, so that the threads
+          // pack different panels rather than meeting at the same one (where one of them would
+          // pack a private copy).
+          const int64_t np = p_end - p_begin, p_shift = np * (t % threads) / threads;
+          for (int64_t i = 0; i < np; ++i) {
+            const int64_t p = p_begin + (i + p_shift) % np;
             const P* a_panel = a_panel_at(p, pc, kc, kcp);
             const int64_t row = ic + p * mr;
             const int rows = static_cast<int>(std::min<int64_t>(mr, M - row));
