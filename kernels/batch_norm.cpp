@@ -9,8 +9,13 @@
 //  - one task per channel: two passes for mean and biased variance (sums in double), then a
 //    pass writing y = x * scale + shift. Backward: one pass for sum(dy) and
 //    sum(dy * (x - mean)), one writing grad_input.
+//  - group norm backward: the (n, c) planes of [N, C, HxW] are rows; one pass for each row's
+//    sum(dy) and sum(dy * x), the per-(n, group) coefficients from those, one pass writing
+//    grad_input. (Group norm's forward is batch norm's over the [1, N * group, D * HxW] view,
+//    in the adapter.)
 #include "npu/kernels/batch_norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -223,6 +228,86 @@ void batch_norm_backward_typed(const TensorDesc* grad_input, const TensorDesc* g
   if (want_gb) store_vector(*grad_bias, sum_dy.data());
 }
 
+template <class T>
+void group_norm_backward_typed(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                               const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                               const TensorDesc& input, const TensorDesc& mean_t,
+                               const TensorDesc& rstd_t, const TensorDesc* weight,
+                               int64_t group) {
+  NPU_KERNEL_ASSERT(input.ndim == 3 && grad_output.ndim == 3,
+                    "group_norm_backward takes [N, C, HxW] descriptors");
+  const int64_t N = input.sizes[0], C = input.sizes[1], HxW = input.sizes[2];
+  NPU_KERNEL_ASSERT(group > 0 && C % group == 0, "group_norm_backward: C % group != 0");
+  NPU_KERNEL_ASSERT(mean_t.numel() == N * group && rstd_t.numel() == N * group,
+                    "group_norm_backward: mean / rstd must hold N * group values");
+  const int64_t D = C / group;
+  const Rows x_rows(input, 1), dy_rows(grad_output, 1);
+  const std::vector<double> w = load_vector<double>(weight, C, 1.0),
+                            mean = load_vector<double>(&mean_t, N * group, 0.0),
+                            rstd = load_vector<double>(&rstd_t, N * group, 0.0);
+  // Pass 1: per (n, c) row, sum(dy * x) and sum(dy).
+  std::vector<double> ds(static_cast<size_t>(N * C)), db(ds.size());
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(HxW, 1));
+  parallel_for(0, N * C, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<T> xbuf(static_cast<size_t>(HxW)), gbuf(xbuf.size());
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = x_rows.direct<T>(r);
+      if (!x) x_rows.load(r, xbuf.data()), x = xbuf.data();
+      const T* dy = dy_rows.direct<T>(r);
+      if (!dy) dy_rows.load(r, gbuf.data()), dy = gbuf.data();
+      double sdyx = 0, sdy = 0;
+      for (int64_t i = 0; i < HxW; ++i) {
+        sdyx += double(dy[i]) * x[i];
+        sdy += dy[i];
+      }
+      ds[r] = sdyx, db[r] = sdy;
+    }
+  });
+  if (has_data(grad_weight) || has_data(grad_bias)) {
+    std::vector<double> gw(static_cast<size_t>(C), 0.0), gb(gw.size(), 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t ng = n * group + c / D;
+        gw[c] += (ds[n * C + c] - db[n * C + c] * mean[ng]) * rstd[ng];
+        gb[c] += db[n * C + c];
+      }
+    }
+    if (has_data(grad_weight)) store_vector(*grad_weight, gw.data());
+    if (has_data(grad_bias)) store_vector(*grad_bias, gb.data());
+  }
+  if (!has_data(grad_input)) return;
+  // grad_input = a[c] * dy + b * x + d, b and d per (n, group).
+  const double s = 1.0 / static_cast<double>(D * HxW);
+  std::vector<double> bcoef(static_cast<size_t>(N * group)), dcoef(bcoef.size());
+  for (int64_t ng = 0; ng < N * group; ++ng) {
+    const int64_t n = ng / group, c0 = (ng % group) * D;
+    double dsg = 0, dbg = 0;
+    for (int64_t c = c0; c < c0 + D; ++c) {
+      dsg += ds[n * C + c] * w[c];
+      dbg += db[n * C + c] * w[c];
+    }
+    const double rs = rstd[ng], mu = mean[ng];
+    bcoef[ng] = (dbg * mu - dsg) * rs * rs * rs * s;
+    dcoef[ng] = -bcoef[ng] * mu - dbg * rs * s;
+  }
+  const Rows gi_rows(*grad_input, 1);
+  parallel_for(0, N * C, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<T> xbuf(static_cast<size_t>(HxW)), gbuf(xbuf.size()), obuf(xbuf.size());
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / C, c = r % C, ng = n * group + c / D;
+      const T* x = x_rows.direct<T>(r);
+      if (!x) x_rows.load(r, xbuf.data()), x = xbuf.data();
+      const T* dy = dy_rows.direct<T>(r);
+      if (!dy) dy_rows.load(r, gbuf.data()), dy = gbuf.data();
+      T* dx = gi_rows.direct<T>(r);
+      T* out = dx ? dx : obuf.data();
+      const T a = T(rstd[ng] * w[c]), b = T(bcoef[ng]), d = T(dcoef[ng]);
+      for (int64_t i = 0; i < HxW; ++i) out[i] = a * dy[i] + b * x[i] + d;
+      if (!dx) gi_rows.store(r, out);
+    }
+  });
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -248,6 +333,16 @@ void batch_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_we
     detail::batch_norm_backward_typed<T>(grad_input, grad_weight, grad_bias, grad_output, input,
                                          weight, running_mean, running_var, save_mean,
                                          save_invstd, training, eps);
+  });
+}
+
+void group_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                         const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                         const TensorDesc& input, const TensorDesc& mean, const TensorDesc& rstd,
+                         const TensorDesc* weight, int64_t group) {
+  detail::dispatch_compute_float(input.dtype, [&]<class T>() {
+    detail::group_norm_backward_typed<T>(grad_input, grad_weight, grad_bias, grad_output, input,
+                                         mean, rstd, weight, group);
   });
 }
 

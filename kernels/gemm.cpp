@@ -1,15 +1,21 @@
 // GEMM: a packed, cache-blocked driver around the micro-kernels of gemm_microkernels.h.
 //
 // How it works (the Goto/BLIS scheme, with A as the broadcast operand):
-//  - M is cut into row blocks whose A block (all of K, at most 16 MB) is packed once by all
-//    threads together into MR-row panels per K block of KC (a panel holds MR values per k).
+//  - M is cut into row blocks whose A block (all of K, at most 16 MB) is packed once into MR-row
+//    panels per K block of KC (a panel holds MR values per k), each panel by the first task
+//    that needs it.
 //  - The columns are cut into tasks of up to NC columns (and rows too, when there are fewer
 //    column blocks than twice the threads). For each K block, a task packs its KC x NC block
 //    of B into NR-column panels in its own buffer (<= 768 KB: stays in that core's L2), then
 //    for every A panel (kept in L1 across the inner loop) runs the micro-kernel over every B
-//    panel. Tasks run all K blocks, so a GEMM has only two barriers per row block.
+//    panel. Tasks run all K blocks, so a GEMM has one barrier (the end of its tasks) per row
+//    block.
 //  - Full tiles of a row-major float/double C are updated in place (C = alpha*AB + beta*C on
 //    the first K block, C += alpha*AB after). Edge tiles go through a small tile buffer.
+//  - A bfloat16 C of two bfloat16 operands (the AVX512-BF16 path) with K <= 2048 takes all of K
+//    as one block: each C tile is final after one micro-kernel call, which rounds it to
+//    bfloat16 in registers and stores it (no float workspace; the B block per task is sized for
+//    a 1 MB L2 instead).
 //  - Other C layouts or dtypes (column-major C is transposed away first, 16-bit C, ...) are
 //    computed into a float workspace, so 16-bit outputs are rounded exactly once; each task
 //    converts its own block of the workspace into C right after its last K block (while the
@@ -45,6 +51,8 @@ namespace {
 // The most capable instruction set that tests allow (set_gemm_isa): 2 = everything the CPU
 // has, 1 = AVX-512 without BF16, 0 = AVX2 (the portable baseline of this library).
 std::atomic<int> g_isa_cap{2};
+// testing::set_gemm_private_a_panels: every task packs its own A panels.
+std::atomic<bool> g_private_a_panels{false};
 
 bool use_avx512() {
   static const bool supported = __builtin_cpu_supports("avx512f") != 0;
@@ -100,7 +108,7 @@ T* scratch(int slot, size_t n) {
     size_t bytes = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local Buf bufs[2];
+  thread_local Buf bufs[3];
   Buf& b = bufs[slot];
   size_t need = (n * sizeof(T) + 63) / 64 * 64;
   if (b.bytes < need) {
@@ -415,11 +423,25 @@ void pack_b_any(const MatRef& b, int64_t k0, int64_t c0, int64_t kc, int64_t nc,
 // final (the workspace path converts it into the real output there).
 using BlockDone = std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
 
-// C[M x N] (row-major, leading dimension ldc, type T) = alpha * A B + beta * C, with the
-// operands packed as P (T itself, or bfloat16 pairs of k).
-template <class T, class P>
+// Largest K a bfloat16-output GEMM takes as one K block (written straight into its bfloat16 C:
+// driver<float, uint16_t, uint16_t>); larger K go through the float workspace. An A panel of
+// 1024 pairs (56 KB) then outgrows L1, but it stays in L2 next to the B block and the
+// micro-kernel keeps its speed (measured: within 2% of an L1-resident panel on Zen 5).
+inline constexpr int64_t kBf16DirectMaxK = 2048;
+// The bytes of packed B a task keeps in L2 on that path (half of a 1 MB L2, the smallest of the
+// AVX512-BF16 CPUs: Zen 4 / Zen 5 have 1 MB per core, Sapphire Rapids 2 MB).
+inline constexpr int64_t kBf16DirectBBytes = 512 << 10;
+
+// C[M x N] (row-major, leading dimension ldc, type CT) = alpha * A B + beta * C, with the
+// operands packed as P (T itself, or bfloat16 pairs of k). CT is T, or uint16_t for a bfloat16
+// C written by the bfloat16 micro-kernel (only with P = uint16_t and K <= kBf16DirectMaxK: the
+// whole K is then one block, so each C tile is final after one micro-kernel call and is rounded
+// once).
+template <class T, class P, class CT = T>
 void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const MatRef& b, T beta,
-            T* c, int64_t ldc, const BlockDone* block_done) {
+            CT* c, int64_t ldc, const BlockDone* block_done) {
+  constexpr bool kBf16C = std::is_same_v<CT, uint16_t>;
+  static_assert(!kBf16C || std::is_same_v<P, uint16_t>, "a bfloat16 C needs the bfloat16 kernel");
   const Kernel<T, P> kern = select_kernel<T, P>();
   const int mr = kern.mr, nr = kern.nr;
   constexpr int step = kStep<P>;
@@ -429,9 +451,15 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   const bool small = 2.0 * M * N * K < 4e6;  // not worth waking the workers
   // K padded to whole steps: only the last K block can be odd, so this is the packed A's depth.
   const int64_t Kp = (K + step - 1) / step * step;
+  int64_t kc_max = B::kKC, nc_max = B::kNC;
+  if constexpr (kBf16C) {
+    NPU_KERNEL_ASSERT(K <= kBf16DirectMaxK, "bfloat16-output GEMM path given too large a K");
+    kc_max = Kp;
+    nc_max = std::max<int64_t>(nr, kBf16DirectBBytes / (2 * Kp) / nr * nr);
+  }
 
-  // Rows per A block: the whole K extent of the block is packed up front (<= kPackedA
-  // elements), so the tasks below run every K block without a barrier in between.
+  // Rows per A block: a panel's whole K extent is packed at its first use (the block holds
+  // <= kPackedA elements), so the tasks below run every K block without a barrier in between.
   const int64_t mc_max = std::max<int64_t>(mr, B::kPackedA / std::max<int64_t>(Kp, 1) / mr * mr);
   for (int64_t ic = 0; ic < M; ic += mc_max) {
     const int64_t mc = std::min(mc_max, M - ic);
@@ -439,18 +467,36 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     const int64_t mpad = m_panels * mr;
     // Panel p of the K block starting at pc lives at ap + pc * mpad + p * kcp * mr.
     P* ap = scratch<P>(0, static_cast<size_t>(mpad * Kp));
-    parallel_for(0, m_panels, small ? m_panels : std::max<int64_t>(1, 65536 / (mr * K + 1)),
-                 [&](int64_t p0, int64_t p1) {
-      for (int64_t pc = 0; pc < K; pc += B::kKC) {
-        const int64_t kc = std::min(B::kKC, K - pc);
-        pack_a_any<P>(a, ic, pc, mc, kc, mr, p0, p1, ap + pc * mpad);
+    // A panels are packed on first use, all K blocks at once, by the task that needs them first
+    // (0: not packed, 1: being packed, 2: packed), so there is no packing pass with a barrier
+    // before the tasks: one hand-off between the threads fewer, which on a loaded machine is a
+    // wait for a thread to get a core back. A task that finds a panel being packed by another
+    // thread packs its own copy of the K block it needs instead of waiting for it.
+    std::unique_ptr<std::atomic<int>[]> a_state(new std::atomic<int>[m_panels]);
+    for (int64_t p = 0; p < m_panels; ++p) a_state[p].store(0, std::memory_order_relaxed);
+    auto a_panel_at = [&](int64_t p, int64_t pc, int64_t kc, int64_t kcp) -> const P* {
+      const P* shared = ap + pc * mpad + p * kcp * mr;
+      const bool private_copy = g_private_a_panels.load(std::memory_order_relaxed);
+      if (!private_copy && a_state[p].load(std::memory_order_acquire) == 2) return shared;
+      int expected = private_copy ? -1 : 0;
+      if (!private_copy &&
+          a_state[p].compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+        for (int64_t pk = 0; pk < K; pk += kc_max) {
+          pack_a_any<P>(a, ic, pk, mc, std::min(kc_max, K - pk), mr, p, p + 1, ap + pk * mpad);
+        }
+        a_state[p].store(2, std::memory_order_release);
+        return shared;
       }
-    });
+      if (expected == 2) return shared;
+      P* own = scratch<P>(2, static_cast<size_t>(kcp * mr));
+      pack_a_any<P>(a, ic + p * mr, pc, mc - p * mr, kc, mr, 0, 1, own);
+      return own;
+    };
 
     // Column blocks of at most NC, at least two per thread when N allows (so a thread slowed
     // by other work hands its share to the others), and row splits when columns run out.
     int64_t nc_target = ((N + 2 * threads - 1) / (2 * threads) + nr - 1) / nr * nr;
-    nc_target = std::clamp<int64_t>(nc_target, nr, B::kNC);
+    nc_target = std::clamp<int64_t>(nc_target, nr, nc_max);
     const int64_t nj = (N + nc_target - 1) / nc_target;
     const int64_t ni = small ? 1 : std::min<int64_t>(m_panels, (2 * threads + nj - 1) / nj);
     const int64_t tasks = nj * ni;
@@ -463,29 +509,45 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
         const int64_t nc = std::min(nc_target, N - jc);
         const int64_t p_begin = m_panels * ib / ni, p_end = m_panels * (ib + 1) / ni;
         const int64_t n_panels = (nc + nr - 1) / nr;
-        P* bp = scratch<P>(1, static_cast<size_t>(n_panels * nr * std::min(B::kKC, Kp)));
-        for (int64_t pc = 0; pc < K; pc += B::kKC) {
-          const int64_t kc = std::min(B::kKC, K - pc);
+        P* bp = scratch<P>(1, static_cast<size_t>(n_panels * nr * std::min(kc_max, Kp)));
+        for (int64_t pc = 0; pc < K; pc += kc_max) {
+          const int64_t kc = std::min(kc_max, K - pc);
           const int64_t kcp = (kc + step - 1) / step * step;
           const T beta_eff = pc == 0 ? beta : T(1);
           pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
-          for (int64_t p = p_begin; p < p_end; ++p) {
-            const P* a_panel = ap + pc * mpad + p * kcp * mr;
+          // The first tasks (one per thread) start at different A panels, so that the threads
+          // pack different panels rather than meeting at the same one (where one of them would
+          // pack a private copy).
+          const int64_t np = p_end - p_begin, p_shift = np * (t % threads) / threads;
+          for (int64_t i = 0; i < np; ++i) {
+            const int64_t p = p_begin + (i + p_shift) % np;
+            const P* a_panel = a_panel_at(p, pc, kc, kcp);
             const int64_t row = ic + p * mr;
             const int rows = static_cast<int>(std::min<int64_t>(mr, M - row));
             for (int64_t q = 0; q < n_panels; ++q) {
               const P* b_panel = bp + q * kcp * nr;
               const int64_t col = jc + q * nr;
               const int cols = static_cast<int>(std::min<int64_t>(nr, nc - q * nr));
-              T* cp = c + row * ldc + col;
+              CT* cp = c + row * ldc + col;
               if (rows == mr && cols == nr) {
-                kern.fn(kcp / step, a_panel, b_panel, cp, ldc, alpha, beta_eff);
+                if constexpr (kBf16C) {
+                  kernel_avx512bf16_14x32_bf16c(kcp / step, a_panel, b_panel, cp, ldc, alpha,
+                                                beta_eff);
+                } else {
+                  kern.fn(kcp / step, a_panel, b_panel, cp, ldc, alpha, beta_eff);
+                }
               } else {
                 kern.fn(kcp / step, a_panel, b_panel, tile, nr, T(1), T(0));
                 for (int i = 0; i < rows; ++i) {
                   for (int j = 0; j < cols; ++j) {
                     T v = alpha * tile[i * nr + j];
-                    cp[i * ldc + j] = beta_eff == T(0) ? v : v + beta_eff * cp[i * ldc + j];
+                    if constexpr (kBf16C) {
+                      uint16_t& out = cp[i * ldc + j];
+                      if (beta_eff != T(0)) v += beta_eff * bf16_to_float(BFloat16{out});
+                      out = float_to_bf16(v).bits;
+                    } else {
+                      cp[i * ldc + j] = beta_eff == T(0) ? v : v + beta_eff * cp[i * ldc + j];
+                    }
                   }
                 }
               }
@@ -543,6 +605,16 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
   if (c.dtype == dtype_of<T>() && ccs == 1) {
     run(T(alpha), T(beta), static_cast<T*>(c.data), crs, nullptr);
     return;
+  }
+  // A bfloat16 C of two bfloat16 operands with K in one block: the micro-kernel rounds each
+  // tile into C itself (no float workspace, no second pass over C).
+  if constexpr (std::is_same_v<T, float>) {
+    if (c.dtype == DType::BFloat16 && ccs == 1 && ma.dtype == DType::BFloat16 &&
+        mb.dtype == DType::BFloat16 && K <= kBf16DirectMaxK && use_avx512_bf16()) {
+      driver<float, uint16_t, uint16_t>(M, N, K, float(alpha), ma, mb, float(beta),
+                                        static_cast<uint16_t*>(c.data), crs, nullptr);
+      return;
+    }
   }
   // Workspace path: compute A B in T, then C = alpha * W + beta * C with conversion, block by
   // block as the tasks finish them (the plain C = W of mm / bmm: the library's vectorised
@@ -628,6 +700,10 @@ void set_gemm_isa(const char* isa) {
                     "set_gemm_isa takes \"auto\", \"avx512\" or \"avx2\"");
   detail::gemm::g_isa_cap.store(s == "auto" ? 2 : s == "avx512" ? 1 : 0,
                                 std::memory_order_relaxed);
+}
+
+void set_gemm_private_a_panels(bool on) {
+  detail::gemm::g_private_a_panels.store(on, std::memory_order_relaxed);
 }
 
 const char* gemm_isa(DType a, DType b) {

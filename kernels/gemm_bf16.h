@@ -15,4 +15,10 @@ inline constexpr int kBf16NR = 32;
 void kernel_avx512bf16_14x32(int64_t pairs, const uint16_t* a, const uint16_t* b, float* c,
                              int64_t ldc, float alpha, float beta);
 
+// The same with a bfloat16 C (raw bits, row-major, leading dimension ldc): the float32 result
+// alpha * A B + beta * C is rounded once to bfloat16 (nearest even; NaN -> 0x7fc0, as
+// float_to_bf16 in dtype_traits.h), so a GEMM whose K fits one block needs no float workspace.
+void kernel_avx512bf16_14x32_bf16c(int64_t pairs, const uint16_t* a, const uint16_t* b,
+                                   uint16_t* c, int64_t ldc, float alpha, float beta);
+
 }  // namespace npu::kernels::detail::gemm

@@ -1,5 +1,5 @@
-// softmax / log_softmax, layer_norm and batch_norm, with backward, and group_norm's forward, on
-// the library's normalization kernels. Calls the kernels do not cover (dtypes, 0-dim inputs,
+// softmax / log_softmax, layer_norm, batch_norm and group_norm, with backward, on the library's
+// normalization kernels. Calls the kernels do not cover (dtypes, 0-dim inputs,
 // half_to_float on a non-half input, unusual parameter layouts) hand over to ATen's CPU kernel
 // on the stream (ExecutionPaths.h), which also gives PyTorch's messages.
 #include <ATen/MemoryOverlap.h>
@@ -318,7 +318,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
 // bfloat16), then the per-channel affine in that dtype and one rounding to the input's dtype:
 // ATen's composite would round the normalised values and the affine's product to half.
 // mean / rstd are [N, group] in ATen's CPU dtypes (the input's, float32 for a 16-bit input with
-// float32 weight / bias), since the backward runs ATen's CPU kernel, which reads them so.
+// float32 weight / bias), so that a backward handed to ATen's CPU kernel reads them as it
+// expects; ours reads any floating dtype.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm(
     const at::Tensor& input, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, c10::SymInt sym_n, c10::SymInt sym_c,
@@ -368,6 +369,54 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm(
   return {y.view(input.sizes()), mean, rstd};
 }
 
+// grad_input in the input's dtype, grad_weight / grad_bias in the weight's (ATen's CPU
+// contract); the kernel computes in float32 (float64 for float64) with per-plane sums in double.
+// Calls it does not cover (grad_weight / grad_bias asked without a weight, mismatched dtypes,
+// empty inputs) go to ATen's kernel, which also gives PyTorch's messages.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, c10::SymInt sym_n,
+    c10::SymInt sym_c, c10::SymInt sym_hxw, int64_t group, std::array<bool, 3> output_mask) {
+  const int64_t N = sym_n.guard_int(__FILE__, __LINE__), C = sym_c.guard_int(__FILE__, __LINE__),
+                HxW = sym_hxw.guard_int(__FILE__, __LINE__);
+  const bool has_w = weight && weight->defined();
+  auto statOk = [&](const at::Tensor& t) {
+    return describableFloating(t) && t.numel() == N * group;
+  };
+  const bool ok =
+      describableFloating(input) && input.dim() >= 2 && input.numel() > 0 && group > 0 &&
+      C % group == 0 && input.size(1) == C && input.numel() == N * C * HxW &&
+      describable(grad_out) && grad_out.sizes() == input.sizes() &&
+      grad_out.scalar_type() == input.scalar_type() && statOk(mean) && statOk(rstd) &&
+      nk::batch_norm_supports(*toKernelDType(input.scalar_type())) &&
+      (has_w ? bnParamDType(input, {&weight}).has_value() && weight->numel() == C
+             : !output_mask[1] && !output_mask[2]);
+  if (!ok) {
+    torch::jit::Stack stack;
+    torch::jit::push(stack, grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask);
+    runOnHost(NPU_ATEN_OP("native_group_norm_backward", ""), &stack);
+    return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
+  }
+  const c10::DeviceGuard guard(input.device());
+  // [N, C, HxW] views (strided where the layout allows, e.g. channels-last; the kernel reads
+  // any strides).
+  const at::Tensor x = input.reshape({N, C, HxW}), dy = grad_out.reshape({N, C, HxW});
+  at::Tensor gi, gw, gb;
+  std::optional<nk::TensorDesc> dgi, dgw, dgb;
+  if (output_mask[0]) {
+    gi = at::empty(input.sizes(), input.options());
+    dgi = describe(gi.view({N, C, HxW}));
+  }
+  if (output_mask[1]) dgw = describe(gw = at::empty({C}, weight->options()));
+  if (output_mask[2]) dgb = describe(gb = at::empty({C}, weight->options()));
+  launchTask(streamOf(input), "group_norm_backward",
+             [dgi, dgw, dgb, go = describe(dy), i = describe(x), m = describe(mean),
+              r = describe(rstd), w = optDesc(weight), group] {
+               nk::group_norm_backward(ptr(dgi), ptr(dgw), ptr(dgb), go, i, m, r, ptr(w), group);
+             });
+  return {gi, gw, gb};
+}
+
 // The functional forms torch.compile / decompositions call: the same kernel.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_legit(
     const at::Tensor& input, const std::optional<at::Tensor>& weight,
@@ -399,6 +448,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "_native_batch_norm_legit", native_batch_norm_legit);
   NPU_IMPL(m, "_native_batch_norm_legit.no_stats", native_batch_norm_legit_no_stats);
   NPU_IMPL(m, "native_group_norm", native_group_norm);
+  NPU_IMPL(m, "native_group_norm_backward", native_group_norm_backward);
 }
 
 }  // namespace torch_npu::native

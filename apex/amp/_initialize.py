@@ -17,6 +17,12 @@ How each level is realised:
   of the parameters it loads, from the checkpoint's values (full float32 precision when the
   checkpoint has it), so the next step starts from the loaded weights and not from stale masters
   that would overwrite them.
+- state_dict of a cast model (O2, O3): as apex, every module gets a state_dict hook that turns
+  the half entries (parameters and buffers) into float32 copies, so a checkpoint saved from an
+  amp model is float32 and loads into a float32 model as well as into an amp one. The values are
+  the model's (half values widened exactly), not the masters'. apex converts float16 only (it
+  predates bfloat16 models); here bfloat16 entries of a bfloat16 cast model become float32 too,
+  for the same reason.
 """
 
 import torch
@@ -67,6 +73,24 @@ def _cast_model(model, dtype, keep_batchnorm_fp32):
         for name, b in module.named_buffers(recurse=False):
             if b is not None and b.is_floating_point():
                 module._buffers[name] = b.to(dtype)
+
+
+class O2StateDictHook:
+    """A module's state_dict hook: its half entries become float32 copies (see the module
+    docstring). The class name is apex's: torch.onnx looks hooks of this name up to take them off
+    while it exports a model."""
+
+    def __call__(self, module, state_dict, prefix, local_metadata):
+        for key, value in state_dict.items():
+            if (key.startswith(prefix) and isinstance(value, torch.Tensor)
+                    and value.dtype in (torch.float16, torch.bfloat16)):
+                state_dict[key] = value.to(torch.float32)
+
+
+def _hook_float32_state_dict(model):
+    hook = O2StateDictHook()
+    for module in model.modules():
+        module._register_state_dict_hook(hook)
 
 
 def _run_batchnorm_in_float32(module):
@@ -274,6 +298,8 @@ def initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model
         if properties.cast_model_type is not None:
             _cast_model(model, properties.cast_model_type,
                         properties.model_is_cast and properties.keep_batchnorm_fp32)
+            if properties.model_is_cast:
+                _hook_float32_state_dict(model)
         cast_inputs = properties.model_is_cast
         if cast_inputs or properties.patch_torch_functions:
             _patch_forward(model,

@@ -339,6 +339,53 @@ def test_o2_load_state_dict_assign_rebinds_master_weights():
         torch.testing.assert_close(p, m.half(), rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.parametrize("level", ["O2", "O3"])
+def test_cast_model_state_dict_is_float32(level):
+    # apex hooks state_dict on a cast model: checkpoints are float32 (the half values widened
+    # exactly), parameters and buffers alike, and the model itself stays half.
+    model = _fresh("cnn").npu()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, opt = amp.initialize(model, opt, opt_level=level, verbosity=0)
+    live = {k: v for k, v in model.state_dict(keep_vars=True).items()}
+    state = model.state_dict()
+    floating = [k for k, v in state.items() if v.is_floating_point()]
+    assert floating and all(state[k].dtype == torch.float32 for k in floating), \
+        {k: state[k].dtype for k in floating}
+    half = [name for name, p in model.named_parameters() if p.dtype == torch.float16]
+    assert half, "the model was not cast"
+    for name in half:
+        torch.testing.assert_close(state[name], model.get_parameter(name).float(), rtol=0, atol=0)
+    # Integer buffers (num_batches_tracked) keep their dtype; live tensors are not touched.
+    for k, v in state.items():
+        if not v.is_floating_point():
+            assert v.dtype == live[k].dtype, k
+    for name, p in model.named_parameters():
+        bn_fp32 = level == "O2" and _in_batchnorm(model, name)  # keep_batchnorm_fp32
+        assert p.dtype == (torch.float32 if bn_fp32 else torch.float16), name
+    # A submodule's own state_dict is float32 too, and the checkpoint loads into a float32 model.
+    sub = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert all(v.dtype == torch.float32 for v in sub.state_dict().values())
+    plain = _fresh("cnn", seed=3).npu()
+    plain.load_state_dict(state)
+    for name in half:
+        torch.testing.assert_close(plain.get_parameter(name), state[name], rtol=0, atol=0)
+
+
+def _in_batchnorm(model, name):
+    owner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+    return isinstance(owner, torch.nn.modules.batchnorm._BatchNorm)
+
+
+def test_o1_state_dict_is_the_model_dtype():
+    # O1 leaves the model float32 and registers no hook: state_dict is the model's own.
+    model = _fresh("mlp").npu()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, opt = amp.initialize(model, opt, opt_level="O1", verbosity=0)
+    assert all(not type(h).__name__ == "O2StateDictHook"
+               for m in model.modules() for h in m._state_dict_hooks.values())
+    assert all(v.dtype == torch.float32 for v in model.state_dict().values())
+
+
 def test_num_losses_have_their_own_scalers():
     model = _fresh().npu()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)

@@ -81,6 +81,11 @@ OPS = {
             g, x, w, None, None, m, r, True, 1e-5, [True, False, False])[0],
         lambda: (_x(8, 16, 12, 12), _x(8, 16, 12, 12, seed=1), _x(16, seed=2),
                  _x(16, seed=3), _x(16, seed=4, positive=True))),
+    "group_norm_backward": (
+        lambda g, x, w, m, r: torch.ops.aten.native_group_norm_backward(
+            g, x, m, r, w, 8, 16, 144, 4, [True, False, False])[0],
+        lambda: (_x(8, 16, 12, 12), _x(8, 16, 12, 12, seed=1), _x(16, seed=2),
+                 _x(8, 4, seed=3), _x(8, 4, seed=4, positive=True))),
     "gelu_backward": (lambda g, x: torch.ops.aten.gelu_backward(g, x),
                       lambda: (_x(4096), _x(4096, seed=1))),
     "silu_backward": (lambda g, x: torch.ops.aten.silu_backward(g, x),

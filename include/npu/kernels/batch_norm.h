@@ -50,4 +50,18 @@ void batch_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_we
                          const TensorDesc* save_mean, const TensorDesc* save_invstd,
                          bool training, double eps);
 
+// Group norm backward over input [N, C, HxW] (any strides; grad_output and grad_input the
+// same shape), with the forward's mean / rstd [N, group] (any floating dtype, N * group
+// elements in row-major order) and an optional weight [C]; C % group == 0. With D = C / group
+// and, per (n, g), ds = sum_{c in g} w[c] sum_hw dy * x and db = sum_{c in g} w[c] sum_hw dy:
+//   grad_input = rstd * w[c] * dy + c2 * x + c3, c2 = (db * mean - ds) * rstd^3 / (D * HxW),
+//                c3 = -c2 * mean - db * rstd / (D * HxW)
+//   grad_weight[c] = sum_n (sum_hw dy * x - mean * sum_hw dy) * rstd, grad_bias[c] = sum dy.
+// Each output may be nullptr (ATen's output_mask); grad_weight / grad_bias are C elements of
+// any floating dtype. Math in float32 (float64 for Float64 input), the per-(n, c) sums in double.
+void group_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,
+                         const TensorDesc* grad_bias, const TensorDesc& grad_output,
+                         const TensorDesc& input, const TensorDesc& mean, const TensorDesc& rstd,
+                         const TensorDesc* weight, int64_t group);
+
 }  // namespace npu::kernels

@@ -31,4 +31,7 @@ void set_gemm_isa(const char* isa);
 // The instruction set gemm() uses now for operands of these dtypes: "avx512_bf16", "avx512"
 // or "avx2" (benchmark labels, and tests that a path was really taken).
 const char* gemm_isa(DType a, DType b);
+// For tests only: true makes every task pack its own copy of each A panel, the path a task
+// takes when another thread is packing the shared panel it needs (otherwise a timing accident).
+void set_gemm_private_a_panels(bool on);
 }  // namespace npu::kernels::testing

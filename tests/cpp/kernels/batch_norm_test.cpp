@@ -1,6 +1,7 @@
 // batch_norm forward (training and eval) and backward against per-channel loops in double:
 // [N, C], [N, C, H, W] and large [N, C, D, H, W] (plane-by-plane path), transposed inputs,
-// optional weight / bias, Float16 input with float32 stats, output masks.
+// optional weight / bias, Float16 input with float32 stats, output masks; group_norm_backward
+// against the textbook form in double.
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
@@ -165,6 +166,109 @@ TEST(BatchNorm, EmptyBatchLeavesRunningStats) {
   EXPECT_EQ(sm.get(0), 0);
   EXPECT_TRUE(nk::batch_norm_supports(DType::Float16));
   EXPECT_FALSE(nk::batch_norm_supports(DType::Int32));
+}
+
+// group_norm_backward against the textbook form in double, on [N, C, HxW] (the adapter's view):
+// per (n, g), dx = rstd * (w dy - mean(w dy) - xhat * mean(w dy xhat)) over the group's
+// D * HxW values, grad_weight = sum dy xhat, grad_bias = sum dy. Float32 / Float64 / Float16 /
+// BFloat16 inputs, a column-major input, groups of one channel and of all of them, no weight,
+// and output masks (absent outputs).
+struct GnCase {
+  int64_t n, c, hw, group;
+  DType dtype = DType::Float32;
+  bool affine = true;
+  Layout layout = Layout::Contiguous;
+};
+
+void check_gn_backward(const GnCase& k) {
+  SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.hw << " group " << k.group
+                                    << " " << dtype_str(k.dtype) << " affine " << k.affine
+                                    << " layout " << int(k.layout));
+  const int64_t D = k.c / k.group, G = k.group;
+  HostTensor x(k.dtype, {k.n, k.c, k.hw}, k.layout), dy(k.dtype, {k.n, k.c, k.hw});
+  HostTensor w(DType::Float32, {k.c}), mean(DType::Float32, {k.n, G}), rstd(DType::Float32, {k.n, G});
+  fill_uniform(x, -2, 3);
+  fill_uniform(dy, -1, 1);
+  fill_uniform(w, 0.5, 1.5);
+  auto at = [&](int64_t n, int64_t c, int64_t s) { return (n * k.c + c) * k.hw + s; };
+  for (int64_t n = 0; n < k.n; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      double s = 0, ss = 0;
+      for (int64_t c = g * D; c < (g + 1) * D; ++c)
+        for (int64_t i = 0; i < k.hw; ++i) s += x.get(at(n, c, i));
+      const double mu = s / double(D * k.hw);
+      for (int64_t c = g * D; c < (g + 1) * D; ++c)
+        for (int64_t i = 0; i < k.hw; ++i) ss += (x.get(at(n, c, i)) - mu) * (x.get(at(n, c, i)) - mu);
+      mean.set(n * G + g, mu);
+      rstd.set(n * G + g, 1 / std::sqrt(ss / double(D * k.hw) + 1e-5));
+    }
+  }
+  HostTensor dx(k.dtype, {k.n, k.c, k.hw}), dw(DType::Float32, {k.c}), db(DType::Float32, {k.c});
+  TensorDesc dxd = dx.desc(), dwd = dw.desc(), dbd = db.desc(), wd = w.desc();
+  nk::group_norm_backward(&dxd, &dwd, &dbd, dy.desc(), x.desc(), mean.desc(), rstd.desc(),
+                          k.affine ? &wd : nullptr, k.group);
+
+  HostTensor edx(DType::Float64, {k.n, k.c, k.hw}), edw(DType::Float64, {k.c}),
+      edb(DType::Float64, {k.c});
+  std::vector<double> gw(k.c, 0.0), gb(k.c, 0.0);
+  for (int64_t n = 0; n < k.n; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      const double mu = mean.get(n * G + g), rs = rstd.get(n * G + g);
+      double m1 = 0, m2 = 0;  // mean(w dy), mean(w dy xhat) over the group
+      for (int64_t c = g * D; c < (g + 1) * D; ++c) {
+        const double wc = k.affine ? w.get(c) : 1.0;
+        for (int64_t i = 0; i < k.hw; ++i) {
+          const double d = dy.get(at(n, c, i)), xh = (x.get(at(n, c, i)) - mu) * rs;
+          m1 += wc * d, m2 += wc * d * xh;
+          gw[c] += d * xh, gb[c] += d;
+        }
+      }
+      m1 /= double(D * k.hw), m2 /= double(D * k.hw);
+      for (int64_t c = g * D; c < (g + 1) * D; ++c) {
+        const double wc = k.affine ? w.get(c) : 1.0;
+        for (int64_t i = 0; i < k.hw; ++i) {
+          const double xh = (x.get(at(n, c, i)) - mu) * rs;
+          edx.set(at(n, c, i), rs * (wc * dy.get(at(n, c, i)) - m1 - xh * m2));
+        }
+      }
+    }
+  }
+  for (int64_t c = 0; c < k.c; ++c) edw.set(c, gw[c]), edb.set(c, gb[c]);
+  const double tol = std::max(1e-5, 2 * default_rtol(k.dtype));
+  EXPECT_TRUE(all_close(dx, edx, tol, tol));
+  EXPECT_TRUE(all_close(dw, edw, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(db, edb, 1e-5, 1e-5));
+}
+
+TEST(GroupNormBackward, MatchesDoubleReference) {
+  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    check_gn_backward({4, 6, 25, 3, t});
+    check_gn_backward({2, 8, 7, 8, t});   // one channel per group
+    check_gn_backward({3, 5, 11, 1, t});  // one group of every channel
+    check_gn_backward({2, 6, 9, 2, t, false});
+  }
+  check_gn_backward({3, 6, 10, 3, DType::Float32, true, Layout::Transposed});
+  check_gn_backward({1, 4, 70000, 2, DType::Float32});  // planes over the parallel grain
+}
+
+TEST(GroupNormBackward, OutputMaskSkipsAbsentOutputs) {
+  HostTensor x(DType::Float32, {2, 4, 3}), dy(DType::Float32, {2, 4, 3});
+  HostTensor mean(DType::Float32, {2, 2}), rstd(DType::Float32, {2, 2}), dw(DType::Float32, {4});
+  fill_uniform(x, -1, 1);
+  fill_uniform(dy, -1, 1);
+  fill_uniform(mean, -0.1, 0.1);
+  fill_uniform(rstd, 0.9, 1.1);
+  TensorDesc dwd = dw.desc();
+  nk::group_norm_backward(nullptr, &dwd, nullptr, dy.desc(), x.desc(), mean.desc(), rstd.desc(),
+                          nullptr, 2);
+  for (int64_t c = 0; c < 4; ++c) {
+    double want = 0;
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 3; ++i)
+        want += dy.get((n * 4 + c) * 3 + i) *
+                (x.get((n * 4 + c) * 3 + i) - mean.get(n * 2 + c / 2)) * rstd.get(n * 2 + c / 2);
+    EXPECT_NEAR(dw.get(c), want, 1e-5);
+  }
 }
 
 }  // namespace

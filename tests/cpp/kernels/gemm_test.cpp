@@ -124,6 +124,69 @@ TEST_P(GemmIsa, HalfAndBFloat16OddSizesLayoutsAlphaBeta) {
   }
 }
 
+// A bfloat16 C of bfloat16 operands with K up to 2048 is written by the micro-kernel itself (one
+// K block, no float workspace); K = 2049 takes the workspace. Shapes with M / N tails around
+// the 14 x 32 tile, odd K (a pair with zero), several column tasks (K = 2048 allows 128
+// columns per task), transposed operands, and alpha / beta reading the bfloat16 C.
+TEST_P(GemmIsa, BFloat16OutputOneKBlockAndWorkspace) {
+  const int64_t shapes[][3] = {{15, 33, 2047}, {29, 130, 2048}, {30, 70, 2049},
+                               {131, 300, 1000}, {14, 32, 1}, {43, 97, 7}};
+  const DType t = DType::BFloat16;
+  for (auto& s : shapes) {
+    check_gemm({s[0], s[1], s[2], false, false, false, 1.0, 0.0, t, t, t});
+    check_gemm({s[0], s[1], s[2], true, true, false, -0.5, 2.0, t, t, t});
+  }
+}
+
+// The bfloat16 C is the float32 sum rounded once to nearest, ties to even, NaN kept: row i of
+// A is (v_i, 2^-8), B is all ones, so C[i][j] = v_i + 2^-8 exactly in float32. 1 + 2^-8 and
+// 1 + 2^-7 + 2^-8 are ties (to 1 and to 1 + 2^-6: truncation or rounding half up gives
+// 1 + 2^-7 for one of them). The same through beta: C0 = 2^-8, K = 1. 15 x 33 covers the full
+// tile and both edges.
+TEST_P(GemmIsa, BFloat16OutputRoundsToNearestEven) {
+  const double u = 1.0 / 256;
+  const double v[] = {1.0, 1.0 + 2 * u, -1.0, 2.0, 0.5, NAN};
+  const double want[] = {1.0, 1.0 + 4 * u, -1.0 + u, 2.0, 0.5 + u, NAN};
+  const int64_t m = 15, n = 33;
+  for (bool via_beta : {false, true}) {
+    SCOPED_TRACE(via_beta ? "beta" : "k = 2");
+    const int64_t k = via_beta ? 1 : 2;
+    HostTensor a(DType::BFloat16, {m, k}), b(DType::BFloat16, {k, n}), c(DType::BFloat16, {m, n});
+    for (int64_t i = 0; i < m; ++i) {
+      a.set(i * k, v[i % 6]);
+      if (!via_beta) a.set(i * k + 1, u);
+    }
+    for (int64_t p = 0; p < k * n; ++p) b.set(p, 1.0);
+    for (int64_t p = 0; p < m * n; ++p) c.set(p, via_beta ? u : NAN);
+    nk::gemm(c.desc(), a.desc(), b.desc(), 1.0, via_beta ? 1.0 : 0.0);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const double got = c.get(i * n + j), w = want[i % 6];
+        if (std::isnan(w)) {
+          ASSERT_TRUE(std::isnan(got)) << i << "," << j;
+        } else {
+          ASSERT_EQ(got, w) << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
+// A task that finds the A panel it needs being packed by another thread packs a private copy of
+// that K block (forced here for every panel): float and bfloat16 paths, K over several blocks,
+// row tails, transposed A.
+TEST_P(GemmIsa, PrivateAPanelCopies) {
+  nk::testing::set_gemm_private_a_panels(true);
+  const int64_t shapes[][3] = {{131, 257, 385}, {45, 70, 1537}, {29, 130, 2048}};
+  for (auto& s : shapes) {
+    for (DType t : {DType::Float32, DType::BFloat16}) {
+      check_gemm({s[0], s[1], s[2], false, false, false, 1.0, 0.0, t, t, t});
+      check_gemm({s[0], s[1], s[2], true, false, false, -0.5, 2.0, t, t, DType::Float32});
+    }
+  }
+  nk::testing::set_gemm_private_a_panels(false);
+}
+
 TEST_P(GemmIsa, BFloat16StridedOperands) {
   // Neither stride 1 (every other column of bigger buffers): the generic packing loops.
   const int64_t m = 19, n = 23, k = 37;
