@@ -9,7 +9,9 @@
 // everything). So before finalization we make each used device's autograd thread run one more
 // backward of our own, built from tensors Python never saw: the thread takes it from its queue
 // only once the iteration it was in has ended, and ours holds no Python object, so when the
-// barrier returns the thread has nothing left that could take the GIL.
+// barrier returns the thread has nothing left that could take the GIL. The same holds for the
+// watchdog of an hccl process group the program never destroyed (it drops the tensors of the
+// collectives it retires): it is stopped first.
 #include "AtExit.h"
 
 #include <execinfo.h>
@@ -24,6 +26,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "NPUFunctions.h"
+#include "distributed/ProcessGroupHCCL.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
 
@@ -64,6 +67,7 @@ std::terminate_handler g_previous_terminate = nullptr;
 
 void quiesceAtExit() {
   if (!isInitialized() || isInBadFork()) return;
+  stopProcessGroupWatchdogsAtExit();
   const int count = deviceCount();
   for (int d = 0; d < count; ++d) {
     if (!wasUsed(d)) continue;

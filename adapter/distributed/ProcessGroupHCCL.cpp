@@ -500,16 +500,52 @@ ProcessGroupHCCL::ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store,
   }
   init();
   watchdog_ = std::thread([this] { watchdogLoop(); });
+  std::lock_guard<std::mutex> lock(liveGroupsMutex());
+  liveGroups().insert(this);
 }
 
 ProcessGroupHCCL::~ProcessGroupHCCL() {
+  {
+    std::lock_guard<std::mutex> lock(liveGroupsMutex());
+    liveGroups().erase(this);
+  }
   shutdown();
+}
+
+std::mutex& ProcessGroupHCCL::liveGroupsMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::set<ProcessGroupHCCL*>& ProcessGroupHCCL::liveGroups() {
+  static std::set<ProcessGroupHCCL*> groups;
+  return groups;
+}
+
+void ProcessGroupHCCL::stopWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(workMutex_);
+    stopping_ = true;
+  }
+  workCv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void stopProcessGroupWatchdogsAtExit() {
+  // The watchdog retires finished works on its own thread, dropping their tensors; one that
+  // Python created decrements its Python object, which takes the GIL, and a thread asking for
+  // the GIL once finalization began is ended by pthread_exit, aborting the process (see
+  // AtExit.cpp). A group the program never destroyed is stopped here, before finalization:
+  // the watchdog retires what is in flight (the caller released the GIL) and leaves.
+  std::lock_guard<std::mutex> lock(ProcessGroupHCCL::liveGroupsMutex());
+  for (ProcessGroupHCCL* group : ProcessGroupHCCL::liveGroups()) group->stopWatchdog();
 }
 
 void ProcessGroupHCCL::shutdown() {
   {
     std::lock_guard<std::mutex> lock(workMutex_);
-    if (stopping_) return;
+    if (shutDown_) return;
+    shutDown_ = true;
     stopping_ = true;
   }
   workCv_.notify_all();

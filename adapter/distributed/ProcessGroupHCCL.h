@@ -38,6 +38,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -244,6 +245,13 @@ class ProcessGroupHCCL : public c10d::Backend {
                                         bool onRecvStream = false);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
 
+  // Ends the watchdog after it retired the works in flight (interpreter exit; see
+  // stopProcessGroupWatchdogsAtExit). The communicators stay until shutdown().
+  void stopWatchdog();
+  static std::mutex& liveGroupsMutex();
+  static std::set<ProcessGroupHCCL*>& liveGroups();
+  friend void stopProcessGroupWatchdogsAtExit();
+
   void watchdogLoop();
   // One pass over the works in flight; returns how long to sleep before the next.
   std::chrono::milliseconds watchdogPass();
@@ -275,11 +283,15 @@ class ProcessGroupHCCL : public c10d::Backend {
   std::mutex workMutex_;
   std::condition_variable workCv_;
   std::deque<c10::intrusive_ptr<WorkHCCL>> inFlight_;
-  bool stopping_ = false;
+  bool stopping_ = false;  // the watchdog leaves once nothing is in flight
+  bool shutDown_ = false;  // shutdown() ran: communicators destroyed
   std::atomic<bool> failed_{false};
   std::atomic<bool> timedOut_{false};
   std::thread watchdog_;
 };
+
+// Stops the watchdog of every live group (call without the GIL, before finalization).
+void stopProcessGroupWatchdogsAtExit();
 
 // torch_npu's error-code suffix: "\n[ERROR] <time> (PID:<pid>, Device:<d>, RankID:<r>). ERR02<code>
 // DIST <text>", with codes 1 (invalid parameter), 7 (feature not supported), 11 (timeout
