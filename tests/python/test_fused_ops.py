@@ -25,6 +25,18 @@ def close(actual, expected, dtype, scale=1.0):
     assert err <= TOL[dtype] * scale, f"max relative error {err:.3g} > {TOL[dtype] * scale:.3g}"
 
 
+def check_grads(out, eout, npu_leaves, ref_leaves, dtype=torch.float32):
+    """An npu result against its float64 reference: the values, then, after one backward of the
+    same random output gradient through both, each leaf's gradient (shape and values)."""
+    close(out, eout, dtype)
+    g = torch.randn(eout.shape).to(dtype)
+    out.backward(g.npu())
+    eout.backward(g.double())
+    for got, want in zip(npu_leaves, ref_leaves):
+        assert got.grad.shape == want.grad.shape
+        close(got.grad, want.grad, dtype, 4)
+
+
 def leaves(*ts, dtype=torch.float32):
     """The same values as CPU float64 leaves (the reference) and npu leaves of `dtype`."""
     cpu = [t.to(dtype).double().requires_grad_() for t in ts]
@@ -98,13 +110,7 @@ def test_rotary_mul_forward_backward(dtype, mode):
                                          torch.randn(1, 7, 1, 16), dtype=dtype)
     out = torch_npu.npu_rotary_mul(xn, r1n, r2n, rotary_mode=mode)
     eout = x * r1 + rotate_ref(x, mode) * r2
-    close(out, eout, dtype)
-    g = torch.randn(2, 7, 3, 16).to(dtype)
-    out.backward(g.npu())
-    eout.backward(g.double())
-    for got, want in ((xn, x), (r1n, r1), (r2n, r2)):
-        assert got.grad.shape == want.shape
-        close(got.grad, want.grad, dtype, 4)
+    check_grads(out, eout, (xn, r1n, r2n), (x, r1, r2), dtype)
 
 
 def test_rotary_mul_default_mode_is_half():
@@ -152,11 +158,7 @@ def test_swiglu_forward_backward(dtype, dim):
     out = torch_npu.npu_swiglu(xn, dim=dim)
     a, b = x.chunk(2, dim)
     eout = F.silu(a) * b
-    close(out, eout, dtype)
-    g = torch.randn(eout.shape).to(dtype)
-    out.backward(g.npu())
-    eout.backward(g.double())
-    close(xn.grad, x.grad, dtype, 4)
+    check_grads(out, eout, (xn,), (x,), dtype)
 
 
 # ---- flash attention -------------------------------------------------------------------------
@@ -327,12 +329,7 @@ def check_varlen(out, npu_leaves, ref_leaves, lens_q, lens_kv, visible_of, scale
         pieces.append(o[0].transpose(0, 1))
         q0, k0 = q0 + lq, k0 + lk
     eout = torch.cat(pieces)
-    close(out, eout, torch.float32)
-    g = torch.randn(eout.shape)
-    out.backward(g.npu())
-    eout.backward(g.double())
-    for got, want in zip(npu_leaves, ref_leaves):
-        close(got.grad, want.grad, torch.float32, 4)
+    check_grads(out, eout, npu_leaves, ref_leaves)
 
 
 def test_fusion_attention_dropout_replays_from_seed_and_offset():
@@ -363,12 +360,7 @@ def test_fusion_attention_dropout_replays_from_seed_and_offset():
     eout = attention_ref(qc.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
                          torch.ones(S, S, dtype=torch.bool), 0.1,
                          keep=keep_mask.double() / keep).transpose(1, 2)
-    close(out[0], eout, torch.float32)
-    g = torch.randn(eout.shape)
-    out[0].backward(g.npu())
-    eout.backward(g.double())
-    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
-        close(got.grad, want.grad, torch.float32, 4)
+    check_grads(out[0], eout, (qn, kn, vn), (qc, kc, vc))
     # npu_fusion_attention_grad called directly with the forward's seed / offset agrees.
     dq, dk, dv, _ = torch_npu.npu_fusion_attention_grad(
         qn.detach(), kn.detach(), vn.detach(), g.npu(), N, "BSND", softmax_max=out[1],
@@ -480,12 +472,7 @@ def test_fusion_attention_prefix_modes(sparse_mode, sq, skv):
     out = torch_npu.npu_fusion_attention(qn, kn, vn, N, "BNSD", atten_mask=mask.npu(),
                                          scale=0.25, prefix=prefix, sparse_mode=sparse_mode)
     eout = attention_ref(qc, kc, vc, vis, 0.25)
-    close(out[0], eout, torch.float32)
-    g = torch.randn(eout.shape)
-    out[0].backward(g.npu())
-    eout.backward(g.double())
-    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
-        close(got.grad, want.grad, torch.float32, 4)
+    check_grads(out[0], eout, (qn, kn, vn), (qc, kc, vc))
 
 
 @pytest.mark.parametrize("sparse_mode", [6, 7, 8])
@@ -588,12 +575,7 @@ def test_sdpa_on_npu_matches_cpu(case):
     out = F.scaled_dot_product_attention(qn, kn, vn, **kwn)
     assert "FusedAttentionOverrideable" in type(out.grad_fn).__name__
     eout = F.scaled_dot_product_attention(qc, kc, vc, **kw)
-    close(out, eout, dtype)
-    g = torch.randn(eout.shape).to(dtype)
-    out.backward(g.npu())
-    eout.backward(g.double())
-    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
-        close(got.grad, want.grad, dtype, 4)
+    check_grads(out, eout, (qn, kn, vn), (qc, kc, vc), dtype)
 
 
 def test_sdpa_peak_memory_at_4096_is_o_of_s():
@@ -771,12 +753,7 @@ def test_sdpa_dropout_on_npu_replays_in_backward():
     out = F.scaled_dot_product_attention(qn, kn, vn, dropout_p=p, scale=0.1)
     eout = attention_ref(qc, kc, vc, torch.ones(S, S, dtype=torch.bool), 0.1,
                          keep=keep_mask.double() / (1 - p))
-    close(out, eout, torch.float32)
-    g = torch.randn(eout.shape)
-    out.backward(g.npu())
-    eout.backward(g.double())
-    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
-        close(got.grad, want.grad, torch.float32, 4)
+    check_grads(out, eout, (qn, kn, vn), (qc, kc, vc))
 
 
 def test_fusion_attention_non_contiguous_inputs():
