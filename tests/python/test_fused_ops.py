@@ -27,7 +27,8 @@ def close(actual, expected, dtype, scale=1.0):
 
 def check_grads(out, eout, npu_leaves, ref_leaves, dtype=torch.float32):
     """An npu result against its float64 reference: the values, then, after one backward of the
-    same random output gradient through both, each leaf's gradient (shape and values)."""
+    same random output gradient through both, each leaf's gradient (shape and values).
+    Returns that output gradient."""
     close(out, eout, dtype)
     g = torch.randn(eout.shape).to(dtype)
     out.backward(g.npu())
@@ -35,6 +36,7 @@ def check_grads(out, eout, npu_leaves, ref_leaves, dtype=torch.float32):
     for got, want in zip(npu_leaves, ref_leaves):
         assert got.grad.shape == want.grad.shape
         close(got.grad, want.grad, dtype, 4)
+    return g
 
 
 def leaves(*ts, dtype=torch.float32):
@@ -360,7 +362,7 @@ def test_fusion_attention_dropout_replays_from_seed_and_offset():
     eout = attention_ref(qc.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
                          torch.ones(S, S, dtype=torch.bool), 0.1,
                          keep=keep_mask.double() / keep).transpose(1, 2)
-    check_grads(out[0], eout, (qn, kn, vn), (qc, kc, vc))
+    g = check_grads(out[0], eout, (qn, kn, vn), (qc, kc, vc))
     # npu_fusion_attention_grad called directly with the forward's seed / offset agrees.
     dq, dk, dv, _ = torch_npu.npu_fusion_attention_grad(
         qn.detach(), kn.detach(), vn.detach(), g.npu(), N, "BSND", softmax_max=out[1],
