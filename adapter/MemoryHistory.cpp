@@ -67,6 +67,18 @@ History& history() {
   return *h;
 }
 
+// Whether an allocation's stack is recorded, and with C++ frames (read under the lock; the
+// walk itself must happen outside it, as it may take the GIL).
+struct AllocStackOptions {
+  bool with_stack = false;
+  bool cpp = false;
+};
+AllocStackOptions allocStackOptions() {
+  History& h = history();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  return {h.stack_alloc, h.cpp_frames};
+}
+
 int64_t nowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -151,16 +163,9 @@ void configure(const std::string& enabled, const std::string& context, const std
 bool recording() noexcept { return g_recording.load(std::memory_order_acquire); }
 
 AllocationScope::AllocationScope() {
-  History& h = history();
-  bool with_stack = false;
-  bool cpp = false;
-  {
-    std::lock_guard<std::mutex> lock(h.mutex);
-    with_stack = h.stack_alloc;
-    cpp = h.cpp_frames;
-  }
+  const AllocStackOptions options = allocStackOptions();
   t_in_allocation = true;
-  t_allocation_stack = with_stack ? gatherStack(cpp) : nullptr;  // may take the GIL: no lock
+  t_allocation_stack = options.with_stack ? gatherStack(options.cpp) : nullptr;
 }
 
 AllocationScope::~AllocationScope() {
@@ -173,16 +178,12 @@ void recordAlloc(void* ptr, int device, void* stream) {
   size_t size = 0;
   npu::alloc::CachingAllocator::instance().findAllocation(ptr, nullptr, nullptr, &size);
   History& h = history();
-  bool with_stack = false;
-  bool cpp = false;
-  {
-    std::lock_guard<std::mutex> lock(h.mutex);
-    with_stack = h.stack_alloc;
-    cpp = h.cpp_frames;
-  }
+  const AllocStackOptions options = allocStackOptions();
   // The scope's stack when there is one (taken before the allocator ran), else one now; both
   // outside the lock, as a walk may take the GIL.
-  Stack stack = t_in_allocation ? t_allocation_stack : with_stack ? gatherStack(cpp) : nullptr;
+  Stack stack = t_in_allocation       ? t_allocation_stack
+                : options.with_stack ? gatherStack(options.cpp)
+                                     : nullptr;
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
   const auto s = reinterpret_cast<uintptr_t>(stream);
   std::lock_guard<std::mutex> lock(h.mutex);
