@@ -192,7 +192,9 @@ std::pair<int, int> streamPriorityRange() {
 
 // ---- bodies: memory ----------------------------------------------------------------------
 
-py::dict statToDict(const alloc::Stat& stat) {
+// A counter as torch.cuda reports it: our allocator's alloc::Stat or c10's (the host allocator).
+template <class Stat>
+py::dict statToDict(const Stat& stat) {
   py::dict d;
   d["current"] = stat.current;
   d["peak"] = stat.peak;
@@ -235,14 +237,6 @@ py::dict memoryStats(int64_t device) {
 // The pinned host allocator's statistics in torch.cuda.host_memory_stats' nested layout.
 py::dict hostMemoryStats() {
   const at::HostStats s = getNPUHostAllocator()->get_stats();
-  auto stat = [](const c10::CachingAllocator::Stat& v) {
-    py::dict d;
-    d["current"] = v.current;
-    d["peak"] = v.peak;
-    d["allocated"] = v.allocated;
-    d["freed"] = v.freed;
-    return d;
-  };
   auto duration = [](const c10::CachingAllocator::DurationStat& v) {
     py::dict d;
     d["total"] = v.total;
@@ -253,10 +247,10 @@ py::dict hostMemoryStats() {
     return d;
   };
   py::dict d;
-  d["allocations"] = stat(s.allocations);
-  d["allocated_bytes"] = stat(s.allocated_bytes);
-  d["active_requests"] = stat(s.active_requests);
-  d["active_bytes"] = stat(s.active_bytes);
+  d["allocations"] = statToDict(s.allocations);
+  d["allocated_bytes"] = statToDict(s.allocated_bytes);
+  d["active_requests"] = statToDict(s.active_requests);
+  d["active_bytes"] = statToDict(s.active_bytes);
   d["num_host_alloc"] = s.num_host_alloc;
   d["num_host_free"] = s.num_host_free;
   d["host_alloc_time"] = duration(s.host_alloc_time);
