@@ -618,6 +618,10 @@ const std::map<std::string, Factory>& factories() {
          }
          kr->params.groups = int_attr(n, "group", 1);
          kr->act = Activation::parse(n);
+         if (kr->act.on && kr->act.op == k::UnaryOp::Relu) {  // applied as conv2d writes out
+           kr->params.fuse_relu = true;
+           kr->act = {};
+         }
          return kr;
        }},
       {"Softmax",

@@ -13,19 +13,32 @@
 // weight is used as a matrix without copying. A 1x1 kernel with stride 1 and no padding
 // skips im2col: the input plane already is that matrix.
 //
-// Samples are split into chunks: one chunk (and gemm using every thread) when a sample is
+// Float32 forward (input, weight, bias and an output whose (H, W) merge) is an implicit GEMM
+// instead (gemm_implicit.h): per group, one GEMM over the whole batch, C_n = out[n, g] [Og, L]
+// = W[g] [Og, K] @ col_n [K, L], where the GEMM driver asks pack_patches() for each K x NC
+// block of col_n and it is written straight into the driver's B panels (in L2) from the input:
+// no im2col matrix goes through memory, W is packed once for the batch, and the tasks of all
+// samples share the threads (a small batch of small samples still keeps every core busy). The
+// bias and a fused relu are added to each block of C by the task that computed it, while it is
+// in cache.
+//
+// Otherwise samples are split into chunks: one chunk (and gemm using every thread) when a sample is
 // big, one chunk per thread (single-threaded gemms, since nested parallel_for runs inline)
 // when samples are small. Each chunk owns one im2col buffer, and for grad_weight its own
 // accumulator; the accumulators are added in chunk order at the end.
 #include "npu/kernels/conv.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
+#include "gemm_implicit.h"
 #include "nn_common.h"
 #include "npu/kernels/elementwise.h"
-#include "npu/kernels/matmul.h"
+#include "npu/kernels/matmul.h"  // also testing::gemm_isa
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/thread_pool.h"
 
@@ -192,6 +205,248 @@ struct WeightMatrices {
   }
 };
 
+// Rows [k0, k0 + kc) x columns [c0, c0 + nc) of the im2col matrix of x ([Cg, H, W] float32 with
+// strides sc, sh, sw) as GEMM B panels of nr columns (gemm_implicit.h's pack_b). For each row,
+// the columns go by runs of one output row (one input row, or padding), split at panel ends;
+// with stride 1 along W a run is a contiguous copy between two zero-filled edges.
+void pack_patches(const float* x, int64_t sc, int64_t sh, int64_t sw, const ConvGeom& g,
+                  int64_t k0, int64_t kc, int64_t c0, int64_t nc, int nr, float* dst) {
+  const Conv2dParams& p = g.p;
+  const int64_t khw = g.KH * g.KW, oh0 = c0 / g.OW, ow0 = c0 % g.OW;
+  const int64_t padded = (nc + nr - 1) / nr * nr;
+  const bool unit_w = p.stride[1] == 1 && sw == 1;
+  for (int64_t k = 0; k < kc; ++k) {
+    const int64_t r = k0 + k;
+    const int64_t c = r / khw, kh = r / g.KW % g.KH, kw = r % g.KW;
+    const int64_t hoff = kh * p.dilation[0] - p.padding[0];
+    const int64_t woff = kw * p.dilation[1] - p.padding[1];
+    int64_t lo, hi;
+    valid_range(woff, p.stride[1], g.W, g.OW, &lo, &hi);
+    const float* plane = x + c * sc;
+    float* row = dst + k * nr;  // column j of this row: row[(j / nr) * kc * nr + j % nr]
+    int64_t j = 0, oh = oh0, ow = ow0;
+    while (j < padded) {
+      const int64_t in_panel = nr - j % nr;
+      float* d = row + (j / nr) * kc * nr + j % nr - ow;  // d[ow'] for this run's columns
+      if (j >= nc) {  // the last panel's columns past nc
+        std::fill(d + ow, d + ow + in_panel, 0.0f);
+        j += in_panel;
+        continue;
+      }
+      const int64_t run = std::min({g.OW - ow, in_panel, nc - j});
+      const int64_t end = ow + run, ih = oh * p.stride[0] + hoff;
+      if (ih < 0 || ih >= g.H) {
+        std::fill(d + ow, d + end, 0.0f);
+      } else {
+        const float* src = plane + ih * sh;
+        const int64_t a = std::clamp(lo, ow, end), b = std::clamp(hi, a, end);
+        std::fill(d + ow, d + a, 0.0f);
+        if (unit_w) {
+          const float* s = src + woff;
+          for (int64_t i = a; i < b; ++i) d[i] = s[i];
+        } else {
+          for (int64_t i = a; i < b; ++i) d[i] = src[(i * p.stride[1] + woff) * sw];
+        }
+        std::fill(d + b, d + end, 0.0f);
+      }
+      j += run;
+      ow = end;
+      if (ow == g.OW) ow = 0, ++oh;
+    }
+  }
+}
+
+// pack_patches from a zero-padded copy of the input ([C, Hp, Wp] contiguous planes, Hp = H + 2
+// ph, Wp = W + 2 pw; stride 1 along W), with AVX-512. Patch element (c, kh, kw) of output pixel
+// (oh, ow) is then xp[row_off(c, kh, kw) + col_off(oh, ow)] with no bounds to check, and 16
+// pixels of one output row are 16 consecutive floats: each 16-column chunk of a panel row is
+// one masked load per output row it covers (usually one). Segments (column side) and row
+// offsets are worked out once per call.
+__attribute__((target("avx512f"))) void pack_padded_avx512(const float* xp, int64_t Hp,
+                                                            int64_t Wp, const ConvGeom& g,
+                                                            int64_t k0, int64_t kc, int64_t c0,
+                                                            int64_t nc, int nr, float* dst) {
+  const Conv2dParams& p = g.p;
+  const int per_panel = nr / 16;
+  const int64_t chunks = (nc + nr - 1) / nr * per_panel;
+  struct Segment {
+    int64_t off;  // lane i reads xp[row_off + off + i]
+    __mmask16 mask;
+  };
+  std::vector<Segment> segs;
+  std::vector<int> first(static_cast<size_t>(chunks) + 1);
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    first[ch] = static_cast<int>(segs.size());
+    int64_t j = ch * 16, l = c0 + j;
+    const int64_t end = std::min(nc, j + 16);
+    while (j < end) {
+      const int64_t oh = l / g.OW, ow = l % g.OW;
+      const int64_t run = std::min(g.OW - ow, end - j);
+      const int lane0 = static_cast<int>(j - ch * 16), lane1 = static_cast<int>(lane0 + run);
+      const auto mask = static_cast<__mmask16>(((1u << lane1) - 1u) & ~((1u << lane0) - 1u));
+      segs.push_back({oh * p.stride[0] * Wp + ow - lane0, mask});
+      j += run, l += run;
+    }
+  }
+  first[chunks] = static_cast<int>(segs.size());
+  std::vector<int64_t> row_off(static_cast<size_t>(kc));
+  const int64_t khw = g.KH * g.KW;
+  for (int64_t k = 0; k < kc; ++k) {
+    const int64_t r = k0 + k;
+    const int64_t c = r / khw, kh = r / g.KW % g.KH, kw = r % g.KW;
+    row_off[k] = (c * Hp + kh * p.dilation[0]) * Wp + kw * p.dilation[1];
+  }
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    float* d = dst + (ch / per_panel) * kc * nr + (ch % per_panel) * 16;
+    const Segment* s0 = segs.data() + first[ch];
+    const Segment* s1 = segs.data() + first[ch + 1];
+    if (s1 - s0 == 1 && s0->mask == 0xFFFF) {  // the common case: 16 pixels of one row
+      const float* base = xp + s0->off;
+      for (int64_t k = 0; k < kc; ++k) _mm512_storeu_ps(d + k * nr, _mm512_loadu_ps(base + row_off[k]));
+      continue;
+    }
+    for (int64_t k = 0; k < kc; ++k) {
+      __m512 v = _mm512_setzero_ps();
+      // masked-out lanes are not read: the address may lie before the row (or the buffer)
+      for (const Segment* sg = s0; sg < s1; ++sg) {
+        const auto addr = reinterpret_cast<std::intptr_t>(xp) +
+                          (row_off[k] + sg->off) * std::intptr_t(sizeof(float));
+        v = _mm512_mask_loadu_ps(v, sg->mask, reinterpret_cast<const float*>(addr));
+      }
+      _mm512_storeu_ps(d + k * nr, v);
+    }
+  }
+}
+
+bool patch_packing_avx512() {
+  static const bool supported = __builtin_cpu_supports("avx512f") != 0;
+  // Follows gemm's instruction-set cap, so that tests reach the portable path too.
+  return supported && std::strcmp(testing::gemm_isa(DType::Float32, DType::Float32), "avx2") != 0;
+}
+
+// The pointwise case of pack_patches: col_n is x itself, a [Cg, L] matrix with row stride sc.
+void pack_rows(const float* x, int64_t sc, int64_t k0, int64_t kc, int64_t c0, int64_t nc,
+               int nr, float* dst) {
+  for (int64_t q = 0; q * nr < nc; ++q) {
+    const int64_t cols = std::min<int64_t>(nr, nc - q * nr);
+    float* d = dst + q * kc * nr;
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* s = x + (k0 + k) * sc + c0 + q * nr;
+      std::copy(s, s + cols, d + k * nr);
+      std::fill(d + k * nr + cols, d + (k + 1) * nr, 0.0f);
+    }
+  }
+}
+
+// Zero-padded copy of samples [n0, n0 + nb) of the input into xp ([nb, C, Hp, Wp]).
+void pad_input(const TensorDesc& input, int64_t n0, int64_t nb, const ConvGeom& g, int64_t Hp,
+               int64_t Wp, float* xp) {
+  const float* x = static_cast<const float*>(input.data);
+  const int64_t s0 = input.strides[0], s1 = input.strides[1], s2 = input.strides[2],
+                s3 = input.strides[3];
+  const int64_t ph = g.p.padding[0], pw = g.p.padding[1];
+  parallel_for(0, nb * g.C, std::max<int64_t>(1, 16384 / (Hp * Wp)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* src = x + (n0 + i / g.C) * s0 + (i % g.C) * s1;
+      float* dst = xp + i * Hp * Wp;
+      std::fill(dst, dst + ph * Wp, 0.0f);
+      for (int64_t h = 0; h < g.H; ++h) {
+        float* d = dst + (ph + h) * Wp;
+        std::fill(d, d + pw, 0.0f);
+        const float* sr = src + h * s2;
+        if (s3 == 1) {
+          std::copy(sr, sr + g.W, d + pw);
+        } else {
+          for (int64_t w = 0; w < g.W; ++w) d[pw + w] = sr[w * s3];
+        }
+        std::fill(d + pw + g.W, d + Wp, 0.0f);
+      }
+      std::fill(dst + (ph + g.H) * Wp, dst + Hp * Wp, 0.0f);
+    }
+  });
+}
+
+// The float32 forward as an implicit GEMM per group (see the top of the file); false when the
+// operands do not qualify (dtypes, or an output whose H and W do not merge into stride 1).
+bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+                     const TensorDesc* bias, const ConvGeom& g) {
+  const bool with_bias = has_data(bias);
+  if (input.dtype != DType::Float32 || weight.dtype != DType::Float32 ||
+      out.dtype != DType::Float32 || (with_bias && bias->dtype != DType::Float32) ||
+      merged_stride(out, 2, 3) != 1) {
+    return false;
+  }
+  const WeightMatrices<float> wm(weight, g);
+  const int64_t sc = input.strides[1], sh = input.strides[2], sw = input.strides[3];
+  const int64_t sn = input.strides[0];
+  const bool rows = g.pointwise && merged_stride(input, 2, 3) == 1;
+  // Patches from a zero-padded copy (pack_padded_avx512), a batch slice of at most ~16 MB at a
+  // time, when the rows are contiguous along W.
+  const bool padded = !rows && g.p.stride[1] == 1 && patch_packing_avx512();
+  const int64_t Hp = g.H + 2 * g.p.padding[0], Wp = g.W + 2 * g.p.padding[1];
+  const int64_t slice =
+      padded ? std::clamp<int64_t>((int64_t{4} << 20) / std::max<int64_t>(1, g.C * Hp * Wp), 1, g.N)
+             : g.N;
+  std::vector<float> xp(padded ? static_cast<size_t>(slice * g.C * Hp * Wp) : 0);
+  const bool relu = g.p.fuse_relu;
+  float* const out_data = static_cast<float*>(out.data);
+  const float* const bias_data = with_bias ? static_cast<const float*>(bias->data) : nullptr;
+  for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
+    const int64_t nb = std::min(slice, g.N - n0);
+    if (padded) pad_input(input, n0, nb, g, Hp, Wp, xp.data());
+    for (int64_t gr = 0; gr < g.G; ++gr) {
+      ImplicitGemm ig;
+      ig.M = g.Og, ig.N = g.L, ig.K = g.K, ig.batch = nb;
+      ig.a = wm.group(gr, g);
+      ig.c = out_data + n0 * out.strides[0] + gr * g.Og * out.strides[1];
+      ig.ldc = out.strides[1], ig.c_batch_stride = out.strides[0];
+      const float* x_group = static_cast<const float*>(input.data) + n0 * sn + gr * g.Cg * sc;
+      if (rows) {
+        ig.pack_b = [&](int64_t n, int64_t k0, int64_t kc, int64_t c0, int64_t nc, int nr,
+                        float* dst) { pack_rows(x_group + n * sn, sc, k0, kc, c0, nc, nr, dst); };
+      } else if (padded) {
+        const float* xp_group = xp.data() + gr * g.Cg * Hp * Wp;
+        ig.pack_b = [&, xp_group](int64_t n, int64_t k0, int64_t kc, int64_t c0, int64_t nc,
+                                  int nr, float* dst) {
+          const float* x_n = xp_group + n * g.C * Hp * Wp;
+          if (nr % 16 == 0) {
+            pack_padded_avx512(x_n, Hp, Wp, g, k0, kc, c0, nc, nr, dst);
+          } else {  // the padded copy is an input without padding
+            ConvGeom gp = g;
+            gp.H = Hp, gp.W = Wp, gp.p.padding[0] = gp.p.padding[1] = 0;
+            pack_patches(x_n, Hp * Wp, Wp, 1, gp, k0, kc, c0, nc, nr, dst);
+          }
+        };
+      } else {
+        ig.pack_b = [&](int64_t n, int64_t k0, int64_t kc, int64_t c0, int64_t nc, int nr,
+                        float* dst) {
+          pack_patches(x_group + n * sn, sc, sh, sw, g, k0, kc, c0, nc, nr, dst);
+        };
+      }
+      if (with_bias || relu) {
+        const float* b = with_bias ? bias_data + gr * g.Og * bias->strides[0] : nullptr;
+        const int64_t bs = with_bias ? bias->strides[0] : 0;
+        ig.epilogue = [&, b, bs](int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+          for (int64_t o = r0; o < r1; ++o) {
+            float* y = ig.c + n * ig.c_batch_stride + o * ig.ldc;
+            const float bv = b ? b[o * bs] : 0.0f;
+            if (relu) {  // relu(NaN) = NaN, as the unary Relu
+              for (int64_t l = c0; l < c1; ++l) {
+                const float v = y[l] + bv;
+                y[l] = (v > 0.0f || v != v) ? v : 0.0f;
+              }
+            } else {
+              for (int64_t l = c0; l < c1; ++l) y[l] += bv;
+            }
+          }
+        };
+      }
+      gemm_implicit(ig);
+    }
+  }
+  return true;
+}
+
 // Chunks of samples: [N * i / P, N * (i + 1) / P) for i < P.
 int64_t sample_chunks(const ConvGeom& g) {
   const double flops = 2.0 * double(g.O) * double(g.K) * double(g.L);
@@ -334,11 +589,17 @@ void conv2d(const TensorDesc& out, const TensorDesc& input, const TensorDesc& we
     } else {
       fill(out, 0);
     }
-    return;
+  } else if (conv2d_implicit(out, input, weight, bias, g)) {
+    return;  // relu fused
+  } else {
+    dispatch_nn_float(input.dtype, [&]<class S, class T>() {
+      conv2d_typed<S, T>(out, input, weight, bias, g);
+    });
   }
-  dispatch_nn_float(input.dtype, [&]<class S, class T>() {
-    conv2d_typed<S, T>(out, input, weight, bias, g);
-  });
+  if (p.fuse_relu) {
+    unary(UnaryOp::Relu, out, out,
+          out.dtype == DType::Float64 ? DType::Float64 : DType::Float32);
+  }
 }
 
 void conv2d_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,

@@ -40,6 +40,7 @@
 #include "convert.h"
 #include "dtype_traits.h"
 #include "gemm_bf16.h"
+#include "gemm_implicit.h"
 #include "gemm_microkernels.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/thread_pool.h"
@@ -437,9 +438,14 @@ inline constexpr int64_t kBf16DirectBBytes = 512 << 10;
 // C written by the bfloat16 micro-kernel (only with P = uint16_t and K <= kBf16DirectMaxK: the
 // whole K is then one block, so each C tile is final after one micro-kernel call and is rounded
 // once).
+//
+// imp (float only): B is packed by imp->pack_b, over imp->batch pairs of B_n / C_n (C_n at
+// c + n * imp->c_batch_stride) sharing A's packed panels, and imp->epilogue replaces
+// block_done; b is then unused.
 template <class T, class P, class CT = T>
 void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const MatRef& b, T beta,
-            CT* c, int64_t ldc, const BlockDone* block_done) {
+            CT* c, int64_t ldc, const BlockDone* block_done,
+            const ImplicitGemm* imp = nullptr) {
   constexpr bool kBf16C = std::is_same_v<CT, uint16_t>;
   static_assert(!kBf16C || std::is_same_v<P, uint16_t>, "a bfloat16 C needs the bfloat16 kernel");
   const Kernel<T, P> kern = select_kernel<T, P>();
@@ -448,7 +454,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   using B = Blocking<P>;
   static_assert(B::kKC % step == 0, "K blocks must hold whole k pairs");
   const int threads = num_threads();
-  const bool small = 2.0 * M * N * K < 4e6;  // not worth waking the workers
+  const int64_t batch = imp ? imp->batch : 1;
+  const bool small = 2.0 * M * N * K * batch < 4e6;  // not worth waking the workers
   // K padded to whole steps: only the last K block can be odd, so this is the packed A's depth.
   const int64_t Kp = (K + step - 1) / step * step;
   int64_t kc_max = B::kKC, nc_max = B::kNC;
@@ -494,17 +501,21 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     };
 
     // Column blocks of at most NC, at least two per thread when N allows (so a thread slowed
-    // by other work hands its share to the others), and row splits when columns run out.
-    int64_t nc_target = ((N + 2 * threads - 1) / (2 * threads) + nr - 1) / nr * nr;
+    // by other work hands its share to the others), and row splits when columns run out. A
+    // batch's items are more such blocks.
+    const int64_t splits = std::max<int64_t>(1, (2 * threads + batch - 1) / batch);
+    int64_t nc_target = ((N + splits - 1) / splits + nr - 1) / nr * nr;
     nc_target = std::clamp<int64_t>(nc_target, nr, nc_max);
     const int64_t nj = (N + nc_target - 1) / nc_target;
-    const int64_t ni = small ? 1 : std::min<int64_t>(m_panels, (2 * threads + nj - 1) / nj);
-    const int64_t tasks = nj * ni;
+    const int64_t ni =
+        small ? 1 : std::min<int64_t>(m_panels, (2 * threads + nj * batch - 1) / (nj * batch));
+    const int64_t tasks = nj * ni * batch;
 
     parallel_for(0, tasks, small ? tasks : 1, [&](int64_t t0, int64_t t1) {
       alignas(64) T tile[14 * 32];
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t jb = t % nj, ib = t / nj;
+        const int64_t item = t / (nj * ni), jb = t % nj, ib = t / nj % ni;
+        CT* const c_item = imp ? c + item * imp->c_batch_stride : c;
         const int64_t jc = jb * nc_target;
         const int64_t nc = std::min(nc_target, N - jc);
         const int64_t p_begin = m_panels * ib / ni, p_end = m_panels * (ib + 1) / ni;
@@ -514,7 +525,15 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
           const int64_t kc = std::min(kc_max, K - pc);
           const int64_t kcp = (kc + step - 1) / step * step;
           const T beta_eff = pc == 0 ? beta : T(1);
-          pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
+          if constexpr (std::is_same_v<P, float>) {
+            if (imp) {
+              imp->pack_b(item, pc, kc, jc, nc, nr, bp);
+            } else {
+              pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
+            }
+          } else {
+            pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
+          }
           // The first tasks (one per thread) start at different A panels, so that the threads
           // pack different panels rather than meeting at the same one (where one of them would
           // pack a private copy).
@@ -528,7 +547,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
               const P* b_panel = bp + q * kcp * nr;
               const int64_t col = jc + q * nr;
               const int cols = static_cast<int>(std::min<int64_t>(nr, nc - q * nr));
-              CT* cp = c + row * ldc + col;
+              CT* cp = c_item + row * ldc + col;
               if (rows == mr && cols == nr) {
                 if constexpr (kBf16C) {
                   kernel_avx512bf16_14x32_bf16c(kcp / step, a_panel, b_panel, cp, ldc, alpha,
@@ -554,7 +573,9 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
             }
           }
         }
-        if (block_done) {
+        if (imp && imp->epilogue) {
+          imp->epilogue(item, ic + p_begin * mr, ic + std::min(p_end * mr, mc), jc, jc + nc);
+        } else if (block_done) {
           (*block_done)(ic + p_begin * mr, ic + std::min(p_end * mr, mc), jc, jc + nc);
         }
       }
@@ -645,6 +666,18 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
 
 }  // namespace
 }  // namespace detail::gemm
+
+namespace detail {
+void gemm_implicit(const ImplicitGemm& g) {
+  NPU_KERNEL_ASSERT(g.a.ndim == 2 && g.a.dtype == DType::Float32 && g.a.sizes[0] == g.M &&
+                        g.a.sizes[1] == g.K && g.pack_b,
+                    "gemm_implicit takes a [M, K] float32 A and a B packer");
+  if (g.M == 0 || g.N == 0 || g.batch == 0) return;
+  NPU_KERNEL_ASSERT(g.K > 0, "gemm_implicit needs K > 0");
+  const gemm::MatRef ma{g.a.data, g.a.dtype, g.a.strides[0], g.a.strides[1]};
+  gemm::driver<float, float>(g.M, g.N, g.K, 1.0f, ma, ma, 0.0f, g.c, g.ldc, nullptr, &g);
+}
+}  // namespace detail
 
 bool gemm_supports(DType a, DType b, DType c) {
   auto f16_32 = [](DType t) {

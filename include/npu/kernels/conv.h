@@ -13,9 +13,13 @@
 // Dtypes: all of input / weight / output (and grads) Float64, or each of them any of
 // Float32 / Float16 / BFloat16 (math in float32, one rounding on store).
 //
-// Memory: one im2col buffer of (C_in / groups * KH * KW) x (OH * OW) compute-type elements
-// per concurrently processed sample (samples run one at a time with a multi-threaded gemm
-// when each is large, several at once with single-threaded gemms when they are small).
+// Float32 forward (with an output whose H and W merge) is an implicit GEMM: input patches are
+// packed straight into the GEMM's panels, bias and fuse_relu are applied as each output block
+// is finished. Memory there: a zero-padded copy of at most ~16 MB of the input at a time.
+// Otherwise (and backward): one im2col buffer of (C_in / groups * KH * KW) x (OH * OW)
+// compute-type elements per concurrently processed sample (samples run one at a time with a
+// multi-threaded gemm when each is large, several at once with single-threaded gemms when they
+// are small).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +35,7 @@ struct Conv2dParams {  // [0] along H, [1] along W
   int64_t padding[2] = {0, 0};
   int64_t dilation[2] = {1, 1};
   int64_t groups = 1;
+  bool fuse_relu = false;  // conv2d only: out = relu(conv2d(...)), applied as out is written
 };
 
 // (in + 2 pad - dilation (kernel - 1) - 1) / stride + 1, rounded down.

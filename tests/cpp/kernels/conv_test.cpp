@@ -1,11 +1,15 @@
 // conv2d forward and backward against direct convolution loops in double: stride, padding,
 // dilation, groups (incl. depthwise), 1x1 kernels, bias or none, column-major (non-mergeable)
 // operands through the staging paths, 16-bit dtypes, output masks, an empty batch, and a
-// sample large enough for the one-sample-at-a-time path.
+// sample large enough for the one-sample-at-a-time path. Float32 forward with a contiguous
+// output is the implicit-GEMM path (patches packed straight into GEMM panels): its own cases
+// cover several K blocks, column blocks whose panels straddle output rows, batches split
+// across threads, strided inputs and a fused relu.
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
 #include "npu/kernels/conv.h"
+#include "npu/kernels/matmul.h"
 
 namespace ktest {
 namespace {
@@ -18,6 +22,8 @@ struct ConvCase {
   bool bias = true;
   DType dtype = DType::Float32;
   Layout layout = Layout::Contiguous;  // of input, weight, output and grads
+  bool transposed_input = false;        // the input alone column-major
+  bool relu = false;                    // Conv2dParams::fuse_relu
 };
 
 void check_conv(const ConvCase& k) {
@@ -25,14 +31,16 @@ void check_conv(const ConvCase& k) {
                << "N" << k.N << " C" << k.C << " " << k.H << "x" << k.W << " O" << k.O << " k"
                << k.KH << "x" << k.KW << " s" << k.sh << "," << k.sw << " p" << k.ph << ","
                << k.pw << " d" << k.dh << "," << k.dw << " g" << k.groups << " bias " << k.bias
-               << " " << dtype_str(k.dtype) << " layout " << int(k.layout));
+               << " " << dtype_str(k.dtype) << " layout " << int(k.layout) << " t_in "
+               << k.transposed_input << " relu " << k.relu);
   nk::Conv2dParams p;
   p.stride[0] = k.sh, p.stride[1] = k.sw, p.padding[0] = k.ph, p.padding[1] = k.pw;
   p.dilation[0] = k.dh, p.dilation[1] = k.dw, p.groups = k.groups;
+  p.fuse_relu = k.relu;
   const int64_t OH = nk::conv_output_size(k.H, k.KH, k.ph, k.sh, k.dh);
   const int64_t OW = nk::conv_output_size(k.W, k.KW, k.pw, k.sw, k.dw);
   const int64_t Cg = k.C / k.groups, Og = k.O / k.groups;
-  HostTensor x(k.dtype, {k.N, k.C, k.H, k.W}, k.layout), w(k.dtype, {k.O, Cg, k.KH, k.KW}, k.layout),
+  HostTensor x(k.dtype, {k.N, k.C, k.H, k.W}, k.transposed_input ? Layout::Transposed : k.layout), w(k.dtype, {k.O, Cg, k.KH, k.KW}, k.layout),
       b(k.dtype, {k.O}), y(k.dtype, {k.N, k.O, OH, OW}, k.layout),
       ey(DType::Float64, {k.N, k.O, OH, OW});
   fill_uniform(x, -1, 1);
@@ -72,6 +80,11 @@ void check_conv(const ConvCase& k) {
   // Sums of up to C*KH*KW products of values in [-1, 1].
   const double tol = (k.dtype == DType::Float64 ? 1e-12 : 4 * default_rtol(k.dtype)) *
                      std::sqrt(double(Cg * k.KH * k.KW) + 1);
+  if (k.relu) {
+    for (int64_t i = 0; i < ey.numel(); ++i) ey.set(i, std::max(ey.get(i), 0.0));
+    EXPECT_TRUE(all_close(y, ey, tol, tol));
+    return;  // the backward is relu's business, not conv2d_backward's
+  }
   EXPECT_TRUE(all_close(y, ey, tol, tol));
 
   HostTensor go(k.dtype, {k.N, k.O, OH, OW}, k.layout), gi(k.dtype, x.sizes, k.layout),
@@ -125,6 +138,37 @@ TEST(Conv2d, StridePaddingDilationGroups) {
     k.dtype = DType::Float64;
     check_conv(k);
   }
+}
+
+TEST(Conv2d, ImplicitGemmPath) {
+  std::vector<ConvCase> cases = {
+      {3, 48, 9, 7, 20, 3, 3, 1, 1, 1, 1},         // K = 432: two K blocks; 20 rows: edge panel
+      {2, 4, 30, 30, 5, 3, 3, 1, 1, 1, 1},         // L = 900: column blocks, panels span rows
+      {5, 3, 11, 13, 30, 3, 3, 2, 1, 0, 2, 1, 2},  // odd sizes, stride, dilation, batch of 5
+      {4, 6, 10, 9, 9, 3, 3, 1, 1, 2, 1, 2, 2, 3},  // groups 3, padding > dilation reach
+      {3, 8, 12, 12, 40, 1, 1},                    // pointwise, rows copied
+      {33, 3, 16, 16, 8, 3, 3, 1, 1, 1, 1},        // the eager CNN's first conv
+  };
+  for (const char* isa : {"avx2", "auto"}) {  // B panels of 16 and of 32 columns
+    SCOPED_TRACE(isa);
+    nk::testing::set_gemm_isa(isa);
+    for (const ConvCase& k : cases) check_conv(k);
+  }
+  nk::testing::set_gemm_isa("auto");
+  for (ConvCase k : cases) {
+    k.transposed_input = true;  // patches gathered through the input's strides
+    check_conv(k);
+    k.transposed_input = false;
+    k.relu = true;
+    check_conv(k);
+    k.dtype = DType::Float64;  // relu after the generic path
+    check_conv(k);
+  }
+  // A padded input of more than 16 MB: the batch goes in slices of one sample.
+  check_conv(ConvCase{2, 1, 1500, 1500, 1, 3, 3, 1, 1, 1, 1});
+  ConvCase empty_k{2, 0, 5, 5, 3, 3, 3, 1, 1, 1, 1};  // no input channels: relu(bias)
+  empty_k.relu = true;
+  check_conv(empty_k);
 }
 
 TEST(Conv2d, HalfDtypesLargeSampleAndEmptyBatch) {
