@@ -448,7 +448,14 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
             const ImplicitGemm* imp = nullptr) {
   constexpr bool kBf16C = std::is_same_v<CT, uint16_t>;
   static_assert(!kBf16C || std::is_same_v<P, uint16_t>, "a bfloat16 C needs the bfloat16 kernel");
-  const Kernel<T, P> kern = select_kernel<T, P>();
+  Kernel<T, P> kern = select_kernel<T, P>();
+  if constexpr (std::is_same_v<P, float>) {
+    // Implicit GEMMs (convolutions) often have an M of 8, 16 or 32 output channels, which
+    // 14-row panels pad by up to 75%.
+    if (imp && kern.mr == 14 && (M + 7) / 8 * 8 < (M + 13) / 14 * 14) {
+      kern = {8, 32, &kernel_avx512_f32_8x32};
+    }
+  }
   const int mr = kern.mr, nr = kern.nr;
   constexpr int step = kStep<P>;
   using B = Blocking<P>;

@@ -83,6 +83,11 @@ NPU_AVX512 inline void kernel_avx512_f32_14x32(int64_t k, const float* a, const 
                                                float* c, int64_t ldc, float alpha, float beta) {
   body_avx512<Avx512F, 14, 2>(k, a, b, c, ldc, alpha, beta);
 }
+// For an M that 14 rows would pad more than 8 do (8, 16, 32: conv layers with few channels).
+NPU_AVX512 inline void kernel_avx512_f32_8x32(int64_t k, const float* a, const float* b,
+                                              float* c, int64_t ldc, float alpha, float beta) {
+  body_avx512<Avx512F, 8, 2>(k, a, b, c, ldc, alpha, beta);
+}
 NPU_AVX512 inline void kernel_avx512_f64_14x16(int64_t k, const double* a, const double* b,
                                                double* c, int64_t ldc, double alpha,
                                                double beta) {
