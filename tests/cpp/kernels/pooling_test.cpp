@@ -118,6 +118,8 @@ TEST(Pooling, MaxPoolWithIndicesAndBackward) {
       {{1, 2, 7, 7}, 2, 2, 3, 3, 1, 1, 1, 1, true},   // windows overlapping nothing at the end
       {{4, 8, 8}, 3, 3, 1, 1, 1, 1},                  // [C, H, W], overlapping windows
       {{1, 1, 1, 17}, 1, 3, 1, 2, 0, 1},              // max_pool1d as H = 1
+      {{2, 3, 9, 37}, 2, 2, 2, 2, 0, 0},              // 2x2 / 2 vector path, the NaN in it
+      {{1, 2, 8, 34}, 2, 2, 2, 2, 1, 1},              // padded: first and last rows partial
   };
   for (PoolCase k : cases) {
     check_max_pool(k);
