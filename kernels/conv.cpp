@@ -387,13 +387,15 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
   const int64_t slice =
       padded ? std::clamp<int64_t>((int64_t{4} << 20) / std::max<int64_t>(1, g.C * Hp * Wp), 1, g.N)
              : g.N;
-  std::vector<float> xp(padded ? static_cast<size_t>(slice * g.C * Hp * Wp) : 0);
+  // pad_input writes all of it: no zero-filling allocation
+  const std::unique_ptr<float[]> xp(padded ? new float[static_cast<size_t>(slice * g.C * Hp * Wp)]
+                                           : nullptr);
   const bool relu = g.p.fuse_relu;
   float* const out_data = static_cast<float*>(out.data);
   const float* const bias_data = with_bias ? static_cast<const float*>(bias->data) : nullptr;
   for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
     const int64_t nb = std::min(slice, g.N - n0);
-    if (padded) pad_input(input, n0, nb, g, Hp, Wp, xp.data());
+    if (padded) pad_input(input, n0, nb, g, Hp, Wp, xp.get());
     for (int64_t gr = 0; gr < g.G; ++gr) {
       ImplicitGemm ig;
       ig.M = g.Og, ig.N = g.L, ig.K = g.K, ig.batch = nb;
@@ -405,17 +407,12 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
         ig.pack_b = [&](int64_t n, int64_t k0, int64_t kc, int64_t c0, int64_t nc, int nr,
                         float* dst) { pack_rows(x_group + n * sn, sc, k0, kc, c0, nc, nr, dst); };
       } else if (padded) {
-        const float* xp_group = xp.data() + gr * g.Cg * Hp * Wp;
+        const float* xp_group = xp.get() + gr * g.Cg * Hp * Wp;
         ig.pack_b = [&, xp_group](int64_t n, int64_t k0, int64_t kc, int64_t c0, int64_t nc,
                                   int nr, float* dst) {
-          const float* x_n = xp_group + n * g.C * Hp * Wp;
-          if (nr % 16 == 0) {
-            pack_padded_avx512(x_n, Hp, Wp, g, k0, kc, c0, nc, nr, dst);
-          } else {  // the padded copy is an input without padding
-            ConvGeom gp = g;
-            gp.H = Hp, gp.W = Wp, gp.p.padding[0] = gp.p.padding[1] = 0;
-            pack_patches(x_n, Hp * Wp, Wp, 1, gp, k0, kc, c0, nc, nr, dst);
-          }
+          // nr is 32 (AVX-512 micro-kernels, the only ones used where this packer is)
+          NPU_KERNEL_ASSERT(nr % 16 == 0, "conv2d: padded patch packing needs 16-column panels");
+          pack_padded_avx512(xp_group + n * g.C * Hp * Wp, Hp, Wp, g, k0, kc, c0, nc, nr, dst);
         };
       } else {
         ig.pack_b = [&](int64_t n, int64_t k0, int64_t kc, int64_t c0, int64_t nc, int nr,

@@ -44,7 +44,8 @@
  *   nll_loss(...), nll_loss_backward(...)  [N, C] / [C] / [N, C, d...] (nll_loss2d)
  *   batch_norm(...), batch_norm_backward(...)          [N, C, *], training or eval
  *   max_pool2d, avg_pool2d, adaptive_avg_pool2d (+ _backward), pool_output_size
- *   conv2d(...), conv2d_backward(...)      im2col + gemm; conv1d = conv2d with H = 1
+ *   conv2d(...), conv2d_backward(...)      implicit GEMM (float32 forward) or im2col + gemm;
+ *                                          conv1d = conv2d with H = 1
  *   sort(values, indices, in, dim, descending), topk(values, indices, in, k, dim, largest)
  *   flash_attention_forward / _backward     tiled, online softmax, O(S x D) memory per head:
  *                                           GQA, bands (causal), masks, varlen, dropout
