@@ -6,9 +6,10 @@
 //    (the common case: an op loop) cost no system call and start within a microsecond or two.
 //  - submitted/completed are task sequence numbers; synchronize waits until completed reaches
 //    the value submitted had when it was called, so other threads may keep launching meanwhile.
-//  - Short tasks (npuLaunchShortTaskWithRelease) run on the launching thread when the stream is
-//    idle: handing a 1-element kernel to the worker costs more than running it, and on a busy
-//    machine the spinning worker competes with the launcher for a core. The launcher reserves
+//  - Short tasks (npuLaunchShortTaskWithRelease) and blocking calls (npuMemcpy, npuMemset,
+//    npuLaunchTaskSync) run on the launching thread when the stream is idle: handing a 1-element
+//    kernel to the worker costs more than running it, a blocking caller waits anyway, and on a
+//    busy machine the spinning worker competes with the launcher for a core. The launcher reserves
 //    the stream's next sequence number under the mutex, with nothing queued or running, and
 //    marks the stream `inline_running`; a task queued meanwhile by another thread is popped by
 //    the worker but started only after the inline task completed, so the order holds.
@@ -439,18 +440,16 @@ npuError_t enqueueShort(npuStream_st* s, Task& task) {
 npuError_t enqueueAndWait(const char* api, npuStream_st* s, const Task& task) {
   if (npuError_t e = captureCheckDeviceCall(api, s->dev)) return e;
   if (npuError_t e = captureCheckStreamSync(api, s)) return e;
-  uint64_t seq = push(s, task);
-  waitFor(s, seq);
+  // The caller waits anyway: on an idle stream it does the work itself (no hand-off).
+  Task here = task;
+  if (!runInline(s, here)) waitFor(s, push(s, task));
   return takeError(s, Reader::kStream);
 }
 
 namespace {
 
-npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRelease release,
-                  bool replayable, bool short_task, void* arg) {
-  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
-  npuStream_st* s = nullptr;
-  if (npuError_t e = resolveStream(stream, &s)) return e;
+Task workTask(const char* name, npuTaskFn fn, npuTaskRelease release, bool replayable,
+              void* arg) {
   Task task;
   task.kind = Task::kWork;
   task.fn = fn;
@@ -462,6 +461,15 @@ npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRel
   const size_t n = strnlen(from, sizeof(task.name) - 1);
   std::memcpy(task.name, from, n);
   task.name[n] = '\0';
+  return task;
+}
+
+npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRelease release,
+                  bool replayable, bool short_task, void* arg) {
+  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task = workTask(name, fn, release, replayable, arg);
   NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "launch %s on stream %p (device %d)", task.name,
           static_cast<void*>(s), s->dev->index);
   return short_task ? enqueueShort(s, task) : enqueue(s, task);
@@ -646,6 +654,15 @@ npuError_t npuLaunchTaskWithRelease(npuStream_t stream, const char* name, npuTas
 npuError_t npuLaunchShortTaskWithRelease(npuStream_t stream, const char* name, npuTaskFn fn,
                                          npuTaskRelease release, void* arg) {
   return launch(stream, name, fn, release, true, true, arg);
+}
+
+npuError_t npuLaunchTaskSync(npuStream_t stream, const char* name, npuTaskFn fn,
+                             npuTaskRelease release, void* arg) {
+  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTaskSync: fn is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task = workTask(name, fn, release, true, arg);
+  return enqueueAndWait("npuLaunchTaskSync", s, task);
 }
 
 void npuTaskFail(const char* message) {

@@ -208,6 +208,12 @@ NPU_API npuError_t npuLaunchTaskWithRelease(npuStream_t stream, const char* name
  * every task (to compare, or to keep the host thread free of kernel work). */
 NPU_API npuError_t npuLaunchShortTaskWithRelease(npuStream_t stream, const char* name,
                                                  npuTaskFn fn, npuTaskRelease release, void* arg);
+/* npuLaunchTaskWithRelease then npuStreamSynchronize(stream), whose result it returns; on an
+ * idle stream the task runs on the calling thread, which would only wait for the worker
+ * otherwise (NPU_SIM_INLINE_TASKS=0: always the worker). Refused while the stream captures.
+ * On an error other than npuErrorLaunchFailure the task never ran and the caller owns arg. */
+NPU_API npuError_t npuLaunchTaskSync(npuStream_t stream, const char* name, npuTaskFn fn,
+                                     npuTaskRelease release, void* arg);
 
 /* ---- events ---------------------------------------------------------------------------- */
 #define npuEventDefault 0x0u

@@ -1,6 +1,7 @@
-// npuLaunchShortTaskWithRelease: on an idle stream the task runs on the launching thread before
-// the call returns; on a busy or capturing stream it is queued like any task; either way the
-// stream's order, counts, events and error reporting are those of a queued task.
+// npuLaunchShortTaskWithRelease and npuLaunchTaskSync: on an idle stream the task runs on the
+// launching thread before the call returns; on a busy stream (or a capturing one, for a short
+// task) it is queued like any task; the stream's order, counts, events and error reporting are
+// those of a queued task.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -258,4 +259,55 @@ TEST(ShortTask, BadSettingIsAClearError) {
   const std::string message = npuGetLastErrorMessage();
   EXPECT_NE(message.find("NPU_SIM_INLINE_TASKS"), std::string::npos) << message;
   EXPECT_NE(message.find("sometimes"), std::string::npos) << message;
+}
+
+TEST(TaskSync, RunsOnTheCallerWhenIdleAndReturnsItsError) {
+  npuStream_t s = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  Probe p;
+  ASSERT_NPU_OK(npuLaunchTaskSync(s, "sync", probeTask, probeRelease, &p));
+  EXPECT_EQ(p.runs.load(), 1);
+  EXPECT_EQ(p.releases.load(), 1);
+  EXPECT_EQ(p.ran_on, std::this_thread::get_id());
+  EXPECT_EQ(npuLaunchTaskSync(s, "aten::sync_bad", failingTask, nullptr, nullptr),
+            npuErrorLaunchFailure);
+  const std::string message = npuGetLastErrorMessage();
+  EXPECT_NE(message.find("task 'aten::sync_bad' failed"), std::string::npos) << message;
+  ASSERT_NPU_OK(npuStreamSynchronize(s));  // the error was consumed, as by a synchronize
+  EXPECT_EQ(npuLaunchTaskSync(s, "null", nullptr, nullptr, nullptr), npuErrorInvalidValue);
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(TaskSync, WaitsForWorkAlreadyQueued) {
+  npuStream_t s = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  std::atomic<bool> open{false};
+  ASSERT_NPU_OK(npuLaunchTask(s, "gated", gatedTask, &open));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    open.store(true);
+  });
+  Probe p;
+  ASSERT_NPU_OK(npuLaunchTaskSync(s, "sync", probeTask, probeRelease, &p));
+  EXPECT_TRUE(open.load());  // it returned only after the gated task
+  EXPECT_EQ(p.runs.load(), 1);
+  EXPECT_NE(p.ran_on, std::this_thread::get_id());  // on the worker, behind the gated task
+  EXPECT_EQ(npuStreamQuery(s), npuSuccess);
+  opener.join();
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(TaskSync, RefusedWhileTheStreamCaptures) {
+  npuStream_t s = nullptr;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  ASSERT_NPU_OK(npuStreamBeginCapture(s, npuStreamCaptureModeGlobal));
+  Probe p;
+  EXPECT_EQ(npuLaunchTaskSync(s, "sync", probeTask, probeRelease, &p),
+            npuErrorStreamCaptureUnsupported);
+  EXPECT_EQ(p.runs.load(), 0);
+  EXPECT_EQ(p.releases.load(), 0);  // not taken: the caller still owns the argument
+  npuGraph_t graph = nullptr;
+  npuStreamEndCapture(s, &graph);
+  if (graph) npuGraphDestroy(graph);
+  ASSERT_NPU_OK(npuStreamDestroy(s));
 }
