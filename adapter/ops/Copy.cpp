@@ -62,9 +62,10 @@ void copyOnDevice(const at::Tensor& dst, const at::Tensor& src, const NPUStream&
     return;
   }
   if (native::describable(dst) && native::describable(src)) {
-    launchTask(stream, "copy_", [to = native::describe(dst), from = native::describe(src)] {
-      npu::kernels::copy(to, from);
-    });
+    launchKernelTask(stream, "copy_", dst.numel(),
+                     [to = native::describe(dst), from = native::describe(src)] {
+                       npu::kernels::copy(to, from);
+                     });
     return;
   }
   launchTask(stream, "copy_", [to = TaskTensor(dst), from = TaskTensor(src)] {

@@ -54,7 +54,7 @@ at::Tensor& fill_Scalar_(at::Tensor& self, const at::Scalar& value) {
       case at::kByte: v = nk::Scalar(static_cast<int64_t>(value.to<uint8_t>())); break;
       default: v = nk::Scalar(value.to<int64_t>()); break;
     }
-    launchTask(stream, "fill_", [d = describe(self), v] { nk::fill(d, v); });
+    launchKernelTask(stream, "fill_", self.numel(), [d = describe(self), v] { nk::fill(d, v); });
     return self;
   }
   const at::Scalar converted =

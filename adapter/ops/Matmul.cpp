@@ -68,17 +68,19 @@ void launchGemm(const at::Tensor& out, const at::Tensor* self, const at::Tensor&
   std::optional<nk::TensorDesc> result;
   if (aliased) result = describe(out);
   if (self == nullptr) beta = 0.0;
-  launchTask(getCurrentNPUStream(out.device().index()), name,
-             [c = describe(target), x = describe(a), y = describe(b), init, result, alpha, beta,
-              batched] {
-               if (init) nk::copy(c, *init);
-               if (batched) {
-                 nk::gemm_batched(c, x, y, alpha, beta);
-               } else {
-                 nk::gemm(c, x, y, alpha, beta);
-               }
-               if (result) nk::copy(*result, c);
-             });
+  // Work in elementwise-op units: a multiply-add of a vectorised GEMM costs ~1/32 of one.
+  const int64_t work = out.numel() * a.size(-1) / 32;
+  launchKernelTask(getCurrentNPUStream(out.device().index()), name, work,
+                   [c = describe(target), x = describe(a), y = describe(b), init, result, alpha,
+                    beta, batched] {
+                     if (init) nk::copy(c, *init);
+                     if (batched) {
+                       nk::gemm_batched(c, x, y, alpha, beta);
+                     } else {
+                       nk::gemm(c, x, y, alpha, beta);
+                     }
+                     if (result) nk::copy(*result, c);
+                   });
 }
 
 at::Tensor& sizedOut(at::Tensor& out, std::vector<int64_t> shape) {

@@ -25,8 +25,8 @@ template <bool kLog>
 at::Tensor& softmaxInto(const at::Tensor& self, int64_t dim, at::Tensor& out) {
   const int d = static_cast<int>(at::maybe_wrap_dim(dim, self.dim()));
   if (self.numel() == 0) return out;
-  launchTask(streamOf(self), kLog ? "log_softmax" : "softmax",
-             [o = describe(out), i = describe(self), d] { nk::softmax(o, i, d, kLog); });
+  launchKernelTask(streamOf(self), kLog ? "log_softmax" : "softmax", self.numel(),
+                   [o = describe(out), i = describe(self), d] { nk::softmax(o, i, d, kLog); });
   return out;
 }
 
@@ -80,10 +80,10 @@ at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& out
   at::Tensor grad_input = at::empty(output.sizes(), output.options().dtype(input_dtype));
   if (output.numel() == 0) return grad_input;
   const int d = static_cast<int>(at::maybe_wrap_dim(dim, output.dim()));
-  launchTask(streamOf(output), kLog ? "log_softmax_backward" : "softmax_backward",
-             [gi = describe(grad_input), go = describe(grad_output), o = describe(output), d] {
-               nk::softmax_backward(gi, go, o, d, kLog);
-             });
+  launchKernelTask(streamOf(output), kLog ? "log_softmax_backward" : "softmax_backward",
+                   output.numel(),
+                   [gi = describe(grad_input), go = describe(grad_output), o = describe(output),
+                    d] { nk::softmax_backward(gi, go, o, d, kLog); });
   return grad_input;
 }
 

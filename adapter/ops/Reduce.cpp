@@ -79,12 +79,12 @@ void launchReduce(ROp op, const at::Tensor& out, const at::Tensor& self, const P
   const at::Tensor target = aliased ? at::empty(out.sizes(), out.options()) : out;
   std::optional<nk::TensorDesc> result;
   if (aliased) result = describe(out);
-  launchTask(getCurrentNPUStream(self.device().index()), name,
-             [op, o = describeReduced(target, self, p.mask, keepdim), i = describe(self), compute,
-              p0, result, t = aliased ? describe(target) : nk::TensorDesc()] {
-               nk::reduce(op, o, i, compute, p0);
-               if (result) nk::copy(*result, t);
-             });
+  launchKernelTask(getCurrentNPUStream(self.device().index()), name, self.numel(),
+                   [op, o = describeReduced(target, self, p.mask, keepdim), i = describe(self),
+                    compute, p0, result, t = aliased ? describe(target) : nk::TensorDesc()] {
+                     nk::reduce(op, o, i, compute, p0);
+                     if (result) nk::copy(*result, t);
+                   });
 }
 
 at::ScalarType sumDType(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
