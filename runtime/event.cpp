@@ -176,6 +176,7 @@ npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream) {
   if (Capture* c = streamCapture(s).load(std::memory_order_acquire)) {
     return captureRecord(c, s, event);  // numbered when the graph is launched
   }
+  if (completeRecordIfIdle(s, event)) return npuSuccess;  // nothing ahead of it to wait for
   Task task;
   task.kind = Task::kRecord;
   task.event = event;
@@ -200,6 +201,14 @@ npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int
   {
     std::lock_guard<std::mutex> lock(event->mutex);
     task.event_seq = event->recorded;
+    // A record that is complete, healthy and counted by its stream leaves nothing to wait for:
+    // the wait task would find it so and pass at once, at the cost of a hand-off.
+    if (task.event_seq != 0 && event->completed.load(std::memory_order_acquire) >= task.event_seq &&
+        event->error.empty() &&
+        (event->done_stream == nullptr ||
+         streamReached(event->done_stream, event->done_position))) {
+      return npuSuccess;
+    }
   }
   if (task.event_seq == 0) return npuSuccess;  // never recorded: nothing to wait for
   eventRetain(event);

@@ -117,6 +117,9 @@ Device* streamDevice(npuStream_st* s);
 bool streamReached(npuStream_st* s, uint64_t position);
 void waitForStreamPosition(npuStream_st* s, uint64_t position);
 bool streamIsDefault(npuStream_st* s);
+// An event record on `s` when it is idle (nothing queued or running): completes `event` at once
+// and returns true; false (nothing done) when the record must be queued.
+bool completeRecordIfIdle(npuStream_st* s, npuEvent_st* event);
 // Waits until every stream of `dev` is idle, without consuming their errors (used before
 // memory is unmapped, so that no queued task can touch it afterwards).
 void waitDeviceIdle(Device* dev);
