@@ -4,8 +4,6 @@
 // when the stream reaches it, the event's completed number catches up and the time is taken.
 // Queries and waits compare the two numbers, so re-recording an event is well defined: a wait
 // refers to the record that was last enqueued when the wait was issued, as in CUDA.
-#include <immintrin.h>
-
 #include <cinttypes>
 #include <cstdio>
 #include <vector>
@@ -97,11 +95,8 @@ void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error,
 }
 
 std::string eventWait(npuEvent_st* event, uint64_t seq) {
-  bool done = false;
-  for (int i = 0; i < 4000 && !done; ++i) {
-    done = event->completed.load(std::memory_order_acquire) >= seq;
-    if (!done) _mm_pause();
-  }
+  bool done =
+      spinThenYield([&] { return event->completed.load(std::memory_order_acquire) >= seq; });
   npuStream_st* stream = nullptr;
   uint64_t position = 0;
   std::string error;

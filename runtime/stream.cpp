@@ -2,8 +2,9 @@
 //
 // How it works:
 //  - enqueue appends under the stream's mutex and wakes the worker only if it sleeps; the worker
-//    spins for a few microseconds after each task before sleeping, so back-to-back launches
-//    (the common case: an op loop) cost no system call and start within a microsecond or two.
+//    spins, then yields, for about 100 us after each task before sleeping (spinThenYield), so
+//    back-to-back launches (the common case: an op loop) cost no wake-up and start within a
+//    microsecond or two.
 //  - submitted/completed are task sequence numbers; synchronize waits until completed reaches
 //    the value submitted had when it was called, so other threads may keep launching meanwhile.
 //  - Back-pressure: a stream queues at most config().max_pending tasks (as CUDA blocks the host
@@ -42,8 +43,6 @@
 //        profiling and completion counts as on the worker). The worker takes no task meanwhile;
 //        a launch from another thread queues and runs after the host run ends, and a launch by
 //        the owner behind such a queued task ends the host run, so FIFO order always holds.
-#include <immintrin.h>
-
 #include <pthread.h>
 
 #include <algorithm>
@@ -105,7 +104,6 @@ namespace {
 thread_local npuStream_st* t_running_stream = nullptr;  // set on worker threads
 thread_local std::string* t_task_failure = nullptr;     // where npuTaskFail writes
 
-constexpr int kSpinIterations = 4000;  // roughly 20-50 us of pause instructions
 constexpr auto kStall = std::chrono::milliseconds(250);
 
 // A small number naming the calling thread (never reused, unlike OS thread ids).
@@ -244,9 +242,7 @@ void workerLoop(npuStream_st* s) {
   t_running_stream = s;
   const size_t resume = resumeDepth();
   for (;;) {
-    for (int i = 0; i < kSpinIterations && s->queued.load(std::memory_order_acquire) == 0; ++i) {
-      _mm_pause();
-    }
+    spinThenYield([s] { return s->queued.load(std::memory_order_acquire) != 0; });
     Task task;
     {
       std::unique_lock<std::mutex> lock(s->mutex);
@@ -284,10 +280,7 @@ npuStream_st* createStream(Device* dev, int priority, bool is_default) {
 // Waits until `s` has finished task number `target`.
 void waitFor(npuStream_st* s, uint64_t target) {
   if (s == t_running_stream) return;  // a task waiting for its own stream would deadlock
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (s->completed.load(std::memory_order_acquire) >= target) return;
-    _mm_pause();
-  }
+  if (spinThenYield([&] { return s->completed.load(std::memory_order_acquire) >= target; })) return;
   std::unique_lock<std::mutex> lock(s->mutex);
   s->host_waiters.fetch_add(1, std::memory_order_seq_cst);
   s->done_cv.wait(lock, [&] { return s->completed.load(std::memory_order_seq_cst) >= target; });
