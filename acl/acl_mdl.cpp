@@ -119,6 +119,32 @@ aclError fillDims(const char* api, const std::vector<aclmdlDesc::IO>& ios, size_
   return ACL_SUCCESS;
 }
 
+// One run of a loaded model on `stream` (NULL: the model device's default stream); `wait`:
+// aclmdlExecute, which returns once the run is done (on an idle stream it runs on this thread).
+aclError execute(const char* api, uint32_t modelId, const aclmdlDataset* input,
+                 aclmdlDataset* output, aclrtStream stream, bool wait) {
+  ACL_REQUIRE_INIT(api);
+  auto model = find(modelId);
+  if (!model) {
+    return setError(ACL_ERROR_INVALID_MODEL_ID,
+                    std::string(api) + ": no model is loaded with id " + std::to_string(modelId));
+  }
+  std::vector<void*> ins, outs;
+  if (aclError e = checkDataset(api, "input", input, model->num_inputs(), &engine::Model::input,
+                                *model, ACL_ERROR_MODEL_INPUT_NOT_MATCH, &ins)) {
+    return e;
+  }
+  if (aclError e = checkDataset(api, "output", output, model->num_outputs(),
+                                &engine::Model::output, *model, ACL_ERROR_MODEL_OUTPUT_NOT_MATCH,
+                                &outs)) {
+    return e;
+  }
+  npuStream_t s = static_cast<npuStream_t>(stream);
+  if (!s) npuGetDefaultStream(model->device(), &s);
+  return simnpu_acl::fromRuntimeError(wait ? model->execute(s, ins, outs)
+                                           : model->execute_async(s, ins, outs));
+}
+
 }  // namespace
 
 extern "C" {
@@ -264,34 +290,11 @@ aclFormat aclmdlGetInputFormat(const aclmdlDesc* d, size_t i) {
 
 aclError aclmdlExecuteAsync(uint32_t modelId, const aclmdlDataset* input, aclmdlDataset* output,
                             aclrtStream stream) {
-  const char* api = "aclmdlExecuteAsync";
-  ACL_REQUIRE_INIT(api);
-  auto model = find(modelId);
-  if (!model) {
-    return setError(ACL_ERROR_INVALID_MODEL_ID,
-                    std::string(api) + ": no model is loaded with id " + std::to_string(modelId));
-  }
-  std::vector<void*> ins, outs;
-  if (aclError e = checkDataset(api, "input", input, model->num_inputs(), &engine::Model::input,
-                                *model, ACL_ERROR_MODEL_INPUT_NOT_MATCH, &ins)) {
-    return e;
-  }
-  if (aclError e = checkDataset(api, "output", output, model->num_outputs(),
-                                &engine::Model::output, *model, ACL_ERROR_MODEL_OUTPUT_NOT_MATCH,
-                                &outs)) {
-    return e;
-  }
-  npuStream_t s = static_cast<npuStream_t>(stream);
-  if (!s) npuGetDefaultStream(model->device(), &s);
-  return simnpu_acl::fromRuntimeError(model->execute_async(s, ins, outs));
+  return execute("aclmdlExecuteAsync", modelId, input, output, stream, false);
 }
 
 aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset* input, aclmdlDataset* output) {
-  auto model = find(modelId);
-  npuStream_t s = nullptr;
-  if (model) npuGetDefaultStream(model->device(), &s);
-  if (aclError e = aclmdlExecuteAsync(modelId, input, output, s)) return e;
-  return simnpu_acl::fromRuntimeError(npuStreamSynchronize(s));
+  return execute("aclmdlExecute", modelId, input, output, nullptr, true);
 }
 
 }  // extern "C"

@@ -214,9 +214,11 @@ void TaskBody::operator delete(void* p, std::size_t size) {
   ::operator delete(p);
 }
 
-void launchBody(const NPUStream& stream, const char* name, TaskBody* body) {
+void launchBody(const NPUStream& stream, const char* name, TaskBody* body, bool short_task) {
   const npuError_t error =
-      npuLaunchTaskWithRelease(stream.handle(), name, &runTask, &releaseTask, body);
+      short_task
+          ? npuLaunchShortTaskWithRelease(stream.handle(), name, &runTask, &releaseTask, body)
+          : npuLaunchTaskWithRelease(stream.handle(), name, &runTask, &releaseTask, body);
   if (error != npuSuccess) {
     // With ASCEND_LAUNCH_BLOCKING=1 the task has already run (and was released) when it is the
     // task that failed; otherwise it was never queued.

@@ -76,7 +76,9 @@ struct TaskBodyOf final : TaskBody {
   explicit TaskBodyOf(F f) : fn(std::move(f)) {}
   void run() override { fn(); }
 };
-void launchBody(const NPUStream& stream, const char* name, TaskBody* body);
+// short_task: npuLaunchShortTaskWithRelease (may run at once on this thread).
+void launchBody(const NPUStream& stream, const char* name, TaskBody* body,
+                bool short_task = false);
 }  // namespace detail
 
 // Enqueues fn on `stream`; it runs later on the stream's worker thread (at once and
@@ -87,6 +89,20 @@ template <class F>
 void launchTask(const NPUStream& stream, const char* name, F&& fn) {
   detail::launchBody(stream, name,
                      new detail::TaskBodyOf<std::decay_t<F>>(std::forward<F>(fn)));
+}
+
+// A kernel over at most this many elements takes about a microsecond: less than handing it to
+// the stream's worker.
+constexpr int64_t kShortKernelElements = 4096;
+
+// launchTask for one of the library's kernels over `elements` elements. A short one runs at once
+// on this thread when the stream is idle (npuLaunchShortTaskWithRelease: same order, same error
+// reporting). Only for bodies that call our kernels directly: a body that dispatches ATen ops
+// would see this thread's dispatch state (autocast, modes, profiler) rather than a worker's.
+template <class F>
+void launchKernelTask(const NPUStream& stream, const char* name, int64_t elements, F&& fn) {
+  detail::launchBody(stream, name, new detail::TaskBodyOf<std::decay_t<F>>(std::forward<F>(fn)),
+                     elements <= kShortKernelElements);
 }
 
 }  // namespace torch_npu

@@ -71,15 +71,25 @@ void Model::run(void* const* inputs, void* const* outputs) {
 
 npuError_t Model::execute_async(npuStream_t stream, const std::vector<void*>& inputs,
                                 const std::vector<void*>& outputs) {
-  auto* launch = new Launch{this, inputs, outputs};
-  npuError_t err = npuLaunchTaskWithRelease(
-      stream, "aclmdlExecute",
-      [](void* arg) {
-        auto* l = static_cast<Launch*>(arg);
-        l->model->run(l->inputs.data(), l->outputs.data());
-      },
-      [](void* arg) { delete static_cast<Launch*>(arg); }, launch);
-  if (err != npuSuccess && err != npuErrorLaunchFailure) delete launch;
+  return launch(stream, inputs, outputs, false);
+}
+
+npuError_t Model::execute(npuStream_t stream, const std::vector<void*>& inputs,
+                          const std::vector<void*>& outputs) {
+  return launch(stream, inputs, outputs, true);
+}
+
+npuError_t Model::launch(npuStream_t stream, const std::vector<void*>& inputs,
+                         const std::vector<void*>& outputs, bool wait) {
+  auto* l = new Launch{this, inputs, outputs};
+  const npuTaskFn run = [](void* arg) {
+    auto* self = static_cast<Launch*>(arg);
+    self->model->run(self->inputs.data(), self->outputs.data());
+  };
+  const npuTaskRelease release = [](void* arg) { delete static_cast<Launch*>(arg); };
+  const npuError_t err = wait ? npuLaunchTaskSync(stream, "aclmdlExecute", run, release, l)
+                              : npuLaunchTaskWithRelease(stream, "aclmdlExecute", run, release, l);
+  if (err != npuSuccess && err != npuErrorLaunchFailure) delete l;
   return err;
 }
 

@@ -2,12 +2,12 @@
 //
 // How it works:
 //  - dim 1 (channels) is moved first, a stride permutation, so channel c is row c of a
-//    [C, N, d1, ...] view. A channel is visited as `segs` segments of `len` elements: the
-//    whole channel as one (gathered) row when it is small, one (n, c) plane per segment
-//    otherwise, so the staging buffer stays bounded while contiguous NCHW planes are used in
-//    place.
-//  - one task per channel: two passes for mean and biased variance (sums in double), then a
-//    pass writing y = x * scale + shift. Backward: one pass for sum(dy) and
+//    [C, N, d1, ...] view. A channel is visited as `segs` segments of `len` elements: one
+//    (n, c) plane per segment when the planes are contiguous and not tiny (NCHW planes are
+//    then used in place) or the channel is large (the staging buffer stays bounded), else the
+//    whole channel as one row, gathered once per channel.
+//  - one task per channel: two passes for mean and biased variance (sums in double, 8 lanes
+//    for float), then a pass writing y = x * scale + shift. Backward: one pass for sum(dy) and
 //    sum(dy * (x - mean)), one writing grad_input.
 //  - group norm backward: the (n, c) planes of [N, C, HxW] are rows; one pass for each row's
 //    sum(dy) and sum(dy * x), the per-(n, group) coefficients from those, one pass writing
@@ -17,25 +17,54 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <type_traits>
 #include <vector>
 
 #include "nn_common.h"
 #include "npu/kernels/thread_pool.h"
+#include "vec_math.h"
 
 namespace npu::kernels {
 namespace detail {
 namespace {
 
-// Segments of at most this many elements are gathered whole; larger channels go by plane.
+// Channels of at most this many elements are gathered whole unless their planes can be used in
+// place; larger channels always go by plane.
 constexpr int64_t kWholeChannelElems = 1 << 16;
+// Contiguous planes shorter than this are still gathered: per-plane calls would cost more than
+// the copy.
+constexpr int64_t kMinPlaneElems = 32;
+
+// Whether the channels of these same-shaped tensors are visited whole (one gathered segment)
+// rather than plane by plane; one answer for all, so that segment k means the same elements in
+// each.
+bool whole_channels(std::initializer_list<const TensorDesc*> ts) {
+  const TensorDesc& t = **ts.begin();
+  NPU_KERNEL_ASSERT(t.ndim >= 2, "batch_norm input must be [N, C, *]");
+  if (t.ndim == 2) return true;
+  int64_t S = 1;
+  for (int d = 2; d < t.ndim; ++d) S *= t.sizes[d];
+  if (t.sizes[0] * S > kWholeChannelElems) return false;
+  if (S < kMinPlaneElems) return true;
+  // Planes are used in place only if every tensor's are dense (innermost stride 1).
+  for (const TensorDesc* u : ts) {
+    int64_t expected = 1;
+    for (int d = u->ndim - 1; d >= 2; --d) {
+      if (u->sizes[d] == 1) continue;
+      if (u->strides[d] != expected) return true;
+      expected *= u->sizes[d];
+    }
+  }
+  return false;
+}
 
 class ChannelRows {
  public:
-  explicit ChannelRows(const TensorDesc& t) : rows_(make_rows(t)) {
-    NPU_KERNEL_ASSERT(t.ndim >= 2, "batch_norm input must be [N, C, *]");
+  ChannelRows(const TensorDesc& t, bool whole) : rows_(make_rows(t, whole)) {
     int64_t S = 1;
     for (int d = 2; d < t.ndim; ++d) S *= t.sizes[d];
-    if (whole(t)) segs_ = 1, len_ = t.sizes[0] * S;
+    if (whole) segs_ = 1, len_ = t.sizes[0] * S;
     else segs_ = t.sizes[0], len_ = S;
   }
   int64_t segs() const { return segs_; }
@@ -63,19 +92,14 @@ class ChannelRows {
   }
 
  private:
-  static bool whole(const TensorDesc& t) {
-    int64_t S = 1;
-    for (int d = 2; d < t.ndim; ++d) S *= t.sizes[d];
-    return t.ndim == 2 || t.sizes[0] * S <= kWholeChannelElems;
-  }
-  static Rows make_rows(const TensorDesc& t) {
+  static Rows make_rows(const TensorDesc& t, bool whole) {
     int64_t sizes[kMaxDims], strides[kMaxDims];  // [C, N, d1, ...]
     for (int d = 0; d < t.ndim; ++d) {
       const int from = d < 2 ? 1 - d : d;
       sizes[d] = t.sizes[from], strides[d] = t.strides[from];
     }
     return Rows(TensorDesc::make(t.data, t.dtype, sizes, t.ndim, strides),
-                whole(t) ? t.ndim - 1 : t.ndim - 2);
+                whole ? t.ndim - 1 : t.ndim - 2);
   }
 
   Rows rows_;
@@ -86,6 +110,42 @@ class ChannelRows {
 double inv_std(double var, double eps) {
   if (var == 0 && eps == 0) return 0;
   return 1.0 / std::sqrt(var + eps);
+}
+
+// Segment sums in double: 8 lanes for float, a plain loop otherwise.
+template <class T>
+double seg_sum(const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return sum_values(x, n);
+  } else {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += x[i];
+    return s;
+  }
+}
+
+// sum((x - mu)^2)
+template <class T>
+double seg_sum_sq(const T* x, int64_t n, double mu) {
+  if constexpr (std::is_same_v<T, float>) {
+    return sum_squares(x, n, mu);
+  } else {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += (x[i] - mu) * (x[i] - mu);
+    return s;
+  }
+}
+
+// sum(dy * (x - mu))
+template <class T>
+double seg_sum_prod(const T* dy, const T* x, int64_t n, double mu) {
+  if constexpr (std::is_same_v<T, float>) {
+    return sum_products(dy, x, n, mu);
+  } else {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(dy[i]) * (x[i] - mu);
+    return s;
+  }
 }
 
 int64_t channel_grain(const TensorDesc& t) {
@@ -101,7 +161,8 @@ void batch_norm_typed(const TensorDesc& out, const TensorDesc* save_mean,
                       const TensorDesc* running_mean, const TensorDesc* running_var,
                       bool training, double momentum, double eps) {
   const int64_t C = input.sizes[1];
-  const ChannelRows in(input), o(out);
+  const bool whole = whole_channels({&input, &out});
+  const ChannelRows in(input, whole), o(out, whole);
   const int64_t n = in.count();
   const std::vector<double> w = load_vector<double>(weight, C, 1.0),
                             b = load_vector<double>(bias, C, 0.0);
@@ -116,18 +177,15 @@ void batch_norm_typed(const TensorDesc& out, const TensorDesc* save_mean,
   parallel_for(0, C, channel_grain(input), [&](int64_t c0, int64_t c1) {
     std::vector<T> xbuf(static_cast<size_t>(in.len())), ybuf(xbuf.size());
     for (int64_t c = c0; c < c1; ++c) {
+      // A channel in one segment is gathered once for all passes.
+      const T* whole_x = in.segs() == 1 ? in.get(c, 0, xbuf.data()) : nullptr;
+      auto seg = [&](int64_t k) { return whole_x ? whole_x : in.get(c, k, xbuf.data()); };
       if (training) {
         double s = 0;
-        for (int64_t k = 0; k < in.segs(); ++k) {
-          const T* x = in.get(c, k, xbuf.data());
-          for (int64_t i = 0; i < in.len(); ++i) s += x[i];
-        }
+        for (int64_t k = 0; k < in.segs(); ++k) s += seg_sum(seg(k), in.len());
         const double mu = n > 0 ? s / n : 0.0;
         double ss = 0;
-        for (int64_t k = 0; k < in.segs(); ++k) {
-          const T* x = in.get(c, k, xbuf.data());
-          for (int64_t i = 0; i < in.len(); ++i) ss += (x[i] - mu) * (x[i] - mu);
-        }
+        for (int64_t k = 0; k < in.segs(); ++k) ss += seg_sum_sq(seg(k), in.len(), mu);
         const double var = n > 0 ? ss / n : 0.0;
         mean[c] = mu;
         invstd[c] = inv_std(var, eps);
@@ -138,7 +196,7 @@ void batch_norm_typed(const TensorDesc& out, const TensorDesc* save_mean,
       }
       const T scale = T(invstd[c] * w[c]), shift = T(b[c] - mean[c] * invstd[c] * w[c]);
       for (int64_t k = 0; k < in.segs(); ++k) {
-        const T* x = in.get(c, k, xbuf.data());
+        const T* x = seg(k);
         T* y = o.target(c, k, ybuf.data());
         for (int64_t i = 0; i < in.len(); ++i) y[i] = x[i] * scale + shift;
         o.put(c, k, y);
@@ -161,7 +219,10 @@ void batch_norm_backward_typed(const TensorDesc* grad_input, const TensorDesc* g
                                const TensorDesc* save_mean, const TensorDesc* save_invstd,
                                bool training, double eps) {
   const int64_t C = input.sizes[1];
-  const ChannelRows in(input), go(grad_output);
+  const bool whole = has_data(grad_input)
+                         ? whole_channels({&input, &grad_output, grad_input})
+                         : whole_channels({&input, &grad_output});
+  const ChannelRows in(input, whole), go(grad_output, whole);
   const int64_t n = in.count();
   const std::vector<double> w = load_vector<double>(weight, C, 1.0);
   std::vector<double> mean, invstd;
@@ -182,22 +243,26 @@ void batch_norm_backward_typed(const TensorDesc* grad_input, const TensorDesc* g
   std::vector<double> sum_dy(static_cast<size_t>(C)), sum_dy_xhat(static_cast<size_t>(C));
   const bool need_sums = want_gw || want_gb || (want_gi && training);
   const ChannelRows* gi = nullptr;
-  ChannelRows gi_rows = want_gi ? ChannelRows(*grad_input) : ChannelRows(input);
+  ChannelRows gi_rows(want_gi ? *grad_input : input, whole);
   if (want_gi) gi = &gi_rows;
 
   parallel_for(0, C, channel_grain(input), [&](int64_t c0, int64_t c1) {
     std::vector<T> xbuf(static_cast<size_t>(in.len())), gbuf(xbuf.size()), obuf(xbuf.size());
     for (int64_t c = c0; c < c1; ++c) {
       const double mu = mean[c], rs = invstd[c];
+      // A channel in one segment is gathered once for both passes (x only where used).
+      const bool one = in.segs() == 1, use_x = need_sums || training;
+      const T* whole_x = one && use_x ? in.get(c, 0, xbuf.data()) : nullptr;
+      const T* whole_dy = one ? go.get(c, 0, gbuf.data()) : nullptr;
+      auto x_seg = [&](int64_t k) { return whole_x ? whole_x : in.get(c, k, xbuf.data()); };
+      auto dy_seg = [&](int64_t k) { return whole_dy ? whole_dy : go.get(c, k, gbuf.data()); };
       if (need_sums) {
         double sdy = 0, sdyx = 0;
         for (int64_t k = 0; k < in.segs(); ++k) {
-          const T* x = in.get(c, k, xbuf.data());
-          const T* dy = go.get(c, k, gbuf.data());
-          for (int64_t i = 0; i < in.len(); ++i) {
-            sdy += dy[i];
-            sdyx += double(dy[i]) * (x[i] - mu);
-          }
+          const T* x = x_seg(k);
+          const T* dy = dy_seg(k);
+          sdy += seg_sum(dy, in.len());
+          sdyx += seg_sum_prod(dy, x, in.len(), mu);
         }
         sum_dy[c] = sdy;
         sum_dy_xhat[c] = sdyx * rs;
@@ -212,10 +277,10 @@ void batch_norm_backward_typed(const TensorDesc* grad_input, const TensorDesc* g
       }
       const T ta = T(a), tb = T(bcoef), td = T(d);
       for (int64_t k = 0; k < in.segs(); ++k) {
-        const T* dy = go.get(c, k, gbuf.data());
+        const T* dy = dy_seg(k);
         T* dx = gi->target(c, k, obuf.data());
         if (training) {
-          const T* x = in.get(c, k, xbuf.data());
+          const T* x = x_seg(k);
           for (int64_t i = 0; i < in.len(); ++i) dx[i] = ta * dy[i] + tb * x[i] + td;
         } else {
           for (int64_t i = 0; i < in.len(); ++i) dx[i] = ta * dy[i];

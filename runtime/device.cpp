@@ -74,6 +74,12 @@ Config loadConfig() {
       reject("ASCEND_LAUNCH_BLOCKING", v, "0 or 1 (1: every launch waits for its task)");
     }
   }
+  if (const char* v = std::getenv("NPU_SIM_INLINE_TASKS")) {
+    if (!env::parseFlag(v, &cfg.inline_tasks)) {
+      reject("NPU_SIM_INLINE_TASKS", v,
+             "0 or 1 (1, the default: short tasks on an idle stream run on the launching thread)");
+    }
+  }
   // Read by the kernels' thread pool (kernels/thread_pool.cpp, same range); checked here too so
   // that a bad value is refused when the program starts, not at its first kernel.
   if (const char* v = std::getenv("NPU_KERNEL_THREADS")) {

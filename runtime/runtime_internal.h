@@ -29,6 +29,7 @@ struct Config {
   std::string init_error;           // non-empty when the simulator's own variables are bad
   bool launch_blocking = false;     // ASCEND_LAUNCH_BLOCKING=1
   size_t max_pending = 1024;        // NPU_SIM_MAX_PENDING_LAUNCHES: queued tasks per stream
+  bool inline_tasks = true;         // NPU_SIM_INLINE_TASKS: short tasks may run on the caller
 };
 const Config& config();
 

@@ -7,6 +7,13 @@
 //    microsecond or two.
 //  - submitted/completed are task sequence numbers; synchronize waits until completed reaches
 //    the value submitted had when it was called, so other threads may keep launching meanwhile.
+//  - Short tasks (npuLaunchShortTaskWithRelease) and blocking calls (npuMemcpy, npuMemset,
+//    npuLaunchTaskSync) run on the launching thread when the stream is idle: handing a 1-element
+//    kernel to the worker costs more than running it, a blocking caller waits anyway, and on a
+//    busy machine the spinning worker competes with the launcher for a core. The launcher reserves
+//    the stream's next sequence number under the mutex, with nothing queued or running, and
+//    marks the stream `inline_running`; a task queued meanwhile by another thread is popped by
+//    the worker but started only after the inline task completed, so the order holds.
 //  - Back-pressure: a stream queues at most config().max_pending tasks (as CUDA blocks the host
 //    at about a thousand pending launches). A launch onto a full queue waits until the worker
 //    has drained it to 7/8 of the bound, so the launcher sleeps and wakes once per few hundred
@@ -43,6 +50,8 @@
 //        profiling and completion counts as on the worker). The worker takes no task meanwhile;
 //        a launch from another thread queues and runs after the host run ends, and a launch by
 //        the owner behind such a queued task ends the host run, so FIFO order always holds.
+#include <immintrin.h>
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -73,6 +82,7 @@ struct npuStream_st {
   std::atomic<uint64_t> submitted{0};  // sequence number of the last task enqueued
   std::atomic<uint64_t> completed{0};  // sequence number of the last task finished
   bool worker_sleeping = false;
+  std::atomic<bool> inline_running{false};  // a short task runs on its launching thread
   // Hosts blocked in waitFor; atomic so the worker checks it without taking the mutex after
   // every task (seq_cst with `completed`: a waiter either sees the new count or is seen).
   std::atomic<int> host_waiters{0};
@@ -257,6 +267,8 @@ void workerLoop(npuStream_st* s) {
       s->queued.fetch_sub(1, std::memory_order_relaxed);
       if (s->launch_waiters > 0 && s->queue.size() <= resume) s->space_cv.notify_all();
     }
+    // Queued while a short task ran on its launcher: it comes after that task (see the top).
+    while (s->inline_running.load(std::memory_order_acquire)) _mm_pause();
     runAndComplete(s, task);
   }
 }
@@ -349,14 +361,15 @@ void waitForRoom(npuStream_st* s, std::unique_lock<std::mutex>& lock, const Task
 
 // Whether nothing is queued on `s` and no task of it is running (caller holds s->mutex).
 bool idleLocked(npuStream_st* s) {
-  return s->queue.empty() && s->completed.load(std::memory_order_acquire) ==
-                                 s->submitted.load(std::memory_order_relaxed);
+  return s->queue.empty() && !s->inline_running.load(std::memory_order_acquire) &&
+         s->completed.load(std::memory_order_acquire) ==
+             s->submitted.load(std::memory_order_relaxed);
 }
 
 uint64_t push(npuStream_st* s, const Task& task) {
   std::unique_lock<std::mutex> lock(s->mutex);
   if (s->host_runner != 0 && s->host_runner == threadTag()) {
-    if (s->queue.empty()) {
+    if (idleLocked(s)) {
       // A host run: the task runs here and now, as the stream's next task.
       Task here = task;
       here.launcher = s->host_runner;
@@ -369,7 +382,8 @@ uint64_t push(npuStream_st* s, const Task& task) {
       t_running_stream = outer;
       return seq;
     }
-    // Another thread queued work meanwhile: this launch goes behind it, and so does the rest
+    // Another thread queued work (or runs a short task) meanwhile: this launch goes behind it,
+    // and so does the rest
     // of the host run; the worker takes over.
     s->host_runner = 0;
   }
@@ -438,21 +452,57 @@ npuError_t enqueue(npuStream_st* s, const Task& task) {
   return takeError(s, Reader::kStream);
 }
 
+namespace {
+
+// Runs a short task on the calling thread if `s` is idle; false if it must be queued.
+bool runInline(npuStream_st* s, Task& task) {
+  if (!config().inline_tasks || t_running_stream != nullptr) return false;
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    if (!s->queue.empty() || s->inline_running.load(std::memory_order_relaxed) ||
+        s->completed.load(std::memory_order_acquire) !=
+            s->submitted.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    s->inline_running.store(true, std::memory_order_relaxed);
+    task.launcher = threadTag();
+    profilerStampLaunch(task);
+    s->submitted.fetch_add(1, std::memory_order_relaxed);
+  }
+  // As on the worker: the task runs "on" its stream (a task synchronizing its own stream does
+  // not wait for itself; a launch it makes never waits for room).
+  t_running_stream = s;
+  runTask(s, task);
+  if (task.release) task.release(task.arg);
+  t_running_stream = nullptr;
+  markCompleted(s);  // before the flag: a record queued meanwhile counts this task as done
+  s->inline_running.store(false, std::memory_order_release);
+  return true;
+}
+
+npuError_t enqueueShort(npuStream_st* s, Task& task) {
+  if (s->capture.load(std::memory_order_acquire) != nullptr || !runInline(s, task)) {
+    return enqueue(s, task);
+  }
+  if (!config().launch_blocking) return npuSuccess;
+  return takeError(s, Reader::kStream);
+}
+
+}  // namespace
+
 npuError_t enqueueAndWait(const char* api, npuStream_st* s, const Task& task) {
   if (npuError_t e = captureCheckDeviceCall(api, s->dev)) return e;
   if (npuError_t e = captureCheckStreamSync(api, s)) return e;
-  uint64_t seq = push(s, task);
-  waitFor(s, seq);
+  // The caller waits anyway: on an idle stream it does the work itself (no hand-off).
+  Task here = task;
+  if (!runInline(s, here)) waitFor(s, push(s, task));
   return takeError(s, Reader::kStream);
 }
 
 namespace {
 
-npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRelease release,
-                  bool replayable, void* arg) {
-  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
-  npuStream_st* s = nullptr;
-  if (npuError_t e = resolveStream(stream, &s)) return e;
+Task workTask(const char* name, npuTaskFn fn, npuTaskRelease release, bool replayable,
+              void* arg) {
   Task task;
   task.kind = Task::kWork;
   task.fn = fn;
@@ -464,9 +514,18 @@ npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRel
   const size_t n = strnlen(from, sizeof(task.name) - 1);
   std::memcpy(task.name, from, n);
   task.name[n] = '\0';
+  return task;
+}
+
+npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRelease release,
+                  bool replayable, bool short_task, void* arg) {
+  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task = workTask(name, fn, release, replayable, arg);
   NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "launch %s on stream %p (device %d)", task.name,
           static_cast<void*>(s), s->dev->index);
-  return enqueue(s, task);
+  return short_task ? enqueueShort(s, task) : enqueue(s, task);
 }
 
 
@@ -660,12 +719,26 @@ npuError_t npuDeviceSynchronize(void) {
 
 
 npuError_t npuLaunchTask(npuStream_t stream, const char* name, npuTaskFn fn, void* arg) {
-  return launch(stream, name, fn, nullptr, false, arg);
+  return launch(stream, name, fn, nullptr, false, false, arg);
 }
 
 npuError_t npuLaunchTaskWithRelease(npuStream_t stream, const char* name, npuTaskFn fn,
                                     npuTaskRelease release, void* arg) {
-  return launch(stream, name, fn, release, true, arg);
+  return launch(stream, name, fn, release, true, false, arg);
+}
+
+npuError_t npuLaunchShortTaskWithRelease(npuStream_t stream, const char* name, npuTaskFn fn,
+                                         npuTaskRelease release, void* arg) {
+  return launch(stream, name, fn, release, true, true, arg);
+}
+
+npuError_t npuLaunchTaskSync(npuStream_t stream, const char* name, npuTaskFn fn,
+                             npuTaskRelease release, void* arg) {
+  if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTaskSync: fn is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task = workTask(name, fn, release, true, arg);
+  return enqueueAndWait("npuLaunchTaskSync", s, task);
 }
 
 void npuTaskFail(const char* message) {

@@ -79,10 +79,11 @@ Result unary(const char* name, UOp op, Kind kind, const at::Tensor& out, const a
   if (iter.numel() == 0) return result;
   const std::optional<nk::DType> compute = computeDType(iter);
   if (!compute || !iterSupported(iter) || !nk::unary_supports(op, *compute)) return std::nullopt;
-  launchTask(streamOf(result), name,
-             [op, o = iterOperand(iter, 0), i = iterOperand(iter, 1), c = *compute, p0, p1] {
-               nk::unary(op, o.get(), i.get(), c, p0, p1);
-             });
+  launchKernelTask(streamOf(result), name, iter.numel(),
+                   [op, o = iterOperand(iter, 0), i = iterOperand(iter, 1), c = *compute, p0,
+                    p1] {
+                     nk::unary(op, o.get(), i.get(), c, p0, p1);
+                   });
   return result;
 }
 
@@ -130,10 +131,11 @@ Result binary(const char* name, BOp op, Kind kind, const at::Tensor& out, const 
   }
   std::optional<std::vector<Operand>> operands = iterOperandsRounded(iter, scalarReadOf(op));
   if (!operands) return std::nullopt;
-  launchTask(streamOf(result), name,
-             [op, o = (*operands)[0], x = (*operands)[1], y = (*operands)[2], c = *compute, p0] {
-               nk::binary(op, o.get(), x.get(), y.get(), c, p0);
-             });
+  launchKernelTask(streamOf(result), name, iter.numel(),
+                   [op, o = (*operands)[0], x = (*operands)[1], y = (*operands)[2], c = *compute,
+                    p0] {
+                     nk::binary(op, o.get(), x.get(), y.get(), c, p0);
+                   });
   return result;
 }
 
@@ -163,11 +165,11 @@ Result ternary(const char* name, TOp op, const at::Tensor& out, const at::Tensor
   if (iter.numel() == 0) return result;
   const std::optional<nk::DType> compute = where ? toKernelDType(*dtype) : computeDType(iter);
   if (!compute || !iterSupported(iter) || !nk::ternary_supports(op, *compute)) return std::nullopt;
-  launchTask(streamOf(result), name,
-             [op, o = iterOperand(iter, 0), x = iterOperand(iter, 1), y = iterOperand(iter, 2),
-              z = iterOperand(iter, 3), k = *compute, p0] {
-               nk::ternary(op, o.get(), x.get(), y.get(), z.get(), k, p0);
-             });
+  launchKernelTask(streamOf(result), name, iter.numel(),
+                   [op, o = iterOperand(iter, 0), x = iterOperand(iter, 1),
+                    y = iterOperand(iter, 2), z = iterOperand(iter, 3), k = *compute, p0] {
+                     nk::ternary(op, o.get(), x.get(), y.get(), z.get(), k, p0);
+                   });
   return result;
 }
 
@@ -218,10 +220,10 @@ Result logicalNotBody(const char* name, const at::Tensor& out, const at::Tensor&
   if (iter.numel() == 0) return out;
   const std::optional<nk::DType> compute = toKernelDType(self.scalar_type());
   if (!compute || !iterSupported(iter)) return std::nullopt;
-  launchTask(streamOf(out), name,
-             [o = iterOperand(iter, 0), i = iterOperand(iter, 1), c = *compute] {
-               nk::unary(UOp::LogicalNot, o.get(), i.get(), c);
-             });
+  launchKernelTask(streamOf(out), name, iter.numel(),
+                   [o = iterOperand(iter, 0), i = iterOperand(iter, 1), c = *compute] {
+                     nk::unary(UOp::LogicalNot, o.get(), i.get(), c);
+                   });
   return out;
 }
 

@@ -99,10 +99,16 @@ class Model {
   // must stay valid until the run has finished. Returns the launch's error.
   npuError_t execute_async(npuStream_t stream, const std::vector<void*>& inputs,
                            const std::vector<void*>& outputs);
+  // execute_async, then wait for the stream (npuLaunchTaskSync: on an idle stream the run
+  // happens on the calling thread). Returns the stream's error, as npuStreamSynchronize does.
+  npuError_t execute(npuStream_t stream, const std::vector<void*>& inputs,
+                     const std::vector<void*>& outputs);
 
   struct Kernel;  // a prepared node (engine/ops.cpp)
 
  private:
+  npuError_t launch(npuStream_t stream, const std::vector<void*>& inputs,
+                    const std::vector<void*>& outputs, bool wait);
   void run(void* const* inputs, void* const* outputs);
 
   ModelDef def_;

@@ -209,6 +209,21 @@ NPU_API void npuTaskFail(const char* message);
 typedef void (*npuTaskRelease)(void* arg);
 NPU_API npuError_t npuLaunchTaskWithRelease(npuStream_t stream, const char* name, npuTaskFn fn,
                                             npuTaskRelease release, void* arg);
+/* Like npuLaunchTaskWithRelease, for a task of a microsecond or so (a kernel on a few thousand
+ * elements): when `stream` is idle (nothing queued or running, not capturing) and the caller is
+ * not itself a task, fn(arg) and release(arg) run at once on the calling thread, in stream
+ * order, instead of being handed to the stream's worker, whose wake-up would cost more than the
+ * task. Otherwise the task is queued as usual. Either way the stream counts it, and a failure is
+ * reported by the next synchronize or query as for any task. NPU_SIM_INLINE_TASKS=0 queues
+ * every task (to compare, or to keep the host thread free of kernel work). */
+NPU_API npuError_t npuLaunchShortTaskWithRelease(npuStream_t stream, const char* name,
+                                                 npuTaskFn fn, npuTaskRelease release, void* arg);
+/* npuLaunchTaskWithRelease then npuStreamSynchronize(stream), whose result it returns; on an
+ * idle stream the task runs on the calling thread, which would only wait for the worker
+ * otherwise (NPU_SIM_INLINE_TASKS=0: always the worker). Refused while the stream captures.
+ * On an error other than npuErrorLaunchFailure the task never ran and the caller owns arg. */
+NPU_API npuError_t npuLaunchTaskSync(npuStream_t stream, const char* name, npuTaskFn fn,
+                                     npuTaskRelease release, void* arg);
 
 /* ---- events ---------------------------------------------------------------------------- */
 #define npuEventDefault 0x0u

@@ -2,6 +2,9 @@
 torch.accelerator), which reaches the adapter's DeviceGuardImplInterface, and the stream tuple
 API of torch_npu._C."""
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -50,6 +53,46 @@ def test_event_orders_a_side_stream_before_the_default_stream():
     y = x * 1  # falls back: copies x to the host on the default stream
     assert torch.equal(y.cpu(), torch.full((10000,), 4.0))
     assert done.query()
+
+
+def test_small_ops_run_in_stream_order_behind_queued_work():
+    # Small elementwise ops may run at once on the launching thread when their stream is idle
+    # (npuLaunchShortTaskWithRelease); behind queued work they must wait for it.
+    x = torch.zeros(16, device="npu")
+    C._npu_sleep(100)
+    x.fill_(3)               # queued behind the sleep
+    y = x + 1                # a 16-element add: must read the filled x
+    z = y * y
+    cur = C._npu_getCurrentStream(0)
+    assert not C._npu_streamQuery(*cur)  # nothing ran ahead of the sleep
+    assert torch.equal(z.cpu(), torch.full((16,), 16.0))
+    # On an idle stream the same ops run at once, and the stream stays idle.
+    torch.npu.synchronize()
+    w = z - 6
+    assert C._npu_streamQuery(*cur)
+    assert torch.equal(w.cpu(), torch.full((16,), 10.0))
+
+
+def test_small_ops_with_inline_tasks_disabled_give_the_same_results(tmp_path):
+    script = tmp_path / "chain.py"
+    script.write_text(
+        "import torch, torch_npu\n"
+        "x = torch.arange(100.0, device='npu')\n"
+        "for _ in range(5):\n"
+        "    x = (x * 1.5 - 2).sin() + x.abs().sqrt()\n"
+        "print(repr(x.cpu().tolist()))\n")
+    outs = {}
+    for flag in ("0", "1"):
+        env = dict(os.environ, NPU_SIM_INLINE_TASKS=flag)
+        run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        outs[flag] = run.stdout
+    assert outs["0"] == outs["1"]  # the same kernels, bit for bit
+    ref = torch.arange(100.0)
+    for _ in range(5):
+        ref = (ref * 1.5 - 2).sin() + ref.abs().sqrt()
+    torch.testing.assert_close(torch.tensor(eval(outs["1"])), ref)
 
 
 def test_event_elapsed_time():

@@ -15,6 +15,7 @@ USE = "import torch, torch_npu\nx = torch.ones(4, device='npu')\nprint(x.sum().i
     ("NPU_SIM_HBM_GB", "1e-10", "from 0.0009765625 (1 MiB) to 1048576 (1 PiB)"),
     ("NPU_SIM_HBM_GB", "1e9", "from 0.0009765625 (1 MiB) to 1048576 (1 PiB)"),
     ("NPU_SIM_MAX_PENDING_LAUNCHES", "-1", "expected an integer from 1 to 1048576"),
+    ("NPU_SIM_INLINE_TASKS", "maybe", "expected 0 or 1"),
     ("PYTORCH_NO_NPU_MEMORY_CACHING", "disable", "expected 1 (disable the caching allocator) or 0"),
 ])
 def test_bad_value_is_refused_naming_it_and_the_range(python, name, value, expected):
@@ -26,7 +27,8 @@ def test_bad_value_is_refused_naming_it_and_the_range(python, name, value, expec
 
 @pytest.mark.parametrize("name,value", [
     ("NPU_KERNEL_THREADS", "2"), ("ASCEND_LAUNCH_BLOCKING", "0"), ("NPU_SIM_HBM_GB", "0.5"),
-    ("NPU_SIM_MAX_PENDING_LAUNCHES", "16"), ("PYTORCH_NO_NPU_MEMORY_CACHING", "0"),
+    ("NPU_SIM_MAX_PENDING_LAUNCHES", "16"), ("NPU_SIM_INLINE_TASKS", "0"),
+    ("PYTORCH_NO_NPU_MEMORY_CACHING", "0"),
 ])
 def test_good_values_work(python, name, value):
     r = python(USE, env={name: value})

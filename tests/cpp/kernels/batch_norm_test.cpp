@@ -1,8 +1,11 @@
 // batch_norm forward (training and eval) and backward against per-channel loops in double:
-// [N, C], [N, C, H, W] and large [N, C, D, H, W] (plane-by-plane path), transposed inputs,
+// [N, C], [N, C, H, W] and large [N, C, D, H, W] (plane-by-plane path), transposed inputs and
+// gradients (whole-channel path),
 // optional weight / bias, Float16 input with float32 stats, output masks; group_norm_backward
 // against the textbook form in double.
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include "kernel_test_util.h"
 #include "npu/kernels/batch_norm.h"
@@ -17,6 +20,7 @@ struct BnCase {
   DType dtype = DType::Float32;
   bool affine = true, training = true;
   Layout layout = Layout::Contiguous;
+  std::optional<Layout> grad_layout;  // of dy and dx; the input's when unset
 };
 
 // Flat indices of channel c's elements in a row-major [N, C, S] tensor.
@@ -83,7 +87,8 @@ void check_bn(const BnCase& k) {
   }
 
   // Backward with every output wanted, then grad_input alone.
-  HostTensor dy(k.dtype, k.sizes, k.layout), dx(k.dtype, k.sizes, k.layout),
+  const Layout gl = k.grad_layout.value_or(k.layout);
+  HostTensor dy(k.dtype, k.sizes, gl), dx(k.dtype, k.sizes, gl),
       edx(DType::Float64, k.sizes), gw(DType::Float32, {C}), gb(DType::Float32, {C}),
       egw(DType::Float64, {C}), egb(DType::Float64, {C});
   fill_uniform(dy, -1, 1);
@@ -134,6 +139,21 @@ TEST(BatchNorm, TrainingAndEvalOverLayoutsAndDtypes) {
         check_bn(k);
       }
     }
+  }
+}
+
+// Dense planes are used in place, strided ones gathered: the input and its gradients must agree
+// on the segmentation whichever of them is strided.
+TEST(BatchNorm, InputAndGradientsOfDifferentLayouts) {
+  for (bool training : {true, false}) {
+    BnCase k;
+    k.training = training;
+    k.sizes = {4, 6, 7, 9};
+    k.grad_layout = Layout::Transposed;
+    check_bn(k);
+    k.layout = Layout::Transposed;
+    k.grad_layout = Layout::Contiguous;
+    check_bn(k);
   }
 }
 
