@@ -4,8 +4,6 @@
 // when the stream reaches it, the event's completed number catches up and the time is taken.
 // Queries and waits compare the two numbers, so re-recording an event is well defined: a wait
 // refers to the record that was last enqueued when the wait was issued, as in CUDA.
-#include <immintrin.h>
-
 #include <cinttypes>
 #include <cstdio>
 #include <vector>
@@ -97,11 +95,8 @@ void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error,
 }
 
 std::string eventWait(npuEvent_st* event, uint64_t seq) {
-  bool done = false;
-  for (int i = 0; i < 4000 && !done; ++i) {
-    done = event->completed.load(std::memory_order_acquire) >= seq;
-    if (!done) _mm_pause();
-  }
+  bool done =
+      spinThenYield([&] { return event->completed.load(std::memory_order_acquire) >= seq; });
   npuStream_st* stream = nullptr;
   uint64_t position = 0;
   std::string error;
@@ -176,6 +171,7 @@ npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream) {
   if (Capture* c = streamCapture(s).load(std::memory_order_acquire)) {
     return captureRecord(c, s, event);  // numbered when the graph is launched
   }
+  if (completeRecordIfIdle(s, event)) return npuSuccess;  // nothing ahead of it to wait for
   Task task;
   task.kind = Task::kRecord;
   task.event = event;
@@ -200,6 +196,14 @@ npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int
   {
     std::lock_guard<std::mutex> lock(event->mutex);
     task.event_seq = event->recorded;
+    // A record that is complete, healthy and counted by its stream leaves nothing to wait for:
+    // the wait task would find it so and pass at once, at the cost of a hand-off.
+    if (task.event_seq != 0 && event->completed.load(std::memory_order_acquire) >= task.event_seq &&
+        event->error.empty() &&
+        (event->done_stream == nullptr ||
+         streamReached(event->done_stream, event->done_position))) {
+      return npuSuccess;
+    }
   }
   if (task.event_seq == 0) return npuSuccess;  // never recorded: nothing to wait for
   eventRetain(event);

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <sched.h>
+
 #include "npu/runtime.h"
 
 // Opaque handle types of the C API are these structs.
@@ -82,6 +84,26 @@ bool commitCapacity(Device* dev, size_t bytes);
 void releaseCapacity(Device* dev, size_t bytes);
 
 // ---- streams and events ----------------------------------------------------------------------
+// How a thread waits a moment before it sleeps (stream workers between tasks, event waits,
+// stream synchronizes): a few pause instructions for a partner that is about to deliver, then
+// sched_yield until about kSpinNs have passed. Yielding, not pausing, keeps the wait cheap when
+// threads outnumber cores (several ranks on one host, each with its stream workers): the core
+// goes to a runnable thread, often the very one being waited for, while on an idle core a yield
+// returns within a microsecond, so a hand-off stays fast. Returns whether ready() became true.
+constexpr uint64_t kSpinNs = 100 * 1000;
+template <class Ready>
+bool spinThenYield(Ready&& ready) {
+  for (int i = 0; i < 128; ++i) {
+    if (ready()) return true;
+    __builtin_ia32_pause();
+  }
+  const uint64_t until = nowNs() + kSpinNs;
+  do {
+    if (ready()) return true;
+    sched_yield();
+  } while (nowNs() < until);
+  return ready();
+}
 struct Task {
   enum Kind : uint8_t { kWork, kRecord, kWait, kCopy, kMemset, kGraph };
   Kind kind = kWork;
@@ -118,6 +140,9 @@ Device* streamDevice(npuStream_st* s);
 bool streamReached(npuStream_st* s, uint64_t position);
 void waitForStreamPosition(npuStream_st* s, uint64_t position);
 bool streamIsDefault(npuStream_st* s);
+// An event record on `s` when it is idle (nothing queued or running): completes `event` at once
+// and returns true; false (nothing done) when the record must be queued.
+bool completeRecordIfIdle(npuStream_st* s, npuEvent_st* event);
 // Waits until every stream of `dev` is idle, without consuming their errors (used before
 // memory is unmapped, so that no queued task can touch it afterwards).
 void waitDeviceIdle(Device* dev);

@@ -2,8 +2,9 @@
 //
 // How it works:
 //  - enqueue appends under the stream's mutex and wakes the worker only if it sleeps; the worker
-//    spins for a few microseconds after each task before sleeping, so back-to-back launches
-//    (the common case: an op loop) cost no system call and start within a microsecond or two.
+//    spins, then yields, for about 100 us after each task before sleeping (spinThenYield), so
+//    back-to-back launches (the common case: an op loop) cost no wake-up and start within a
+//    microsecond or two.
 //  - submitted/completed are task sequence numbers; synchronize waits until completed reaches
 //    the value submitted had when it was called, so other threads may keep launching meanwhile.
 //  - Short tasks (npuLaunchShortTaskWithRelease) and blocking calls (npuMemcpy, npuMemset,
@@ -38,6 +39,17 @@
 //      * npuEventSynchronize / npuEventQuery of an event recorded after the failure: report it,
 //        never clear it (the allocator polls events internally).
 //    npuGetLastError reports it too (once, process-wide).
+//  - Hand-offs between threads are what a short task costs here (a wake-up of a parked worker
+//    is tens to hundreds of microseconds on a busy host), so two paths skip them while keeping
+//    the stream's order exactly:
+//      * an event record on an idle stream (nothing queued, nothing running) completes at
+//        once on the recording thread, and a wait for an event that is complete queues nothing
+//        (event.cpp); both are what the worker would have done next;
+//      * a host run (npuStreamBeginHostRun): while the stream is idle, the launches the owning
+//        thread makes onto it run on that thread, at once, as the stream's tasks (errors,
+//        profiling and completion counts as on the worker). The worker takes no task meanwhile;
+//        a launch from another thread queues and runs after the host run ends, and a launch by
+//        the owner behind such a queued task ends the host run, so FIFO order always holds.
 #include <immintrin.h>
 
 #include <pthread.h>
@@ -75,6 +87,9 @@ struct npuStream_st {
   // every task (seq_cst with `completed`: a waiter either sees the new count or is seen).
   std::atomic<int> host_waiters{0};
   bool stopping = false;
+  // The thread running this stream's tasks itself (npuStreamBeginHostRun), or 0; under mutex.
+  // The worker takes no task while it is set.
+  uint32_t host_runner = 0;
 
   // Back-pressure, under mutex.
   int launch_waiters = 0;     // launchers blocked on a full queue
@@ -99,7 +114,6 @@ namespace {
 thread_local npuStream_st* t_running_stream = nullptr;  // set on worker threads
 thread_local std::string* t_task_failure = nullptr;     // where npuTaskFail writes
 
-constexpr int kSpinIterations = 4000;  // roughly 20-50 us of pause instructions
 constexpr auto kStall = std::chrono::milliseconds(250);
 
 // A small number naming the calling thread (never reused, unlike OS thread ids).
@@ -214,18 +228,36 @@ void markCompleted(npuStream_st* s) {
   }
 }
 
+// Runs one task taken from the stream (by its worker, or by the owner of a host run) and counts
+// it as done.
+void runAndComplete(npuStream_st* s, Task& task) {
+  if (task.kind == Task::kRecord) {
+    // The event completes before the stream counts the record as done, so a host that
+    // synchronized the stream finds the event complete. The event also keeps the record's
+    // position in the stream: a host that synchronizes (or queries) the event is answered only
+    // once the stream has reached it, and so finds the stream idle when nothing came after.
+    const std::string error = errorForEvent(s);
+    eventComplete(task.event, task.event_seq, error, s,
+                  s->completed.load(std::memory_order_relaxed) + 1);
+    markCompleted(s);
+    eventRelease(task.event);
+    return;
+  }
+  runTask(s, task);
+  if (task.release) task.release(task.arg);
+  markCompleted(s);
+}
+
 void workerLoop(npuStream_st* s) {
   t_running_stream = s;
   const size_t resume = resumeDepth();
   for (;;) {
-    for (int i = 0; i < kSpinIterations && s->queued.load(std::memory_order_acquire) == 0; ++i) {
-      _mm_pause();
-    }
+    spinThenYield([s] { return s->queued.load(std::memory_order_acquire) != 0; });
     Task task;
     {
       std::unique_lock<std::mutex> lock(s->mutex);
-      while (s->queue.empty()) {
-        if (s->stopping) return;
+      while (s->queue.empty() || s->host_runner != 0) {
+        if (s->stopping && s->queue.empty()) return;
         s->worker_sleeping = true;
         s->work_cv.wait(lock);
         s->worker_sleeping = false;
@@ -237,21 +269,7 @@ void workerLoop(npuStream_st* s) {
     }
     // Queued while a short task ran on its launcher: it comes after that task (see the top).
     while (s->inline_running.load(std::memory_order_acquire)) _mm_pause();
-    if (task.kind == Task::kRecord) {
-      // The event completes before the stream counts the record as done, so a host that
-      // synchronized the stream finds the event complete. The event also keeps the record's
-      // position in the stream: a host that synchronizes (or queries) the event is answered only
-      // once the stream has reached it, and so finds the stream idle when nothing came after.
-      const std::string error = errorForEvent(s);
-      eventComplete(task.event, task.event_seq, error, s,
-                    s->completed.load(std::memory_order_relaxed) + 1);
-      markCompleted(s);
-      eventRelease(task.event);
-      continue;
-    }
-    runTask(s, task);
-    if (task.release) task.release(task.arg);
-    markCompleted(s);
+    runAndComplete(s, task);
   }
 }
 
@@ -274,10 +292,7 @@ npuStream_st* createStream(Device* dev, int priority, bool is_default) {
 // Waits until `s` has finished task number `target`.
 void waitFor(npuStream_st* s, uint64_t target) {
   if (s == t_running_stream) return;  // a task waiting for its own stream would deadlock
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (s->completed.load(std::memory_order_acquire) >= target) return;
-    _mm_pause();
-  }
+  if (spinThenYield([&] { return s->completed.load(std::memory_order_acquire) >= target; })) return;
   std::unique_lock<std::mutex> lock(s->mutex);
   s->host_waiters.fetch_add(1, std::memory_order_seq_cst);
   s->done_cv.wait(lock, [&] { return s->completed.load(std::memory_order_seq_cst) >= target; });
@@ -344,8 +359,34 @@ void waitForRoom(npuStream_st* s, std::unique_lock<std::mutex>& lock, const Task
   --s->launch_waiters;
 }
 
+// Whether nothing is queued on `s` and no task of it is running (caller holds s->mutex).
+bool idleLocked(npuStream_st* s) {
+  return s->queue.empty() && !s->inline_running.load(std::memory_order_acquire) &&
+         s->completed.load(std::memory_order_acquire) ==
+             s->submitted.load(std::memory_order_relaxed);
+}
+
 uint64_t push(npuStream_st* s, const Task& task) {
   std::unique_lock<std::mutex> lock(s->mutex);
+  if (s->host_runner != 0 && s->host_runner == threadTag()) {
+    if (idleLocked(s)) {
+      // A host run: the task runs here and now, as the stream's next task.
+      Task here = task;
+      here.launcher = s->host_runner;
+      profilerStampLaunch(here);
+      const uint64_t seq = s->submitted.fetch_add(1, std::memory_order_relaxed) + 1;
+      lock.unlock();
+      npuStream_st* const outer = t_running_stream;
+      t_running_stream = s;  // a task that synchronizes its own stream must not wait for itself
+      runAndComplete(s, here);
+      t_running_stream = outer;
+      return seq;
+    }
+    // Another thread queued work (or runs a short task) meanwhile: this launch goes behind it,
+    // and so does the rest
+    // of the host run; the worker takes over.
+    s->host_runner = 0;
+  }
   waitForRoom(s, lock, task);
   s->queue.push_back(task);
   Task& queued = s->queue.back();
@@ -359,6 +400,18 @@ uint64_t push(npuStream_st* s, const Task& task) {
 }
 
 }  // namespace
+
+bool completeRecordIfIdle(npuStream_st* s, npuEvent_st* event) {
+  // Under launch blocking a record reports and clears the stream's error like any launch; a
+  // failed stream keeps the queued path too, so the error reaches the event as it always did.
+  if (config().launch_blocking) return false;
+  std::lock_guard<std::mutex> lock(s->mutex);
+  if (s->failed || !idleLocked(s)) return false;
+  // The stream cannot move while we hold its mutex: the record's position is where it stands.
+  eventComplete(event, eventNextRecord(event), std::string(), s,
+                s->completed.load(std::memory_order_relaxed));
+  return true;
+}
 
 npuError_t defaultStream(Device* dev, npuStream_st** out) {
   {
@@ -561,6 +614,29 @@ npuError_t npuStreamSynchronize(npuStream_t stream) {
   if (npuError_t e = captureCheckStreamSync("npuStreamSynchronize", s)) return e;
   waitFor(s, s->submitted.load(std::memory_order_acquire));
   return takeError(s, Reader::kStream);
+}
+
+npuError_t npuStreamBeginHostRun(npuStream_t stream) {
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  std::lock_guard<std::mutex> lock(s->mutex);
+  if (s->capture.load(std::memory_order_acquire) != nullptr || s->host_runner != 0 ||
+      !idleLocked(s)) {
+    return npuErrorNotReady;  // not an error: the caller launches as usual
+  }
+  s->host_runner = threadTag();
+  return npuSuccess;
+}
+
+npuError_t npuStreamEndHostRun(npuStream_t stream) {
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  std::lock_guard<std::mutex> lock(s->mutex);
+  if (s->host_runner == threadTag()) {  // else a launch behind queued work ended it already
+    s->host_runner = 0;
+    if (!s->queue.empty() && s->worker_sleeping) s->work_cv.notify_one();
+  }
+  return npuSuccess;
 }
 
 npuError_t npuStreamQuery(npuStream_t stream) {

@@ -686,6 +686,49 @@ void ProcessGroupHCCL::eagerConnectSingleDevice(at::Device device) {
   if (device.type() == kNPU) (void)commFor(device);
 }
 
+namespace {
+
+// Collectives whose inputs and whose outputs each take at most this many bytes may run on the
+// calling thread.
+constexpr int64_t kHostRunMaxBytes = 1 << 20;
+
+// A host run of a comm stream (npuStreamBeginHostRun) for one collective, if the stream is idle;
+// ended by end() or, on an exception, by the destructor.
+class HostRun {
+ public:
+  explicit HostRun(npuStream_t stream) {
+    if (stream != nullptr && npuStreamBeginHostRun(stream) == npuSuccess) stream_ = stream;
+  }
+  ~HostRun() {
+    if (stream_ != nullptr) (void)npuStreamEndHostRun(stream_);
+  }
+  void end() {
+    if (stream_ != nullptr) NPU_CHECK(npuStreamEndHostRun(stream_));
+    stream_ = nullptr;
+  }
+  HostRun(const HostRun&) = delete;
+  HostRun& operator=(const HostRun&) = delete;
+
+ private:
+  npuStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+bool ProcessGroupHCCL::hostRunEligible(c10d::OpType opType, bool onRecvStream,
+                                       const std::vector<at::Tensor>& inputs,
+                                       const std::vector<at::Tensor>& outputs) const {
+  if (onRecvStream || opType == c10d::OpType::SEND || opType == c10d::OpType::RECV) return false;
+  const auto& nodes = options_->nodeOfRank;
+  if (!nodes.empty() && *std::max_element(nodes.begin(), nodes.end()) > 0) return false;
+  auto bytes = [](const std::vector<at::Tensor>& list) {
+    int64_t n = 0;
+    for (const auto& t : list) n += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+    return n;
+  };
+  return std::max(bytes(inputs), bytes(outputs)) <= kHostRunMaxBytes;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d::OpType opType,
                                                         const std::vector<at::Tensor>& inputs,
                                                         const std::vector<at::Tensor>& outputs,
@@ -721,12 +764,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
       }
     }
   }
+  // A small collective that finds its comm stream idle (the caller's stream had nothing queued
+  // either, or the wait for it would be queued there) runs on this thread, as the comm stream's
+  // tasks (a host run): the same order and the same errors, without the two hand-offs between
+  // stream workers, each a wake-up that costs more than the collective itself on a busy host.
+  // The host is then busy for the collective, which for these sizes is shorter than a launch
+  // round trip. Not for point-to-point (a send may wait for a receive the caller has yet to
+  // post) nor across nodes (their hops block on Gloo).
+  HostRun host_run(hostRunEligible(opType, onRecvStream, inputs, outputs) ? stream.handle()
+                                                                           : nullptr);
   {
     c10::StreamGuard on_comm_stream(stream.unwrap());
     body(Launch{entry.comm, stream.handle(), device}, *work);
   }
   NPU_CHECK(npuEventCreateWithFlags(&work->end_, npuEventDisableTiming));
   NPU_CHECK(npuEventRecord(work->end_, stream.handle()));
+  host_run.end();
   work->outputs_ = std::make_shared<std::vector<at::Tensor>>(outputs);
 
   if (coalescing_) coalesced_.push_back(work);

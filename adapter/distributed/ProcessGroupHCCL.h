@@ -13,7 +13,10 @@
 //    caller's current stream wait for the collective's end event (the host does not block,
 //    except for barrier and with HCCL_BLOCKING_WAIT=1). Tensors used by a collective are marked
 //    used by the comm stream in the caching allocator (recordStream), so freeing them early is
-//    safe; temporaries are allocated while the comm stream is current.
+//    safe; temporaries are allocated while the comm stream is current. A small collective
+//    (up to 1 MiB, not point-to-point, one node) that finds the comm stream idle runs on the
+//    calling thread as the stream's tasks (npuStreamBeginHostRun), with the same order and
+//    errors and no hand-off between stream workers; its work is then complete on return.
 //  - Every collective gets a sequence number. A watchdog thread polls the end events of the
 //    works in flight; a collective that failed (the library's deadline, HCCL_EXEC_TIMEOUT or
 //    init_process_group(timeout=), expired: a peer died or never arrived) or that is still
@@ -244,6 +247,11 @@ class ProcessGroupHCCL : public c10d::Backend {
                                         std::chrono::milliseconds timeout,
                                         bool onRecvStream = false);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
+  // Whether a collective may run on the calling thread when its comm stream is idle (see
+  // launch): small, collective (not point-to-point), within one node.
+  bool hostRunEligible(c10d::OpType opType, bool onRecvStream,
+                       const std::vector<at::Tensor>& inputs,
+                       const std::vector<at::Tensor>& outputs) const;
 
   // Ends the watchdog after it retired the works in flight (interpreter exit; see
   // stopProcessGroupWatchdogsAtExit). The communicators stay until shutdown().

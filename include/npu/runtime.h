@@ -165,6 +165,16 @@ NPU_API npuError_t npuStreamDestroy(npuStream_t stream); /* finishes pending wor
 NPU_API npuError_t npuStreamSynchronize(npuStream_t stream);
 NPU_API npuError_t npuStreamQuery(npuStream_t stream); /* npuSuccess, npuErrorNotReady, error */
 NPU_API npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int flags);
+/* SimNPU: a host run. When `stream` is idle (nothing queued or running), makes the launches the
+ * calling thread then makes onto it (tasks, copies, event records and waits) run on the calling
+ * thread at once, in order, as the stream's tasks: no hand-off to the stream's worker, whose
+ * wake-up costs more than a short task. Returns npuSuccess when the host run began, and
+ * npuErrorNotReady (not an error: launches then queue as usual) when the stream is busy or
+ * capturing. Launches from other threads meanwhile queue behind and run once the host run ends;
+ * a launch by the owner behind such work ends the host run early. End it with
+ * npuStreamEndHostRun (harmless if it ended early). */
+NPU_API npuError_t npuStreamBeginHostRun(npuStream_t stream);
+NPU_API npuError_t npuStreamEndHostRun(npuStream_t stream);
 /* Back-pressure counters of a stream. */
 typedef struct npuStreamQueueStats {
   size_t pending;        /* tasks queued now (not counting the one running) */

@@ -214,3 +214,126 @@ TEST(Stream, UtilizationReflectsBusyTime) {
   ASSERT_NPU_OK(npuDeviceGetUtilization(0, &pct));
   EXPECT_LE(pct, 10);
 }
+
+// ---- host runs and the hand-offs skipped on idle streams -------------------------------------
+
+void recordThreadTask(void* arg) {
+  *static_cast<std::thread::id*>(arg) = std::this_thread::get_id();
+}
+
+TEST(StreamHostRun, LaunchesRunOnTheCallingThreadInOrderWhileTheStreamIsIdle) {
+  npuStream_t s;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  ASSERT_NPU_OK(npuStreamBeginHostRun(s));
+  std::thread::id ranOn;
+  Log log;
+  LogEntry one{&log, 1}, two{&log, 2};
+  ASSERT_NPU_OK(npuLaunchTask(s, "where", recordThreadTask, &ranOn));
+  EXPECT_EQ(ranOn, std::this_thread::get_id());  // ran before the launch returned, right here
+  ASSERT_NPU_OK(npuLaunchTask(s, "one", appendTask, &one));
+  npuEvent_t ev;
+  ASSERT_NPU_OK(npuEventCreate(&ev));
+  ASSERT_NPU_OK(npuEventRecord(ev, s));
+  EXPECT_EQ(npuEventQuery(ev), npuSuccess);
+  ASSERT_NPU_OK(npuLaunchTask(s, "two", appendTask, &two));
+  EXPECT_EQ(log.order, (std::vector<int>{1, 2}));
+  EXPECT_EQ(npuStreamQuery(s), npuSuccess);
+  ASSERT_NPU_OK(npuStreamEndHostRun(s));
+  // After the host run, launches go to the worker again.
+  ASSERT_NPU_OK(npuLaunchTask(s, "where", recordThreadTask, &ranOn));
+  ASSERT_NPU_OK(npuStreamSynchronize(s));
+  EXPECT_NE(ranOn, std::this_thread::get_id());
+  ASSERT_NPU_OK(npuEventDestroy(ev));
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(StreamHostRun, ABusyStreamRefusesAndLaunchesQueueAsUsual) {
+  npuStream_t s;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  Gate gate;
+  ASSERT_NPU_OK(npuLaunchTask(s, "gated", gatedTask, &gate));
+  EXPECT_EQ(npuStreamBeginHostRun(s), npuErrorNotReady);
+  std::thread::id ranOn;
+  ASSERT_NPU_OK(npuLaunchTask(s, "where", recordThreadTask, &ranOn));
+  EXPECT_EQ(ranOn, std::thread::id());  // queued behind the gated task
+  gate.open = true;
+  ASSERT_NPU_OK(npuStreamSynchronize(s));
+  EXPECT_TRUE(gate.sawOpen);
+  EXPECT_NE(ranOn, std::this_thread::get_id());
+  ASSERT_NPU_OK(npuStreamEndHostRun(s));  // harmless without a host run
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(StreamHostRun, AnotherThreadsLaunchWaitsForTheEndAndKeepsFifoOrder) {
+  npuStream_t s;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  ASSERT_NPU_OK(npuStreamBeginHostRun(s));
+  Log log;
+  LogEntry one{&log, 1}, two{&log, 2}, three{&log, 3};
+  ASSERT_NPU_OK(npuLaunchTask(s, "one", appendTask, &one));
+  std::thread other([&] { ASSERT_NPU_OK(npuLaunchTask(s, "two", appendTask, &two)); });
+  other.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    std::lock_guard<std::mutex> lock(log.mutex);
+    EXPECT_EQ(log.order, (std::vector<int>{1}));  // the worker waits for the host run to end
+  }
+  // The owner's next launch is behind queued work: it queues too, and the worker takes over.
+  ASSERT_NPU_OK(npuLaunchTask(s, "three", appendTask, &three));
+  ASSERT_NPU_OK(npuStreamEndHostRun(s));
+  ASSERT_NPU_OK(npuStreamSynchronize(s));
+  EXPECT_EQ(log.order, (std::vector<int>{1, 2, 3}));
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(StreamHostRun, ATaskFailingOnTheHostFailsItsStreamAsOnTheWorker) {
+  npuStream_t s;
+  ASSERT_NPU_OK(npuStreamCreate(&s));
+  ASSERT_NPU_OK(npuStreamBeginHostRun(s));
+  ASSERT_NPU_OK(npuLaunchTask(s, "boom", [](void*) { npuTaskFail("it broke"); }, nullptr));
+  npuEvent_t ev;
+  ASSERT_NPU_OK(npuEventCreate(&ev));
+  ASSERT_NPU_OK(npuEventRecord(ev, s));
+  ASSERT_NPU_OK(npuStreamEndHostRun(s));
+  EXPECT_EQ(npuEventQuery(ev), npuErrorLaunchFailure);  // the record carries the failure
+  EXPECT_EQ(npuStreamSynchronize(s), npuErrorLaunchFailure);
+  EXPECT_NE(std::string(npuGetLastErrorMessage()).find("it broke"), std::string::npos);
+  ASSERT_NPU_OK(npuEventDestroy(ev));
+  ASSERT_NPU_OK(npuStreamDestroy(s));
+}
+
+TEST(StreamIdle, ARecordOnAnIdleStreamIsCompleteAtOnceAndAWaitForItQueuesNothing) {
+  npuStream_t a, b;
+  ASSERT_NPU_OK(npuStreamCreate(&a));
+  ASSERT_NPU_OK(npuStreamCreate(&b));
+  npuEvent_t ev;
+  ASSERT_NPU_OK(npuEventCreate(&ev));
+  ASSERT_NPU_OK(npuEventRecord(ev, a));
+  EXPECT_EQ(npuEventQuery(ev), npuSuccess);
+  ASSERT_NPU_OK(npuStreamWaitEvent(b, ev, 0));
+  npuStreamQueueStats stats;
+  ASSERT_NPU_OK(npuStreamGetQueueStats(b, &stats));
+  EXPECT_EQ(stats.peak_pending, 0u);
+  // On a busy stream the record waits for the work ahead of it, and so does a waiter.
+  Gate gate;
+  Log log;
+  LogEntry after{&log, 1};
+  ASSERT_NPU_OK(npuLaunchTask(a, "gated", gatedTask, &gate));
+  ASSERT_NPU_OK(npuEventRecord(ev, a));
+  EXPECT_EQ(npuEventQuery(ev), npuErrorNotReady);
+  ASSERT_NPU_OK(npuStreamWaitEvent(b, ev, 0));
+  ASSERT_NPU_OK(npuLaunchTask(b, "after", appendTask, &after));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    std::lock_guard<std::mutex> lock(log.mutex);
+    EXPECT_TRUE(log.order.empty());
+  }
+  gate.open = true;
+  ASSERT_NPU_OK(npuStreamSynchronize(b));
+  EXPECT_EQ(log.order, (std::vector<int>{1}));
+  EXPECT_EQ(npuEventQuery(ev), npuSuccess);
+  ASSERT_NPU_OK(npuEventDestroy(ev));
+  ASSERT_NPU_OK(npuStreamDestroy(a));
+  ASSERT_NPU_OK(npuStreamDestroy(b));
+}
+
