@@ -233,7 +233,16 @@ def rewrite(g: Graph) -> None:
             n.op, n.inputs, n.attrs = "Reshape", n.inputs[:1], {}
         elif n.op == "Gemm":
             n.op = "MatMul"
-            n.attrs = {"trans_a": n.attrs.get("transA", 0), "trans_b": n.attrs.get("transB", 0),
+            trans_b = n.attrs.get("transB", 0)
+            weight = g.const(n.inputs[1])
+            if trans_b and weight is not None and weight.ndim == 2:
+                # A Linear layer's [out, in] weight is stored as [in, out] once here, so that
+                # every run packs B's rows (contiguous) rather than gathering its columns.
+                name = n.inputs[1] + "_transposed"
+                if name not in g.tensors:
+                    g.add_const(name, weight.T)
+                n.inputs[1], trans_b = name, 0
+            n.attrs = {"trans_a": n.attrs.get("transA", 0), "trans_b": trans_b,
                        "alpha": float(n.attrs.get("alpha", 1.0)),
                        "beta": float(n.attrs.get("beta", 1.0))}
         elif n.op == "Split" or n.op == "Expand" or n.op == "Cast":

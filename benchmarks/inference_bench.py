@@ -61,8 +61,12 @@ MODELS = {"mlp": (MLP, (64, 256)), "cnn": (CNN, (8, 3, 64, 64)),
           "encoder": (lambda: Encoder(128, 4), (4, 64, 128))}
 
 
-def median_ms(fn, calls):
-    fn()
+def median_ms(fn, calls, warmup_s=0.3):
+    # Every variant warms up for the same time first: the first tens of calls run up to 2x slower
+    # here (fresh pages, parked thread pools, the CPU's clock).
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        fn()
     times = []
     for _ in range(calls):
         t = time.perf_counter()

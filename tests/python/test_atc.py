@@ -28,6 +28,12 @@ def test_cnn_passes_fold_and_fuse(models, tmp_path):
     assert [n["attrs"]["activation"] for n in dump["nodes"] if n["op"] == "Conv"] == [
         "Relu", "", "Relu"]
     assert ops[-1] == "MatMul" and dump["nodes"][-1]["inputs"][2]  # the classifier's bias
+    # The classifier's Gemm (transB=1, a [10, 272] weight) runs on a weight atc stored as
+    # [272, 10], so that the engine's GEMM packs contiguous rows.
+    fc = dump["nodes"][-1]
+    assert fc["attrs"]["trans_b"] == 0
+    weight = next(t for t in dump["tensors"] if t["name"] == fc["inputs"][1])
+    assert weight["storage"] == "weight" and weight["shape"] == [272, 10]
     arena = dump["memory_plan"]["arena_bytes"]
     unshared = sum(t["bytes"] for t in dump["tensors"] if t["storage"] == "arena")
     assert arena < unshared  # buffers were reused
