@@ -366,25 +366,34 @@ bool idleLocked(npuStream_st* s) {
              s->submitted.load(std::memory_order_relaxed);
 }
 
+// Runs `task` on the calling thread as the stream's next task: the caller holds `lock` and has
+// found the stream idle. `inline_running` keeps the worker from starting a task queued meanwhile
+// by another thread until this one is counted. Returns the task's sequence number.
+uint64_t runOnCaller(npuStream_st* s, std::unique_lock<std::mutex>& lock, Task& task) {
+  s->inline_running.store(true, std::memory_order_relaxed);
+  task.launcher = threadTag();
+  profilerStampLaunch(task);
+  const uint64_t seq = s->submitted.fetch_add(1, std::memory_order_relaxed) + 1;
+  lock.unlock();
+  // As on the worker: the task runs "on" its stream (a task synchronizing its own stream does
+  // not wait for itself; a launch it makes never waits for room).
+  npuStream_st* const outer = t_running_stream;
+  t_running_stream = s;
+  runAndComplete(s, task);  // counted before the flag drops: a record queued meanwhile sees it
+  t_running_stream = outer;
+  s->inline_running.store(false, std::memory_order_release);
+  return seq;
+}
+
 uint64_t push(npuStream_st* s, const Task& task) {
   std::unique_lock<std::mutex> lock(s->mutex);
   if (s->host_runner != 0 && s->host_runner == threadTag()) {
-    if (idleLocked(s)) {
-      // A host run: the task runs here and now, as the stream's next task.
+    if (idleLocked(s)) {  // a host run: the task runs here and now
       Task here = task;
-      here.launcher = s->host_runner;
-      profilerStampLaunch(here);
-      const uint64_t seq = s->submitted.fetch_add(1, std::memory_order_relaxed) + 1;
-      lock.unlock();
-      npuStream_st* const outer = t_running_stream;
-      t_running_stream = s;  // a task that synchronizes its own stream must not wait for itself
-      runAndComplete(s, here);
-      t_running_stream = outer;
-      return seq;
+      return runOnCaller(s, lock, here);
     }
     // Another thread queued work (or runs a short task) meanwhile: this launch goes behind it,
-    // and so does the rest
-    // of the host run; the worker takes over.
+    // and so does the rest of the host run; the worker takes over.
     s->host_runner = 0;
   }
   waitForRoom(s, lock, task);
@@ -457,26 +466,9 @@ namespace {
 // Runs a short task on the calling thread if `s` is idle; false if it must be queued.
 bool runInline(npuStream_st* s, Task& task) {
   if (!config().inline_tasks || t_running_stream != nullptr) return false;
-  {
-    std::lock_guard<std::mutex> lock(s->mutex);
-    if (!s->queue.empty() || s->inline_running.load(std::memory_order_relaxed) ||
-        s->completed.load(std::memory_order_acquire) !=
-            s->submitted.load(std::memory_order_relaxed)) {
-      return false;
-    }
-    s->inline_running.store(true, std::memory_order_relaxed);
-    task.launcher = threadTag();
-    profilerStampLaunch(task);
-    s->submitted.fetch_add(1, std::memory_order_relaxed);
-  }
-  // As on the worker: the task runs "on" its stream (a task synchronizing its own stream does
-  // not wait for itself; a launch it makes never waits for room).
-  t_running_stream = s;
-  runTask(s, task);
-  if (task.release) task.release(task.arg);
-  t_running_stream = nullptr;
-  markCompleted(s);  // before the flag: a record queued meanwhile counts this task as done
-  s->inline_running.store(false, std::memory_order_release);
+  std::unique_lock<std::mutex> lock(s->mutex);
+  if (!idleLocked(s)) return false;
+  runOnCaller(s, lock, task);
   return true;
 }
 
@@ -620,8 +612,8 @@ npuError_t npuStreamBeginHostRun(npuStream_t stream) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
   std::lock_guard<std::mutex> lock(s->mutex);
-  if (s->capture.load(std::memory_order_acquire) != nullptr || s->host_runner != 0 ||
-      !idleLocked(s)) {
+  if (!config().inline_tasks || s->capture.load(std::memory_order_acquire) != nullptr ||
+      s->host_runner != 0 || !idleLocked(s)) {
     return npuErrorNotReady;  // not an error: the caller launches as usual
   }
   s->host_runner = threadTag();

@@ -249,6 +249,7 @@ TEST(ShortTask, DisabledByTheEnvironmentEveryTaskIsQueued) {
   ASSERT_NPU_OK(npuStreamSynchronize(s));
   EXPECT_EQ(p.runs.load(), 1);
   EXPECT_NE(p.ran_on, std::this_thread::get_id());
+  EXPECT_EQ(npuStreamBeginHostRun(s), npuErrorNotReady);  // no host runs either
   ASSERT_NPU_OK(npuStreamDestroy(s));
 }
 
