@@ -77,6 +77,25 @@ AvgWindow avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const Pool2dP
 // order (kh, then kw), the same rule (take a later value if greater or NaN, so a NaN wins and
 // the last NaN's index is kept). Returns the end of the columns it did (ow_lo: none); the
 // scalar loop does the others.
+// Lanes where v beats best, or is NaN (which then stays), take v and its flat offset `at`: the
+// scalar loop's comparison, 8 windows at a time.
+inline void take_max8(__m256 v, __m256i at, __m256* best, __m256i* bi) {
+  const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, *best, _CMP_GT_OQ),
+                                   _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  *best = _mm256_blendv_ps(*best, v, take);
+  *bi = _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(*bi), _mm256_castsi256_ps(at), take));
+}
+
+// 8 maxima and their offsets, widened to int64 indices.
+inline void store_max8(__m256 best, __m256i bi, float* y, int64_t* idx) {
+  _mm256_storeu_ps(y, best);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx),
+                      _mm256_cvtepi32_epi64(_mm256_castsi256_si128(bi)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + 4),
+                      _mm256_cvtepi32_epi64(_mm256_extracti128_si256(bi, 1)));
+}
+
 int64_t max_pool_row8(const float* x, int64_t H, int64_t W, int64_t hs, const Pool2dParams& p,
                       int64_t ow_lo, int64_t ow_hi, float* y, int64_t* idx) {
   int64_t rows[64];
@@ -113,18 +132,8 @@ int64_t max_pool_row8(const float* x, int64_t H, int64_t W, int64_t hs, const Po
                              _mm256_add_epi32(_mm256_add_epi32(e0, down), one)};
       __m256 best = v[0];
       __m256i bi = at[0];
-      for (int i = 1; i < 4; ++i) {
-        const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v[i], best, _CMP_GT_OQ),
-                                         _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
-        best = _mm256_blendv_ps(best, v[i], take);
-        bi = _mm256_castps_si256(
-            _mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(at[i]), take));
-      }
-      _mm256_storeu_ps(y + ow, best);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + ow),
-                          _mm256_cvtepi32_epi64(_mm256_castsi256_si128(bi)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + ow + 4),
-                          _mm256_cvtepi32_epi64(_mm256_extracti128_si256(bi, 1)));
+      for (int i = 1; i < 4; ++i) take_max8(v[i], at[i], &best, &bi);
+      store_max8(best, bi, y + ow, idx + ow);
     }
     return ow;
   }
@@ -147,18 +156,10 @@ int64_t max_pool_row8(const float* x, int64_t H, int64_t W, int64_t hs, const Po
           best = v, bi = at, first = false;
           continue;
         }
-        const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ),
-                                         _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        best = _mm256_blendv_ps(best, v, take);
-        bi = _mm256_castps_si256(
-            _mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(at), take));
+        take_max8(v, at, &best, &bi);
       }
     }
-    _mm256_storeu_ps(y + ow, best);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + ow),
-                        _mm256_cvtepi32_epi64(_mm256_castsi256_si128(bi)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + ow + 4),
-                        _mm256_cvtepi32_epi64(_mm256_extracti128_si256(bi, 1)));
+    store_max8(best, bi, y + ow, idx + ow);
   }
   return ow;
 }
