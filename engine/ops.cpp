@@ -319,8 +319,7 @@ struct PoolKernel : Model::Kernel {
   Bound out, in;
   k::Pool2dParams params;
   bool count_include_pad = false;
-  std::vector<int64_t> indices;  // max_pool2d's argmax output, unused but required
-  TensorDesc indices_desc;
+  TensorDesc indices_desc;  // the argmax output's shape, no data: not computed
   void run(void* const* ptrs) override {
     out.bind(ptrs);
     in.bind(ptrs);
@@ -700,9 +699,7 @@ const std::map<std::string, Factory>& factories() {
          kr->count_include_pad = int_attr(n, "count_include_pad", 0) != 0;
          if (kr->kind == PoolKernel::Max) {
            const auto& od = def.tensors[n.outputs[0]].dims;
-           kr->indices.resize(od[0] * od[1] * od[2] * od[3]);
-           kr->indices_desc = TensorDesc::make(kr->indices.data(), DType::Int64,
-                                               od.data(), 4);
+           kr->indices_desc = TensorDesc::make(nullptr, DType::Int64, od.data(), 4);
          }
          return kr;
        }},

@@ -185,6 +185,7 @@ void max_pool2d(const TensorDesc& out, const TensorDesc& indices, const TensorDe
                 const Pool2dParams& p) {
   using namespace detail;
   const Planes po(out), pi(in), px(indices);
+  const bool want_indices = indices.data != nullptr;
   dispatch_compute_float(in.dtype, [&]<class T>() {
     const int64_t H = pi.H, W = pi.W, OH = po.H, OW = po.W;
     // Output columns whose windows lie wholly inside the input along w: [ow_lo, ow_hi).
@@ -225,7 +226,7 @@ void max_pool2d(const TensorDesc& out, const TensorDesc& indices, const TensorDe
           idx[oh * OW + ow] = bi;
         }
       }
-      px.rows.store(plane, idx.data());
+      if (want_indices) px.rows.store(plane, idx.data());
     });
   });
 }

@@ -35,7 +35,8 @@ int64_t pool_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride
 
 // out / indices: [.., OH, OW]. indices (Int64) are the flat position h * W + w of the max
 // within its input plane, as PyTorch's. NaN wins (the last NaN of the window); among equal
-// values the first in row-major window order.
+// values the first in row-major window order. indices with a null data pointer (its shape still
+// given): not written (inference).
 void max_pool2d(const TensorDesc& out, const TensorDesc& indices, const TensorDesc& in,
                 const Pool2dParams& p);
 // grad_input (overwritten) = 0 except grad_input[plane][indices] += grad_output (windows may
