@@ -310,6 +310,22 @@ struct GeluBackward {  // b = self
     T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);  // 1/sqrt(2 pi)
     return g * (cdf + x * pdf);
   }
+  // The same formula 8 lanes at a time (scalar erf / exp were most of a GPT step's backward
+  // GELU).
+  void apply(float* out, int64_t n, const float* g, const float* x) const
+    requires std::is_same_v<T, float>
+  {
+    map8_2(out, g, x, n, [](__m256 vg, __m256 vx) {
+      const __m256 half = _mm256_set1_ps(0.5f);
+      const __m256 cdf = _mm256_mul_ps(
+          half, _mm256_add_ps(_mm256_set1_ps(1.0f),
+                              erf256(_mm256_mul_ps(vx, _mm256_set1_ps(float(M_SQRT1_2))))));
+      const __m256 pdf = _mm256_mul_ps(
+          exp256(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-0.5f), vx), vx)),
+          _mm256_set1_ps(0.3989422804014327f));
+      return _mm256_mul_ps(vg, _mm256_fmadd_ps(vx, pdf, cdf));
+    });
+  }
 };
 
 template <class T>
@@ -324,6 +340,25 @@ struct GeluTanhBackward {  // b = self
     T left_d = T(0.5) * right;
     T right_d = left * (T(1) - t * t) * beta * (T(1) + T(3) * kappa * x2);
     return g * (left_d + right_d);
+  }
+  void apply(float* out, int64_t n, const float* g, const float* x) const
+    requires std::is_same_v<T, float>
+  {
+    map8_2(out, g, x, n, [](__m256 vg, __m256 vx) {
+      const __m256 beta = _mm256_set1_ps(0.7978845608028654f), kappa = _mm256_set1_ps(0.044715f);
+      const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+      const __m256 x2 = _mm256_mul_ps(vx, vx);
+      const __m256 t = tanh256(
+          _mm256_mul_ps(beta, _mm256_add_ps(vx, _mm256_mul_ps(_mm256_mul_ps(kappa, x2), vx))));
+      const __m256 left_d = _mm256_mul_ps(half, _mm256_add_ps(one, t));
+      const __m256 sech2 = _mm256_sub_ps(one, _mm256_mul_ps(t, t));
+      const __m256 inner_d =
+          _mm256_add_ps(one, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(3.0f), kappa), x2));
+      const __m256 right_d =
+          _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(half, vx), sech2), beta),
+                        inner_d);
+      return _mm256_mul_ps(vg, _mm256_add_ps(left_d, right_d));
+    });
   }
 };
 

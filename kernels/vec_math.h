@@ -96,6 +96,22 @@ inline void map8(float* out, const float* in, int64_t n, F f) {
   }
 }
 
+// out[i] = f(a[i], b[i]) with an 8-lane f, the tail through padded vectors (as map8).
+template <class F>
+inline void map8_2(float* out, const float* a, const float* b, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  }
+  if (i < n) {
+    alignas(32) float ta[8] = {}, tb[8] = {};
+    std::memcpy(ta, a + i, (n - i) * sizeof(float));
+    std::memcpy(tb, b + i, (n - i) * sizeof(float));
+    _mm256_store_ps(ta, f(_mm256_load_ps(ta), _mm256_load_ps(tb)));
+    std::memcpy(out + i, ta, (n - i) * sizeof(float));
+  }
+}
+
 // sum(x[i] - shift)^2 accumulated in double (4 + 4 lanes): the row statistic of RMS norms
 // (shift 0) and layer norms (shift = the row's mean).
 inline double sum_squares(const float* x, int64_t n, double shift = 0.0) {
