@@ -302,7 +302,9 @@ __attribute__((target("avx512f"))) void pack_padded_avx512(const float* xp, int6
     const Segment* s1 = segs.data() + first[ch + 1];
     if (s1 - s0 == 1 && s0->mask == 0xFFFF) {  // the common case: 16 pixels of one row
       const float* base = xp + s0->off;
-      for (int64_t k = 0; k < kc; ++k) _mm512_storeu_ps(d + k * nr, _mm512_loadu_ps(base + row_off[k]));
+      for (int64_t k = 0; k < kc; ++k) {
+        _mm512_storeu_ps(d + k * nr, _mm512_loadu_ps(base + row_off[k]));
+      }
       continue;
     }
     for (int64_t k = 0; k < kc; ++k) {

@@ -170,9 +170,9 @@ NPU_API npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsi
  * thread at once, in order, as the stream's tasks: no hand-off to the stream's worker, whose
  * wake-up costs more than a short task. Returns npuSuccess when the host run began, and
  * npuErrorNotReady (not an error: launches then queue as usual) when the stream is busy or
- * capturing, or NPU_SIM_INLINE_TASKS=0. Launches from other threads meanwhile queue behind and run once the host run ends;
- * a launch by the owner behind such work ends the host run early. End it with
- * npuStreamEndHostRun (harmless if it ended early). */
+ * capturing, or NPU_SIM_INLINE_TASKS=0. Launches from other threads meanwhile queue behind and
+ * run once the host run ends; a launch by the owner behind such work ends the host run early.
+ * End it with npuStreamEndHostRun (harmless if it ended early). */
 NPU_API npuError_t npuStreamBeginHostRun(npuStream_t stream);
 NPU_API npuError_t npuStreamEndHostRun(npuStream_t stream);
 /* Back-pressure counters of a stream. */

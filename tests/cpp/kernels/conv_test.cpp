@@ -40,8 +40,9 @@ void check_conv(const ConvCase& k) {
   const int64_t OH = nk::conv_output_size(k.H, k.KH, k.ph, k.sh, k.dh);
   const int64_t OW = nk::conv_output_size(k.W, k.KW, k.pw, k.sw, k.dw);
   const int64_t Cg = k.C / k.groups, Og = k.O / k.groups;
-  HostTensor x(k.dtype, {k.N, k.C, k.H, k.W}, k.transposed_input ? Layout::Transposed : k.layout), w(k.dtype, {k.O, Cg, k.KH, k.KW}, k.layout),
-      b(k.dtype, {k.O}), y(k.dtype, {k.N, k.O, OH, OW}, k.layout),
+  HostTensor x(k.dtype, {k.N, k.C, k.H, k.W}, k.transposed_input ? Layout::Transposed : k.layout),
+      w(k.dtype, {k.O, Cg, k.KH, k.KW}, k.layout), b(k.dtype, {k.O}),
+      y(k.dtype, {k.N, k.O, OH, OW}, k.layout),
       ey(DType::Float64, {k.N, k.O, OH, OW});
   fill_uniform(x, -1, 1);
   fill_uniform(w, -1, 1);
