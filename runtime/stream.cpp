@@ -268,7 +268,10 @@ void workerLoop(npuStream_st* s) {
       if (s->launch_waiters > 0 && s->queue.size() <= resume) s->space_cv.notify_all();
     }
     // Queued while a short task ran on its launcher: it comes after that task (see the top).
-    while (s->inline_running.load(std::memory_order_acquire)) _mm_pause();
+    // Waited for as every wait here is, spinning briefly then yielding: the task being waited
+    // for may be a whole model run that needs this core.
+    while (!spinThenYield([s] { return !s->inline_running.load(std::memory_order_acquire); })) {
+    }
     runAndComplete(s, task);
   }
 }
