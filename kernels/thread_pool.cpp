@@ -1,8 +1,8 @@
 // The shared kernel thread pool.
 //
 // How it works:
-//  - N-1 workers are started once (N = hardware threads or NPU_KERNEL_THREADS); the caller of
-//    parallel_for is the N-th thread.
+//  - N-1 workers are started once (N = NPU_KERNEL_THREADS, else OMP_NUM_THREADS, else the CPUs
+//    the process may run on); the caller of parallel_for is the N-th thread.
 //  - A parallel_for publishes a Job (on the caller's stack) in a queue and then takes chunks
 //    itself with an atomic counter. Workers attach to the oldest job that still has chunks.
 //  - The caller removes its job from the queue once all chunks are claimed (so no new worker
@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -126,8 +127,30 @@ class ThreadPool {
       }
       return static_cast<int>(n);
     }
-    unsigned hw = std::thread::hardware_concurrency();
-    return hw == 0 ? 1 : static_cast<int>(std::min<unsigned>(hw, kMaxThreads));
+    // OMP_NUM_THREADS sizes ATen's CPU kernels; torchrun sets it to 1 for the ranks of a
+    // multi-process job so that they share the cores instead of each starting a thread per core.
+    // The simulated device follows it. Only its first level counts ("4,2" is 4); a value that is
+    // not a positive integer is the OpenMP runtime's to report, and is ignored here.
+    if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+      const std::string first = std::string(env).substr(0, std::string(env).find(','));
+      long long n = 0;
+      if (npu::env::parseInteger(first.c_str(), 1, 1ll << 30, &n)) {
+        return static_cast<int>(std::min<long long>(n, kMaxThreads));
+      }
+    }
+    return std::min(usable_cpus(), kMaxThreads);
+  }
+
+  // The CPUs this process may run on (its affinity mask: taskset, cpusets, a container's CPU
+  // list), not the machine's: a pool wider than that only adds threads competing for them.
+  static int usable_cpus() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+      const int n = CPU_COUNT(&set);
+      if (n > 0) return n;
+    }
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1 : static_cast<int>(hw);
   }
 
   // Takes the oldest job with unclaimed chunks, marking this worker attached (under the lock,

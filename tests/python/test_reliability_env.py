@@ -47,3 +47,38 @@ def test_visible_devices_warning_is_printed_once(python):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "0", "0"]
     assert r.stderr.count("ASCEND_RT_VISIBLE_DEVICES='3,1' is invalid") == 1, r.stderr
+
+
+POOL = """
+import os
+for name, value in {env!r}.items():
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+if {one_cpu!r}:
+    os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
+import torch, torch_npu
+x = torch.randn(1 << 20, device="npu")
+torch.npu.synchronize()
+assert abs((x * 2).sum().item() - 2 * x.cpu().sum().item()) < 1e-2 * x.numel() ** 0.5
+workers = sum(open(f"/proc/self/task/{{t}}/comm").read().startswith("npu_kernel")
+              for t in os.listdir("/proc/self/task"))
+print(workers + 1, len(os.sched_getaffinity(0)))
+"""
+
+
+@pytest.mark.parametrize("env,one_cpu,expected", [
+    ({"NPU_KERNEL_THREADS": None, "OMP_NUM_THREADS": "1"}, False, 1),       # a torchrun rank
+    ({"NPU_KERNEL_THREADS": None, "OMP_NUM_THREADS": "3"}, False, 3),
+    ({"NPU_KERNEL_THREADS": None, "OMP_NUM_THREADS": "2,1"}, False, 2),     # OpenMP's levels
+    ({"NPU_KERNEL_THREADS": "3", "OMP_NUM_THREADS": "1"}, False, 3),        # ours wins
+    ({"NPU_KERNEL_THREADS": None, "OMP_NUM_THREADS": None}, True, 1),       # taskset -c 0
+    ({"NPU_KERNEL_THREADS": None, "OMP_NUM_THREADS": None}, False, "cpus"),
+    ({"NPU_KERNEL_THREADS": None, "OMP_NUM_THREADS": "many"}, False, "cpus"),  # not ours to refuse
+])
+def test_kernel_pool_follows_omp_threads_and_the_affinity_mask(python, env, one_cpu, expected):
+    r = python(POOL.format(env=env, one_cpu=one_cpu))
+    assert r.returncode == 0, r.stderr
+    threads, cpus = map(int, r.stdout.split())
+    assert threads == (cpus if expected == "cpus" else expected), r.stdout

@@ -1,8 +1,9 @@
 // The kernels' shared CPU thread pool.
 //
-// One pool per process, sized to the machine (std::thread::hardware_concurrency(), or
-// NPU_KERNEL_THREADS). parallel_for never creates threads: the calling thread takes chunks
-// itself, and idle pool workers join in. So
+// One pool per process, of NPU_KERNEL_THREADS threads, else OMP_NUM_THREADS (as ATen's CPU
+// kernels; torchrun sets it to 1 per rank), else the CPUs in the process's affinity mask.
+// parallel_for never creates threads: the calling thread takes chunks itself, and idle pool
+// workers join in. So
 //  - two device streams running kernels at once share the workers and never oversubscribe;
 //  - a caller that finds every worker busy still finishes alone (no deadlock);
 //  - parallel_for called inside a parallel_for body runs inline on the current thread;
