@@ -556,7 +556,9 @@ void ProcessGroupHCCL::shutdown() {
     if (!failed_) {
       (void)npuStreamSynchronize(entry.stream.handle());
       (void)npuStreamSynchronize(entry.recvStream.handle());
+      if (entry.offStreamEnd != nullptr) (void)npuEventSynchronize(entry.offStreamEnd);
     }
+    if (entry.offStreamEnd != nullptr) (void)npuEventDestroy(entry.offStreamEnd);
     (void)HcclCommDestroy(entry.comm);
   }
   comms_.clear();
@@ -713,6 +715,14 @@ class HostRun {
   npuStream_t stream_ = nullptr;
 };
 
+// Whether nothing is queued or running on `stream`, without taking its error (npuStreamQuery
+// would report and clear it): a host run can begin there. Off with NPU_SIM_INLINE_TASKS=0.
+bool streamIdle(npuStream_t stream) {
+  if (npuStreamBeginHostRun(stream) != npuSuccess) return false;
+  NPU_CHECK(npuStreamEndHostRun(stream));
+  return true;
+}
+
 }  // namespace
 
 bool ProcessGroupHCCL::hostRunEligible(c10d::OpType opType, bool onRecvStream,
@@ -735,25 +745,48 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
                                                         const Body& body, milliseconds timeout,
                                                         bool onRecvStream) {
   DeviceComm& entry = commFor(device);
-  const NPUStream stream = onRecvStream ? entry.recvStream : entry.stream;
+  const NPUStream comm_stream = onRecvStream ? entry.recvStream : entry.stream;
   DeviceSwitch on_device(device.index());
   const NPUStream current = getCurrentNPUStream(device.index());
   // Sequence numbers start at 1, as NCCL's and the library's do.
   auto work = c10::make_intrusive<WorkHCCL>(rank_, opType, ++seq_, device, timeout);
   work->comm_ = entry.comm;
-  work->commStream_ = stream.unwrap();
   work->blockingWait_ = blockingWait_;
   work->numelIn_ = totalNumel(inputs);
   work->numelOut_ = totalNumel(outputs);
 
-  // The collective starts after everything already queued on the caller's stream.
-  if (current != stream) {
+  // Where the collective runs, after everything already queued on the caller's stream:
+  //  - a small one (hostRunEligible) that finds the caller's stream busy and the comm stream
+  //    idle runs on the caller's stream, behind that work. Through the comm stream it would
+  //    take two hand-offs between stream workers (the comm stream's worker wakes when the
+  //    caller's stream passes the collective's start, the caller's stream waits for its end),
+  //    each a wake-up that costs more than the collective itself when ranks share cores; the
+  //    caller's stream would wait for it anyway (DDP's last bucket, a loss's allreduce).
+  //  - a small one that finds both streams idle runs on this thread (a host run, below);
+  //  - anything else runs on the comm stream once it has waited for the caller's stream.
+  const bool small = hostRunEligible(opType, onRecvStream, inputs, outputs) && !coalescing_;
+  NPUStream stream = comm_stream;
+  if (current != comm_stream) {
     NPU_CHECK(npuEventCreateWithFlags(&work->ready_, npuEventDisableTiming));
     NPU_CHECK(npuEventRecord(work->ready_, current.handle()));
-    NPU_CHECK(npuStreamWaitEvent(stream.handle(), work->ready_, 0));
+    npuStreamCaptureStatus capturing = npuStreamCaptureStatusNone;
+    NPU_CHECK(npuStreamIsCapturing(current.handle(), &capturing));
+    if (small && capturing == npuStreamCaptureStatusNone &&
+        npuEventQuery(work->ready_) == npuErrorNotReady && streamIdle(comm_stream.handle())) {
+      stream = current;
+    } else {
+      NPU_CHECK(npuStreamWaitEvent(comm_stream.handle(), work->ready_, 0));
+    }
   }
+  {  // After the last collective that ran on another caller's stream (queues nothing once done).
+    std::lock_guard<std::mutex> lock(offStreamMutex_);
+    if (entry.offStreamEnd != nullptr && entry.offStream != stream.handle()) {
+      NPU_CHECK(npuStreamWaitEvent(stream.handle(), entry.offStreamEnd, 0));
+    }
+  }
+  work->commStream_ = stream.unwrap();
   // The caller may free its tensors as soon as we return: the allocator keeps their blocks
-  // until the comm stream has passed this point.
+  // until the collective's stream has passed this point.
   for (const auto* list : {&inputs, &outputs}) {
     for (const auto& t : *list) {
       if (t.defined() && t.numel() > 0) {
@@ -766,13 +799,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
   }
   // A small collective that finds its comm stream idle (the caller's stream had nothing queued
   // either, or the wait for it would be queued there) runs on this thread, as the comm stream's
-  // tasks (a host run): the same order and the same errors, without the two hand-offs between
-  // stream workers, each a wake-up that costs more than the collective itself on a busy host.
-  // The host is then busy for the collective, which for these sizes is shorter than a launch
-  // round trip. Not for point-to-point (a send may wait for a receive the caller has yet to
-  // post) nor across nodes (their hops block on Gloo).
-  HostRun host_run(hostRunEligible(opType, onRecvStream, inputs, outputs) ? stream.handle()
-                                                                           : nullptr);
+  // tasks (a host run): the same order and the same errors, without the hand-offs. The host is
+  // then busy for the collective, which for these sizes is shorter than a launch round trip.
+  // Not for point-to-point (a send may wait for a receive the caller has yet to post) nor
+  // across nodes (their hops block on Gloo).
+  HostRun host_run(small && stream == comm_stream ? stream.handle() : nullptr);
   {
     c10::StreamGuard on_comm_stream(stream.unwrap());
     body(Launch{entry.comm, stream.handle(), device}, *work);
@@ -780,6 +811,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
   NPU_CHECK(npuEventCreateWithFlags(&work->end_, npuEventDisableTiming));
   NPU_CHECK(npuEventRecord(work->end_, stream.handle()));
   host_run.end();
+  if (stream != comm_stream) {
+    std::lock_guard<std::mutex> lock(offStreamMutex_);
+    if (entry.offStreamEnd == nullptr) {
+      NPU_CHECK(npuEventCreateWithFlags(&entry.offStreamEnd, npuEventDisableTiming));
+    }
+    NPU_CHECK(npuEventRecord(entry.offStreamEnd, stream.handle()));
+    entry.offStream = stream.handle();
+  }
   work->outputs_ = std::make_shared<std::vector<at::Tensor>>(outputs);
 
   if (coalescing_) coalesced_.push_back(work);

@@ -228,6 +228,11 @@ class ProcessGroupHCCL : public c10d::Backend {
     // larger than the pair's ring waits for its receiver, so a ring of batched sends and
     // receives on one stream would wait for itself.
     NPUStream recvStream;
+    // The end of the last collective that ran on its caller's stream instead of `stream` (see
+    // launch), and that stream; owned. Later collectives on other streams wait for it first, so
+    // the communicator's collectives still run one after another, in issue order.
+    npuEvent_t offStreamEnd = nullptr;
+    npuStream_t offStream = nullptr;
   };
   // What a collective's body gets: the communicator and the comm stream, which is current
   // while the body runs (so copies and temporaries belong to it).
@@ -240,7 +245,8 @@ class ProcessGroupHCCL : public c10d::Backend {
 
   DeviceComm& commFor(c10::Device device);
   HcclComm createComm(c10::DeviceIndex device);
-  // Runs `body` on the comm stream of `device` after the current stream, and returns its work.
+  // Runs `body` after the current stream's work (on the comm stream of `device`, or for a small
+  // collective on the calling thread or the current stream), and returns its work.
   c10::intrusive_ptr<c10d::Work> launch(c10::Device device, c10d::OpType opType,
                                         const std::vector<at::Tensor>& inputs,
                                         const std::vector<at::Tensor>& outputs, const Body& body,
@@ -276,6 +282,7 @@ class ProcessGroupHCCL : public c10d::Backend {
 
   std::mutex commMutex_;
   std::map<c10::DeviceIndex, DeviceComm> comms_;
+  std::mutex offStreamMutex_;  // DeviceComm::offStreamEnd / offStream (launches from any thread)
   std::vector<std::unique_ptr<InterNodeLink>> links_;
   uint64_t commCounter_ = 0;
   c10::DeviceIndex lastDevice_ = -1;

@@ -397,6 +397,20 @@ if WORLD > 1:
     check(case, out, torch.cat([data(case, r, n, torch.float32) for r in range(WORLD)]))
     del junk
 
+# 6. A group's collectives run in issue order wherever they run: a small one behind busy compute
+#    runs on the caller's stream, and the next one, issued from an idle side stream (which would
+#    otherwise run at once), still starts after it and sees its result: SUM then MAX gives the
+#    sum (MAX then SUM would give WORLD * WORLD).
+case = "issue order across streams"
+x = torch.full((1000,), float(RANK + 1), device=DEV)
+torch_npu._C._npu_sleep(200)
+first = dist.all_reduce(x, async_op=True)
+with torch.npu.stream(s):
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+s.synchronize()
+first.wait()
+check(case, x, torch.full((1000,), float(sum(range(1, WORLD + 1)))))
+
 # ---- errors: bad input is a clear error, never a wrong result -------------------------------------
 def expect(case, exc_type, text, fn):
     global checks
