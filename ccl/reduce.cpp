@@ -110,9 +110,20 @@ inline A combine(A a, A b) {
   }
 }
 
+// reduceInto's arguments.
+struct Reduction {
+  void* out;
+  const void* const* in;
+  int n;
+  uint64_t count;
+  uint32_t divisor;
+  void* copy;
+  bool streamCopy;
+};
+
 template <class T, HcclReduceOp Op>
-void reduceTyped(void* out, const void* const* in, int n, uint64_t count, uint32_t divisor,
-                 void* copy) {
+void reduceTyped(const Reduction& r) {
+  const auto [out, in, n, count, divisor, copy, streamCopy] = r;
   using A = typename Acc<T>::type;
   constexpr bool kBool = std::is_same_v<T, Bool>;
   alignas(64) A acc[kBlock];
@@ -128,20 +139,24 @@ void reduceTyped(void* out, const void* const* in, int n, uint64_t count, uint32
       const A d = static_cast<A>(divisor);
       for (uint64_t i = 0; i < m; ++i) acc[i] = static_cast<A>(acc[i] / d);
     }
-    Acc<T>::store(acc, static_cast<T*>(out) + base, m);
-    if (copy) Acc<T>::store(acc, static_cast<T*>(copy) + base, m);
+    T* const stored = static_cast<T*>(out) + base;
+    Acc<T>::store(acc, stored, m);
+    if (copy && streamCopy) {
+      copyStreaming(static_cast<T*>(copy) + base, stored, m * sizeof(T));
+    } else if (copy) {
+      Acc<T>::store(acc, static_cast<T*>(copy) + base, m);
+    }
   }
 }
 
 template <class T>
-void reduceOp(void* out, const void* const* in, int n, uint64_t count, HcclReduceOp op,
-              uint32_t divisor, void* copy) {
+void reduceOp(const Reduction& r, HcclReduceOp op) {
   switch (op) {
-    case HCCL_REDUCE_SUM: return reduceTyped<T, HCCL_REDUCE_SUM>(out, in, n, count, divisor, copy);
-    case HCCL_REDUCE_PROD: return reduceTyped<T, HCCL_REDUCE_PROD>(out, in, n, count, divisor, copy);
-    case HCCL_REDUCE_MAX: return reduceTyped<T, HCCL_REDUCE_MAX>(out, in, n, count, divisor, copy);
-    case HCCL_REDUCE_MIN: return reduceTyped<T, HCCL_REDUCE_MIN>(out, in, n, count, divisor, copy);
-    case HCCL_REDUCE_AVG: return reduceTyped<T, HCCL_REDUCE_AVG>(out, in, n, count, divisor, copy);
+    case HCCL_REDUCE_SUM: return reduceTyped<T, HCCL_REDUCE_SUM>(r);
+    case HCCL_REDUCE_PROD: return reduceTyped<T, HCCL_REDUCE_PROD>(r);
+    case HCCL_REDUCE_MAX: return reduceTyped<T, HCCL_REDUCE_MAX>(r);
+    case HCCL_REDUCE_MIN: return reduceTyped<T, HCCL_REDUCE_MIN>(r);
+    case HCCL_REDUCE_AVG: return reduceTyped<T, HCCL_REDUCE_AVG>(r);
     default: return;
   }
 }
@@ -182,23 +197,47 @@ bool reduceSupported(HcclDataType dtype, HcclReduceOp op) {
 }
 
 void reduceInto(void* out, const void* const* in, int n, uint64_t count, HcclDataType dtype,
-                HcclReduceOp op, uint32_t avgDivisor, void* copy) {
+                HcclReduceOp op, uint32_t avgDivisor, void* copy, bool streamCopy) {
+  const Reduction r{out, in, n, count, avgDivisor, copy, streamCopy};
   switch (dtype) {
-    case HCCL_DATA_TYPE_INT8: return reduceOp<int8_t>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_INT16: return reduceOp<int16_t>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_INT32: return reduceOp<int32_t>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_INT64: return reduceOp<int64_t>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_UINT8: return reduceOp<uint8_t>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_UINT16: return reduceOp<uint16_t>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_UINT32: return reduceOp<uint32_t>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_UINT64: return reduceOp<uint64_t>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_FP16: return reduceOp<Half>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_BFP16: return reduceOp<BFloat16>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_FP32: return reduceOp<float>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_FP64: return reduceOp<double>(out, in, n, count, op, avgDivisor, copy);
-    case HCCL_DATA_TYPE_BOOL: return reduceOp<Bool>(out, in, n, count, op, avgDivisor, copy);
+    case HCCL_DATA_TYPE_INT8: return reduceOp<int8_t>(r, op);
+    case HCCL_DATA_TYPE_INT16: return reduceOp<int16_t>(r, op);
+    case HCCL_DATA_TYPE_INT32: return reduceOp<int32_t>(r, op);
+    case HCCL_DATA_TYPE_INT64: return reduceOp<int64_t>(r, op);
+    case HCCL_DATA_TYPE_UINT8: return reduceOp<uint8_t>(r, op);
+    case HCCL_DATA_TYPE_UINT16: return reduceOp<uint16_t>(r, op);
+    case HCCL_DATA_TYPE_UINT32: return reduceOp<uint32_t>(r, op);
+    case HCCL_DATA_TYPE_UINT64: return reduceOp<uint64_t>(r, op);
+    case HCCL_DATA_TYPE_FP16: return reduceOp<Half>(r, op);
+    case HCCL_DATA_TYPE_BFP16: return reduceOp<BFloat16>(r, op);
+    case HCCL_DATA_TYPE_FP32: return reduceOp<float>(r, op);
+    case HCCL_DATA_TYPE_FP64: return reduceOp<double>(r, op);
+    case HCCL_DATA_TYPE_BOOL: return reduceOp<Bool>(r, op);
     default: return;
   }
+}
+
+void copyStreaming(void* dst, const void* src, uint64_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  // Up to the destination's first 64-byte line boundary with ordinary stores.
+  const uint64_t head = std::min<uint64_t>(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+  std::memcpy(d, s, head);
+  uint64_t i = head;
+  // Whole lines: four 16-byte streaming stores each (SSE2, on every x86-64 CPU; wider ones are
+  // no faster, as the line is written to memory as one burst either way).
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+  _mm_sfence();  // streaming stores are weakly ordered: publish them before anyone is told
 }
 
 }  // namespace npu::ccl

@@ -52,6 +52,10 @@ constexpr uint64_t kPage = 4096;
 constexpr uint64_t kDirectReduceBytes = 256 * 1024;
 // Copies and reductions above this size are split over the kernels' thread pool.
 constexpr uint64_t kParallelBytes = 512 * 1024;
+// A collective whose output takes at least this much writes it with streaming stores
+// (copyStreaming): it does not stay in the caches for its reader anyway, and those stores skip
+// the read of each line they overwrite. Smaller outputs stay in the caches for the next kernel.
+constexpr uint64_t kStreamOutputBytes = 8 << 20;
 // Largest chunk staged at once: small enough that a chunk written by one rank is still in the
 // shared cache when the others read it, and that the phases of consecutive chunks overlap
 // across ranks; large enough that the two syncs per chunk are a small cost.
@@ -113,23 +117,27 @@ RankControl* controls(char* base) {
 // start N times the machine's threads): one thread does not saturate memory bandwidth.
 int g_pieces = 1;
 
-void copyBytes(void* dst, const void* src, uint64_t bytes) {
+// `stream`: the destination is a large collective's output (kStreamOutputBytes).
+void copyBytes(void* dst, const void* src, uint64_t bytes, bool stream = false) {
+  void (*const copy)(void*, const void*, uint64_t) =
+      stream ? copyStreaming : [](void* d, const void* s, uint64_t n) { std::memcpy(d, s, n); };
   if (bytes < kParallelBytes || g_pieces <= 1) {
-    std::memcpy(dst, src, bytes);
+    copy(dst, src, bytes);
     return;
   }
   const int64_t grain = static_cast<int64_t>(std::max<uint64_t>(64 * 1024, bytes / g_pieces + 1));
   npu::kernels::parallel_for(0, static_cast<int64_t>(bytes), grain, [&](int64_t b, int64_t e) {
-    std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
+    copy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
   });
 }
 
 void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t count,
                     HcclDataType dtype, HcclReduceOp op, uint32_t divisor,
-                    void* copy = nullptr) {
+                    void* copy = nullptr, bool streamCopy = false) {
   const size_t es = dtypeSize(dtype);
   if (count * es < kParallelBytes || g_pieces <= 1) {
-    reduceInto(out, in.data(), static_cast<int>(in.size()), count, dtype, op, divisor, copy);
+    reduceInto(out, in.data(), static_cast<int>(in.size()), count, dtype, op, divisor, copy,
+               streamCopy);
     return;
   }
   const int64_t grain = static_cast<int64_t>(std::max<uint64_t>(16 * 1024, count / g_pieces + 1));
@@ -138,7 +146,7 @@ void reduceParallel(void* out, const std::vector<const void*>& in, uint64_t coun
     for (size_t j = 0; j < in.size(); ++j) part[j] = static_cast<const char*>(in[j]) + b * es;
     reduceInto(static_cast<char*>(out) + b * es, part.data(), static_cast<int>(part.size()),
                static_cast<uint64_t>(e - b), dtype, op, divisor,
-               copy ? static_cast<char*>(copy) + b * es : nullptr);
+               copy ? static_cast<char*>(copy) + b * es : nullptr, streamCopy);
   });
 }
 
@@ -524,7 +532,7 @@ Status ShmTransport::arriveAndWait(OpContext& ctx) {
 
 // One chunk of a reduction. root < 0: every rank gets the result (allreduce).
 Status ShmTransport::reduceChunk(const void* in, void* out, uint64_t count, HcclDataType dtype,
-                                 HcclReduceOp op, uint32_t avgDivisor, int root,
+                                 HcclReduceOp op, uint32_t avgDivisor, int root, bool streamOut,
                                  OpContext& ctx) {
   const size_t es = dtypeSize(dtype);
   const uint32_t h = nextHalf();
@@ -560,14 +568,16 @@ Status ShmTransport::reduceChunk(const void* in, void* out, uint64_t count, Hccl
     }
     // This rank's slice goes to the others through its slot and straight to its output.
     reduceParallel(slot(me_, h) + myB * es, parts, myE - myB, dtype, op, avgDivisor,
-                   out ? static_cast<char*>(out) + myB * es : nullptr);
+                   out ? static_cast<char*>(out) + myB * es : nullptr, streamOut);
   }
   if (Status s = arriveAndWait(ctx); !s.ok()) return s;
   if (root < 0 || static_cast<uint32_t>(root) == me_) {
     for (uint32_t r = 0; r < nLocal_; ++r) {
       if (r == me_) continue;
       auto [b, e] = bounds(r);
-      if (e > b) copyBytes(static_cast<char*>(out) + b * es, slot(r, h) + b * es, (e - b) * es);
+      if (e > b) {
+        copyBytes(static_cast<char*>(out) + b * es, slot(r, h) + b * es, (e - b) * es, streamOut);
+      }
     }
   }
   return Status::success();
@@ -592,11 +602,12 @@ Status ShmTransport::reduce(const void* in, void* out, uint64_t count, HcclDataT
     return Status::success();
   }
   const uint64_t chunk = std::max<uint64_t>(1, halfBytes_ / es);
+  const bool streamOut = count * es >= kStreamOutputBytes;
   for (uint64_t b = 0; b < count; b += chunk) {
     const uint64_t m = std::min(chunk, count - b);
     void* o = (rootIndex < 0 || root == me_) ? static_cast<char*>(out) + b * es : nullptr;
     if (Status s = reduceChunk(static_cast<const char*>(in) + b * es, o, m, dtype, op,
-                               avgDivisor, rootIndex, ctx);
+                               avgDivisor, rootIndex, streamOut, ctx);
         !s.ok()) {
       return s;
     }
@@ -612,7 +623,9 @@ Status ShmTransport::broadcast(void* buf, uint64_t bytes, uint32_t root, OpConte
     const uint32_t h = nextHalf();
     if (me_ == root) copyBytes(slot(root, h), static_cast<char*>(buf) + b, m);
     if (Status s = arriveAndWait(ctx); !s.ok()) return s;
-    if (me_ != root) copyBytes(static_cast<char*>(buf) + b, slot(root, h), m);
+    if (me_ != root) {
+      copyBytes(static_cast<char*>(buf) + b, slot(root, h), m, bytes >= kStreamOutputBytes);
+    }
   }
   return Status::success();
 }
@@ -630,7 +643,10 @@ Status ShmTransport::allGather(const void* in, void* out, uint64_t bytesPerRank,
     const uint32_t h = nextHalf();
     copyBytes(slot(me_, h), static_cast<const char*>(in) + b, m);
     if (Status s = arriveAndWait(ctx); !s.ok()) return s;
-    for (uint32_t r = 0; r < nLocal_; ++r) copyBytes(o + r * bytesPerRank + b, slot(r, h), m);
+    for (uint32_t r = 0; r < nLocal_; ++r) {
+      copyBytes(o + r * bytesPerRank + b, slot(r, h), m,
+                bytesPerRank * nLocal_ >= kStreamOutputBytes);
+    }
   }
   return Status::success();
 }

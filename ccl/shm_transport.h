@@ -59,8 +59,10 @@ class ShmTransport final : public Transport {
   uint32_t nextHalf() { return static_cast<uint32_t>(epoch_++ & 1); }
   // This rank has passed one more sync point; waits until every rank has.
   Status arriveAndWait(OpContext& ctx);
+  // streamOut: write `out` with streaming stores (the whole collective's output is large).
   Status reduceChunk(const void* in, void* out, uint64_t count, HcclDataType dtype,
-                     HcclReduceOp op, uint32_t avgDivisor, int root, OpContext& ctx);
+                     HcclReduceOp op, uint32_t avgDivisor, int root, bool streamOut,
+                     OpContext& ctx);
   Status ringWrite(uint32_t peer, const void* data, uint64_t bytes, OpContext& ctx);
   Status ringRead(uint32_t peer, void* data, uint64_t bytes, OpContext& ctx);
   std::string rankList(const std::vector<uint32_t>& local) const;

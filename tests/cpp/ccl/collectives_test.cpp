@@ -70,6 +70,40 @@ TEST(CclAllReduce, LargerThanTheStagingBuffer) {
   }, o));
 }
 
+// Outputs of 8 MiB and more are written with streaming stores: odd sizes, and outputs that do
+// not start on a 64-byte line (the ordinary stores of the head and tail), on 2 and 3 ranks.
+TEST(CclAllReduce, LargeOutputsWrittenWithStreamingStores) {
+  for (uint32_t ranks : {2u, 3u}) {
+    EXPECT_RANKS_PASS(runRanks(ranks, [](Rank& me) {
+      uint64_t seed = 100;
+      for (HcclDataType t : {HCCL_DATA_TYPE_FP32, HCCL_DATA_TYPE_BFP16}) {
+        for (uint64_t count : {uint64_t{(9u << 20) / 4 + 3}, uint64_t{(17u << 20) / 2 + 1}}) {
+          for (uint64_t offset : {0u, 3u}) {  // elements: output 12 or 6 bytes past a line
+            ++seed;
+            const size_t es = sizeOf(t), bytes = count * es;
+            auto input = makeInput(t, HCCL_REDUCE_SUM, seed, me.rank, count);
+            DeviceBuffer send(bytes), recv(bytes + 64);
+            send.upload(input.data(), bytes);
+            void* out = static_cast<char*>(recv.ptr) + offset * es;
+            if (!me.ok(HcclAllReduce(send.ptr, out, count, t, HCCL_REDUCE_SUM, me.comm,
+                                     me.stream), "HcclAllReduce") ||
+                !me.sync(caseName(t, HCCL_REDUCE_SUM, count).c_str())) {
+              return;
+            }
+            auto got = recv.download(bytes + 64);
+            auto want = reference(t, HCCL_REDUCE_SUM, seed, me.n, count);
+            std::string diff = compareBytes(got.data() + offset * es, want.data(), count, es);
+            if (!me.check(diff.empty(), "allreduce " + caseName(t, HCCL_REDUCE_SUM, count) +
+                                            " at +" + std::to_string(offset) + ": " + diff)) {
+              return;
+            }
+          }
+        }
+      }
+    }));
+  }
+}
+
 // float16 sums round once: 1024 + 0.5 + 0.5 is 1025 in float32, but 1024 if every partial sum
 // were rounded to float16 (1024.5 ties to the even 1024).
 TEST(CclAllReduce, Float16RoundsOnce) {
