@@ -122,21 +122,29 @@ void for_each_segment(const StridedIter<N>& it, int64_t grain, Seg&& seg) {
       idx[d] = rem % it.sizes[d];
       rem /= it.sizes[d];
     }
+    // The operands' pointers at idx, then moved along as idx advances (segments can be a few
+    // elements long, e.g. a head dimension of 8: recomputing every offset would cost more than
+    // the segment itself).
+    char* p[N];
+    for (int k = 0; k < N; ++k) {
+      int64_t off = 0;
+      for (int d = 0; d <= inner; ++d) off += idx[d] * it.strides[k][d];
+      p[k] = it.data[k] + off * it.elem_size[k];
+    }
     int64_t pos = begin;
     while (pos < end) {
-      char* p[N];
-      for (int k = 0; k < N; ++k) {
-        int64_t off = 0;
-        for (int d = 0; d <= inner; ++d) off += idx[d] * it.strides[k][d];
-        p[k] = it.data[k] + off * it.elem_size[k];
-      }
-      int64_t n = std::min(it.sizes[inner] - idx[inner], end - pos);
+      const int64_t n = std::min(it.sizes[inner] - idx[inner], end - pos);
       seg(p, inner_strides, n);
       pos += n;
       idx[inner] += n;
+      for (int k = 0; k < N; ++k) p[k] += n * inner_strides[k] * it.elem_size[k];
+      // Carry: a dimension that wrapped goes back to 0, the next outer one steps by 1.
       for (int d = inner; d > 0 && idx[d] == it.sizes[d]; --d) {
         idx[d] = 0;
         ++idx[d - 1];
+        for (int k = 0; k < N; ++k) {
+          p[k] += (it.strides[k][d - 1] - it.sizes[d] * it.strides[k][d]) * it.elem_size[k];
+        }
       }
     }
   };

@@ -9,7 +9,8 @@
 //    can attach), then waits for the workers already inside to finish their chunks. Those are
 //    running, so the wait is short and cannot deadlock, even when all workers are busy with
 //    other callers' jobs: the caller then simply did every chunk itself.
-//  - Workers spin a few microseconds before sleeping, since kernels often come back to back.
+//  - Workers wait a few tens of microseconds (pausing, then yielding the core) before sleeping,
+//    since kernels often come back to back.
 #include "npu/kernels/thread_pool.h"
 
 #include "npu/env.h"
@@ -173,12 +174,18 @@ class ThreadPool {
         std::unique_lock<std::mutex> lock(mu_);
         job = try_attach();
         if (!job) {
-          // Spin briefly (without the lock) for the next kernel, then sleep.
+          // Wait briefly (without the lock) for the next kernel, then sleep: a few pauses, then
+          // yields until 50 us have passed. Yielding, not pausing, hands the core to a runnable
+          // thread (the launching host thread, a stream worker, another rank) when threads
+          // outnumber cores, as they do on a small host; on an idle core a yield returns at once.
           uint64_t seen = generation_.load(std::memory_order_relaxed);
           lock.unlock();
-          auto until = Clock::now() + std::chrono::microseconds(50);
-          while (Clock::now() < until && generation_.load(std::memory_order_relaxed) == seen) {
+          for (int i = 0; i < 64 && generation_.load(std::memory_order_relaxed) == seen; ++i) {
             _mm_pause();
+          }
+          auto until = Clock::now() + std::chrono::microseconds(50);
+          while (generation_.load(std::memory_order_relaxed) == seen && Clock::now() < until) {
+            std::this_thread::yield();
           }
           lock.lock();
           // Sleep until a job with unclaimed chunks exists (attaching to it under the lock).

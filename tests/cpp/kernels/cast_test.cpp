@@ -1,6 +1,9 @@
 // copy() between every pair of dtypes and layouts, and fill().
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <vector>
+
 #include "kernel_test_util.h"
 
 namespace ktest {
@@ -82,6 +85,42 @@ TEST(Copy, LargeTransposeUsesThePoolAndIsExact) {
   HostTensor expected(DType::BFloat16, {1024, 1031});
   for (int64_t i = 0; i < expected.numel(); ++i) expected.set(i, src.get(i));
   EXPECT_TRUE(all_close(dst, expected, 0, 0));
+}
+
+// The head split and merge around attention: [B, T, H, D] <-> [B, H, T, D] with a short inner
+// run (D = 7) and enough elements that the pool's chunks start inside runs; same-dtype copies
+// (float32, float16 bits, int64, uint8 and bool) must move every element exactly.
+TEST(Copy, HeadSplitAndMergeCopiesEveryElement) {
+  const int64_t B = 7, T = 301, H = 6, D = 7, n = B * T * H * D;
+  for (DType t : {DType::Float32, DType::Float16, DType::Int64, DType::UInt8, DType::Bool}) {
+    SCOPED_TRACE(dtype_str(t));
+    const size_t es = nk::dtype_size(t);
+    std::vector<unsigned char> src(n * es), dst(n * es, 0), back(n * es, 0);
+    for (int64_t i = 0; i < n; ++i) {  // distinct bytes per element (bool: 0 or 1)
+      for (size_t b = 0; b < es; ++b) {
+        src[i * es + b] = t == DType::Bool ? (i * 7 + 3) % 5 % 2 : (i * 31 + b * 7 + 1) % 251;
+      }
+    }
+    // src is a contiguous [B, T, H, D] seen as [B, H, T, D]; dst a contiguous [B, H, T, D].
+    const int64_t sizes[4] = {B, H, T, D};
+    const int64_t split[4] = {T * H * D, D, H * D, 1};
+    nk::copy(TensorDesc::make(dst.data(), t, sizes, 4, nullptr),
+             TensorDesc::make(src.data(), t, sizes, 4, split));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t s = 0; s < T; ++s) {
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t from = ((b * T + s) * H + h) * D + d, to = ((b * H + h) * T + s) * D + d;
+            ASSERT_EQ(0, std::memcmp(&dst[to * es], &src[from * es], es)) << b << h << s << d;
+          }
+        }
+      }
+    }
+    // And back: the merge writes a strided destination.
+    nk::copy(TensorDesc::make(back.data(), t, sizes, 4, split),
+             TensorDesc::make(dst.data(), t, sizes, 4, nullptr));
+    ASSERT_EQ(back, src);
+  }
 }
 
 TEST(Fill, WritesEveryElementOfAStridedView) {
