@@ -123,17 +123,20 @@ TensorDesc TensorDesc::broadcast_scalar(const void* value, DType dtype, const Te
 namespace {
 
 // A copy between tensors of one dtype: whole runs with memcpy, strided runs element by element
-// as raw bytes of the element's size (no conversion, no call through the table per run).
+// as raw bytes of the element's size (no conversion, no call through the table per run). A
+// broadcast source (fill) keeps the converter's store loop.
 template <class Bits>
-void copy_same_dtype(const detail::StridedIter<2>& it) {
-  detail::for_each_segment(it, 64 * 1024, [](char* const* p, const int64_t* s, int64_t n) {
+void copy_same_dtype(const detail::StridedIter<2>& it, detail::ConvertFn convert) {
+  detail::for_each_segment(it, 64 * 1024, [&](char* const* p, const int64_t* s, int64_t n) {
     if (s[0] == 1 && s[1] == 1) {
       std::memcpy(p[0], p[1], static_cast<size_t>(n) * sizeof(Bits));
-      return;
+    } else if (s[1] == 0) {
+      convert(p[1], s[1], p[0], s[0], n);
+    } else {
+      Bits* d = reinterpret_cast<Bits*>(p[0]);
+      const Bits* v = reinterpret_cast<const Bits*>(p[1]);
+      for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * s[0], v + i * s[1], sizeof(Bits));
     }
-    Bits* d = reinterpret_cast<Bits*>(p[0]);
-    const Bits* v = reinterpret_cast<const Bits*>(p[1]);
-    for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * s[0], v + i * s[1], sizeof(Bits));
   });
 }
 
@@ -142,16 +145,16 @@ void copy_same_dtype(const detail::StridedIter<2>& it) {
 void copy(const TensorDesc& dst, const TensorDesc& src) {
   const TensorDesc* ops[2] = {&dst, &src};
   auto it = detail::make_iter<2>(ops);
+  detail::ConvertFn fn = detail::convert_fn(src.dtype, dst.dtype);
   if (src.dtype == dst.dtype && src.dtype != DType::Bool) {
     switch (dtype_size(src.dtype)) {
-      case 1: return copy_same_dtype<uint8_t>(it);
-      case 2: return copy_same_dtype<uint16_t>(it);
-      case 4: return copy_same_dtype<uint32_t>(it);
-      case 8: return copy_same_dtype<uint64_t>(it);
+      case 1: return copy_same_dtype<uint8_t>(it, fn);
+      case 2: return copy_same_dtype<uint16_t>(it, fn);
+      case 4: return copy_same_dtype<uint32_t>(it, fn);
+      case 8: return copy_same_dtype<uint64_t>(it, fn);
       default: break;
     }
   }
-  detail::ConvertFn fn = detail::convert_fn(src.dtype, dst.dtype);
   // Plain memory copies are bandwidth bound: large grains keep thread overhead negligible.
   detail::for_each_segment(it, 64 * 1024, [&](char* const* p, const int64_t* s, int64_t n) {
     fn(p[1], s[1], p[0], s[0], n);
