@@ -169,6 +169,16 @@ double load_scalar(const Rows& r, int64_t i) {
   return x;
 }
 
+// Two rows of scratch for the calling thread, reused across rows and calls: the row functions
+// of column_sums run once per row, and a pair of vectors allocated per row was most of a small
+// layer norm's backward.
+template <class T>
+T* row_scratch(int64_t n) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < static_cast<size_t>(2 * n)) buf.resize(static_cast<size_t>(2 * n));
+  return buf.data();
+}
+
 // Column sums over rows, in parallel: each task accumulates its rows into its own double
 // partials, which are then added in task order (deterministic for a given thread count).
 template <class RowFn>
@@ -255,9 +265,10 @@ void layer_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_we
     if (!want_w && !want_b) return;
     std::vector<double> sums[2];
     column_sums(M, N, 2, [&](int64_t r, std::vector<double>* acc) {
-      std::vector<T> dy(static_cast<size_t>(N)), x(static_cast<size_t>(N));
-      rgo.load(r, dy.data());
-      ri.load(r, x.data());
+      T* const dy = row_scratch<T>(N);
+      T* const x = dy + N;
+      rgo.load(r, dy);
+      ri.load(r, x);
       const double mu = load_scalar<T>(rm, r), rs = load_scalar<T>(rr, r);
       for (int64_t j = 0; j < N; ++j) {
         acc[0][j] += double(dy[j]) * (x[j] - mu) * rs;
@@ -319,9 +330,10 @@ void rms_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_weig
     if (!grad_weight || !grad_weight->data) return;
     std::vector<double> sums[1];
     column_sums(M, N, 1, [&](int64_t r, std::vector<double>* acc) {
-      std::vector<T> dy(static_cast<size_t>(N)), x(static_cast<size_t>(N));
-      rgo.load(r, dy.data());
-      ri.load(r, x.data());
+      T* const dy = row_scratch<T>(N);
+      T* const x = dy + N;
+      rgo.load(r, dy);
+      ri.load(r, x);
       const double rs = load_scalar<T>(rr, r);
       for (int64_t j = 0; j < N; ++j) acc[0][j] += double(dy[j]) * x[j] * rs;
     }, sums);
