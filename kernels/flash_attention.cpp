@@ -48,6 +48,16 @@ constexpr int64_t kBr = 128;  // query rows per block (64-512 tried; 128 x 256 w
 constexpr int64_t kBc = 256;  // keys per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Scratch for the block loops, per thread and reused across items and calls: grow-only and never
+// zeroed again (every block writes what it reads; the GEMMs never read C when beta is 0). A
+// vector per parallel_for chunk cost an mmap, a zeroing pass and a munmap each time (the
+// buffers are sized for 128 x 256 tiles, up to 435 KB), most of the kernel for short sequences.
+float* thread_scratch(size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
+}
+
 uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ULL;
@@ -342,13 +352,13 @@ Dims dims_of(const FlashAttentionArgs& a) {
 
 void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& drop,
                    const Seq& s, int64_t n, int64_t i0, const TensorDesc& out,
-                   const TensorDesc& smax, const TensorDesc& ssum, std::vector<float>& buf) {
+                   const TensorDesc& smax, const TensorDesc& ssum) {
   const int64_t rows = std::min(kBr, s.sq - i0), D = dm.d, Dv = dm.dv, h = n / dm.group;
   // An int8 key / value (antiquant) is dequantised block by block into Kq / Vq.
   const bool dequant = a.k.dtype == DType::Int8;
   const int64_t kv_floats = dequant ? kBc * (D + Dv) : 0;
-  buf.resize(static_cast<size_t>(kBr * D + kBr * kBc + kBr * Dv + 2 * kBr + kv_floats));
-  float* Q = buf.data();
+  float* Q = thread_scratch(static_cast<size_t>(kBr * D + kBr * kBc + kBr * Dv + 2 * kBr +
+                                               kv_floats));
   float* S = Q + kBr * D;
   float* O = S + kBr * kBc;
   float* m = O + kBr * Dv;
@@ -466,12 +476,11 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
   // Last query blocks first: under a causal band they are the heavy ones, and the pool hands
   // out chunks in order, so the light ones fill the tail instead of one thread finishing late.
   parallel_for(0, items.total(), 1, [&](int64_t b, int64_t e) {
-    std::vector<float> buf;
     for (int64_t it = b; it < e; ++it) {
       const Seq* s;
       int64_t n, i0;
       items.locate(items.total() - 1 - it, &s, &n, &i0);
-      forward_block(a, dm, drop, *s, n, i0, out, softmax_max, softmax_sum, buf);
+      forward_block(a, dm, drop, *s, n, i0, out, softmax_max, softmax_sum);
     }
   });
 }
@@ -541,7 +550,6 @@ void load_query_block(const FlashAttentionArgs& a, const Dims& dm, const TensorD
 // The scratch of one key block's backward, per worker: the block's K and V and their gradients,
 // one query block (Q, dO), the score tiles S, dP and Pd, and the query rows' max and sum.
 struct KeyBlockScratch {
-  std::vector<float> buf;
   std::array<float*, 11> blocks;  // K, V, dK, dV, Qb, dOb, S, dP, Pd, m, l
 
   KeyBlockScratch(int64_t D, int64_t Dv) {
@@ -549,8 +557,7 @@ struct KeyBlockScratch {
                                kBr * kBc, kBr * kBc, kBr * kBc, kBr,      kBr};
     int64_t total = 0;
     for (int64_t size : sizes) total += size;
-    buf.resize(static_cast<size_t>(total));
-    float* next = buf.data();
+    float* next = thread_scratch(static_cast<size_t>(total));
     for (size_t i = 0; i < blocks.size(); ++i) {
       blocks[i] = next;
       next += sizes[i];
@@ -693,9 +700,8 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
 
   // dQ: items over (sequence, query head, query block).
   parallel_for(0, qitems.total(), 1, [&](int64_t b, int64_t e) {
-    std::vector<float> buf(static_cast<size_t>(kBc * D + kBc * Dv + kBr * D + kBr * Dv +
-                                               kBr * D + 2 * kBr * kBc + 2 * kBr));
-    float* K = buf.data();
+    float* K = thread_scratch(static_cast<size_t>(kBc * D + kBc * Dv + kBr * D + kBr * Dv +
+                                                  kBr * D + 2 * kBr * kBc + 2 * kBr));
     float* V = K + kBc * D;
     float* Qb = V + kBc * Dv;
     float* dOb = Qb + kBr * D;
