@@ -105,12 +105,13 @@ class ThreadPool {
  private:
   explicit ThreadPool(int n) {
     for (int i = 0; i + 1 < n; ++i) {
-      workers_.emplace_back([this, i] {
-        char name[16];  // shown by debuggers, top -H and an abort's diagnostics
-        std::snprintf(name, sizeof(name), "npu_kernel%d", i + 1);
-        pthread_setname_np(pthread_self(), name);
-        worker_loop();
-      });
+      workers_.emplace_back([this] { worker_loop(); });
+      // Named by the creator, so the name is there as soon as the pool exists (a worker that
+      // has not run yet would still carry the creating thread's name); shown by debuggers,
+      // top -H and an abort's diagnostics.
+      char name[16];
+      std::snprintf(name, sizeof(name), "npu_kernel%d", i + 1);
+      pthread_setname_np(workers_.back().native_handle(), name);
     }
     for (auto& w : workers_) w.detach();
   }
