@@ -16,6 +16,7 @@ figure is the median of 5 such rounds of the slowest rank. Bus bandwidth is NCCL
 """
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -114,17 +115,43 @@ def ddp_step(world: int, rank: int) -> None:
     ddp = run(DDP(GPT().to(dev), device_ids=[dev.index]))
     ddp_t = torch.tensor([ddp], dtype=torch.float64)
     dist.all_reduce(ddp_t, op=dist.ReduceOp.MAX)
-    single = None
+    single = shared = None
     if rank == 0:  # the others wait at the barrier below, idle
         torch.manual_seed(0)
         single = run(GPT().to(dev))
+        # The same, on this rank's share of the host's CPUs: what one simulated device has
+        # during the DDP run, since every rank's host thread and stream worker share them.
+        share = sorted(os.sched_getaffinity(0))[:max(1, len(os.sched_getaffinity(0)) // world)]
+        with pinned(share):
+            torch.manual_seed(0)
+            shared = run(GPT().to(dev))
     sync = torch.zeros(1)
     dist.all_reduce(sync)
     if rank == 0:
+        ddp = ddp_t.item()
         print(f"\nDDP step, GPT-style model, {world} ranks x {global_batch // world} sequences: "
-              f"{ddp_t.item() * 1e3:.2f} ms; single process, {global_batch // world} sequences: "
-              f"{single * 1e3:.2f} ms; ratio {ddp_t.item() / single:.2f} (goal <= 1.3)",
-              flush=True)
+              f"{ddp * 1e3:.2f} ms; single process, {global_batch // world} sequences: "
+              f"{single * 1e3:.2f} ms; ratio {ddp / single:.2f} (goal <= 1.3); the same single "
+              f"process on {len(share)} of the {len(os.sched_getaffinity(0))} CPUs (one rank's "
+              f"share): {shared * 1e3:.2f} ms, ratio {ddp / shared:.2f}", flush=True)
+
+
+@contextlib.contextmanager
+def pinned(cpus):
+    """Runs the block with every thread of this process (host thread, stream workers, kernel
+    pool) restricted to `cpus`; sched_setaffinity of a pid only moves that one thread."""
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    saved = {t: os.sched_getaffinity(t) for t in tids}
+    for t in tids:
+        os.sched_setaffinity(t, cpus)
+    try:
+        yield
+    finally:
+        for t, mask in saved.items():
+            try:
+                os.sched_setaffinity(t, mask)
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
 
 
 def worker(ns) -> None:
