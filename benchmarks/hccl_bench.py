@@ -1,7 +1,7 @@
 """hccl against gloo, side by side in the same processes: allreduce latency and bus bandwidth for
 4 KiB .. 256 MiB (hccl on npu tensors, gloo on CPU tensors, one process group
 "cpu:gloo,npu:hccl"), and a DDP training step of the GPT-style test model on 2 ranks against a
-single-process step on half the batch.
+single-process step on half the batch, with all of the host's CPUs and pinned to one rank's share.
 
     .venv/bin/python benchmarks/hccl_bench.py [--worlds 2,4,8] [--max-mib 256]
 
