@@ -121,7 +121,8 @@ def ddp_step(world: int, rank: int) -> None:
         single = run(GPT().to(dev))
         # The same, on this rank's share of the host's CPUs: what one simulated device has
         # during the DDP run, since every rank's host thread and stream worker share them.
-        share = sorted(os.sched_getaffinity(0))[:max(1, len(os.sched_getaffinity(0)) // world)]
+        cpus = sorted(os.sched_getaffinity(0))
+        share = cpus[:max(1, len(cpus) // world)]
         with pinned(share):
             torch.manual_seed(0)
             shared = run(GPT().to(dev))
@@ -132,7 +133,7 @@ def ddp_step(world: int, rank: int) -> None:
         print(f"\nDDP step, GPT-style model, {world} ranks x {global_batch // world} sequences: "
               f"{ddp * 1e3:.2f} ms; single process, {global_batch // world} sequences: "
               f"{single * 1e3:.2f} ms; ratio {ddp / single:.2f} (goal <= 1.3); the same single "
-              f"process on {len(share)} of the {len(os.sched_getaffinity(0))} CPUs (one rank's "
+              f"process on {len(share)} of the {len(cpus)} CPUs (one rank's "
               f"share): {shared * 1e3:.2f} ms, ratio {ddp / shared:.2f}", flush=True)
 
 

@@ -35,6 +35,7 @@
 #include "convert.h"
 #include "dtype_traits.h"
 #include "kernel_assert.h"
+#include "scratch.h"
 #include "vec_math.h"
 #include "npu/kernels/attention.h"
 #include "npu/kernels/matmul.h"
@@ -48,15 +49,13 @@ constexpr int64_t kBr = 128;  // query rows per block (64-512 tried; 128 x 256 w
 constexpr int64_t kBc = 256;  // keys per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Scratch for the block loops, per thread and reused across items and calls: grow-only and never
-// zeroed again (every block writes what it reads; the GEMMs never read C when beta is 0). A
-// vector per parallel_for chunk cost an mmap, a zeroing pass and a munmap each time (the
-// buffers are sized for 128 x 256 tiles, up to 435 KB), most of the kernel for short sequences.
-float* thread_scratch(size_t floats) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < floats) buf.resize(floats);
-  return buf.data();
-}
+// Scratch for the block loops, per thread and reused across items and calls (every block writes
+// what it reads; the GEMMs never read C when beta is 0). A vector per parallel_for chunk cost an
+// mmap, a zeroing pass and a munmap each time (the buffers are sized for 128 x 256 tiles, up to
+// 435 KB), most of the kernel for short sequences. One buffer serves the forward block, the key
+// block's backward and the dQ loop: each takes it once per chunk, and none runs inside another.
+struct BlockScratch;
+float* block_scratch(size_t floats) { return thread_scratch<BlockScratch, float>(floats); }
 
 uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
@@ -357,7 +356,7 @@ void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& d
   // An int8 key / value (antiquant) is dequantised block by block into Kq / Vq.
   const bool dequant = a.k.dtype == DType::Int8;
   const int64_t kv_floats = dequant ? kBc * (D + Dv) : 0;
-  float* Q = thread_scratch(static_cast<size_t>(kBr * D + kBr * kBc + kBr * Dv + 2 * kBr +
+  float* Q = block_scratch(static_cast<size_t>(kBr * D + kBr * kBc + kBr * Dv + 2 * kBr +
                                                kv_floats));
   float* S = Q + kBr * D;
   float* O = S + kBr * kBc;
@@ -557,7 +556,7 @@ struct KeyBlockScratch {
                                kBr * kBc, kBr * kBc, kBr * kBc, kBr,      kBr};
     int64_t total = 0;
     for (int64_t size : sizes) total += size;
-    float* next = thread_scratch(static_cast<size_t>(total));
+    float* next = block_scratch(static_cast<size_t>(total));
     for (size_t i = 0; i < blocks.size(); ++i) {
       blocks[i] = next;
       next += sizes[i];
@@ -700,7 +699,7 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
 
   // dQ: items over (sequence, query head, query block).
   parallel_for(0, qitems.total(), 1, [&](int64_t b, int64_t e) {
-    float* K = thread_scratch(static_cast<size_t>(kBc * D + kBc * Dv + kBr * D + kBr * Dv +
+    float* K = block_scratch(static_cast<size_t>(kBc * D + kBc * Dv + kBr * D + kBr * Dv +
                                                   kBr * D + 2 * kBr * kBc + 2 * kBr));
     float* V = K + kBc * D;
     float* Qb = V + kBc * Dv;

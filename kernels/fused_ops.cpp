@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rows.h"
+#include "scratch.h"
 #include "vec_math.h"
 #include "npu/kernels/fused.h"
 #include "npu/kernels/thread_pool.h"
@@ -16,6 +17,10 @@
 namespace npu::kernels {
 namespace detail {
 namespace {
+
+// Call sites of thread_scratch (scratch.h): a row's 16-bit rounding, a rotary row's rotation.
+struct RoundScratch;
+struct RotaryScratch;
 
 // Runs fn(row, in[NIn], out[NOut], n) over the rows of the operands (all with the same row
 // count M and row length N), loading inputs and storing outputs through float buffers.
@@ -69,9 +74,9 @@ void rotate(const float* x, float* y, int64_t n, RotaryMode mode) {
 void round_row(float* x, int64_t n, DType t) {
   if (t == DType::Float32) return;
   ConvertFn to = convert_fn(DType::Float32, t), back = convert_fn(t, DType::Float32);
-  std::vector<uint16_t> tmp(static_cast<size_t>(n));
-  to(x, 1, tmp.data(), 1, n);
-  back(tmp.data(), 1, x, 1, n);
+  uint16_t* const tmp = thread_scratch<RoundScratch, uint16_t>(static_cast<size_t>(n));
+  to(x, 1, tmp, 1, n);
+  back(tmp, 1, x, 1, n);
 }
 
 }  // namespace
@@ -108,9 +113,7 @@ void rotary_mul(const TensorDesc& out, const TensorDesc& x, const TensorDesc& r1
   const Rows* outs[1] = {&ro};
   rows_float<3, 1>(ins, outs, 3, [&](int64_t, const float* const* in, float* const* o,
                                      int64_t n) {
-    thread_local std::vector<float> rot;
-    rot.resize(static_cast<size_t>(n));
-    float* t = rot.data();
+    float* t = thread_scratch<RotaryScratch, float>(static_cast<size_t>(n));
     rotate(in[0], t, n, mode);
     for (int64_t i = 0; i < n; ++i) o[0][i] = in[0][i] * in[1][i] + t[i] * in[2][i];
   });
@@ -132,20 +135,19 @@ void rotary_mul_backward(const TensorDesc* grad_x, const TensorDesc* grad_r1,
                          grad_r2 && grad_r2->data ? &g2 : nullptr};
   rows_float<4, 3>(ins, outs, 4,
                    [&](int64_t, const float* const* in, float* const* o, int64_t n) {
-    thread_local std::vector<float> t, u;
-    t.resize(static_cast<size_t>(n));
-    u.resize(static_cast<size_t>(n));
+    float* const t = thread_scratch<RotaryScratch, float>(static_cast<size_t>(2 * n));
+    float* const u = t + n;
     const float* dy = in[0];
     if (outs[0]) {
       for (int64_t i = 0; i < n; ++i) u[i] = dy[i] * in[3][i];
-      rotate(u.data(), t.data(), n, mode);
+      rotate(u, t, n, mode);
       for (int64_t i = 0; i < n; ++i) o[0][i] = dy[i] * in[2][i] - t[i];
     }
     if (outs[1]) {
       for (int64_t i = 0; i < n; ++i) o[1][i] = dy[i] * in[1][i];
     }
     if (outs[2]) {
-      rotate(in[1], t.data(), n, mode);
+      rotate(in[1], t, n, mode);
       for (int64_t i = 0; i < n; ++i) o[2][i] = dy[i] * t[i];
     }
   });

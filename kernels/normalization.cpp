@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rows.h"
+#include "scratch.h"
 #include "vec_math.h"
 #include "npu/kernels/normalization.h"
 #include "npu/kernels/thread_pool.h"
@@ -169,14 +170,13 @@ double load_scalar(const Rows& r, int64_t i) {
   return x;
 }
 
-// Two rows of scratch for the calling thread, reused across rows and calls: the row functions
-// of column_sums run once per row, and a pair of vectors allocated per row was most of a small
-// layer norm's backward.
+// Two rows of scratch for the calling thread (thread_scratch), reused across rows and calls: the
+// row functions of column_sums run once per row, and a pair of vectors allocated per row was most
+// of a small layer norm's backward.
+struct RowScratch;
 template <class T>
 T* row_scratch(int64_t n) {
-  thread_local std::vector<T> buf;
-  if (buf.size() < static_cast<size_t>(2 * n)) buf.resize(static_cast<size_t>(2 * n));
-  return buf.data();
+  return thread_scratch<RowScratch, T>(static_cast<size_t>(2 * n));
 }
 
 // Column sums over rows, in parallel: each task accumulates its rows into its own double

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <stdexcept>
@@ -134,7 +135,7 @@ class ThreadPool {
     // The simulated device follows it. Only its first level counts ("4,2" is 4); a value that is
     // not a positive integer is the OpenMP runtime's to report, and is ignored here.
     if (const char* env = std::getenv("OMP_NUM_THREADS")) {
-      const std::string first = std::string(env).substr(0, std::string(env).find(','));
+      const std::string first(env, std::strcspn(env, ","));
       long long n = 0;
       if (npu::env::parseInteger(first.c_str(), 1, 1ll << 30, &n)) {
         return static_cast<int>(std::min<long long>(n, kMaxThreads));
