@@ -1,20 +1,31 @@
 """torch.compile(mode="reduce-overhead") on npu: compiled regions replayed from NPU graphs.
 
 The mode turns on Inductor's ``triton.cudagraphs``. Inductor then hands each compiled graph it
-finds fit (one device, no mutated non-static input, static shapes) to
-``config.cudagraph_policy.cudagraphify``; the policy installed here wraps npu graphs with
-``graphify`` below and leaves the others to Inductor's own CUDA graph trees.
+finds fit (one device, static input storage) to ``config.cudagraph_policy.cudagraphify``; the
+policy installed here wraps npu graphs with ``graphify`` below and leaves the others to
+Inductor's own CUDA graph trees.
 
-``graphify`` is the single-graph scheme of Inductor's ``cudagraphify_impl`` on torch.npu: on the
-first call it copies the non-static inputs into static buffers, runs the compiled graph once on
-a side stream (warm-up: kernel libraries loaded, the allocator primed), captures it into an
-NPUGraph, and from then on copies new inputs in and replays. Parameters and buffers are static
-inputs (the graph reads them where they are; if one moves, the region is captured again).
-``torch._dynamo.utils.counters["npu"]`` counts
-``graphs_recorded`` and ``graph_replays``. Outputs are returned as clones: a replay
-rewrites the graph's output buffers, and a result the caller still holds must not change under
-it (Inductor's CUDA graph trees track that instead of copying; a later step). The first call
-runs the region once as compiled code (warm-up; its results are returned), then captures it.
+``graphify`` follows the rules CUDA graph trees apply to each kind of input and output:
+
+- Static inputs (parameters, buffers, tensors marked with ``torch._dynamo.mark_static_address``,
+  such as Hugging Face's StaticCache) are read and written where they are, never copied. If one
+  moves (a new tensor at that position), the region is captured again, as CUDA re-records.
+- Other tensor inputs are copied into the graph's own buffers before each replay. An output
+  that views such an input is handed back as the same view of the caller's tensor.
+- A region that mutates an input that is not static is not graphed (a replay would update the
+  graph's private copy and the caller would never see it): Inductor's line "skipping cudagraphs
+  due to mutated inputs (N instances)" is logged once, and the region runs as compiled code.
+- Dynamic shapes: one graph per distinct set of integer inputs (and of the copied inputs'
+  shapes), with Inductor's warning past ``triton.cudagraph_dynamic_shape_warn_limit`` and its
+  ``triton.cudagraph_capture_sizes`` filter (other sizes run as compiled code).
+- Outputs: one in the graph's own memory is rewritten by the next replay, so it is returned as
+  a clone (CUDA graph trees track liveness instead of copying; a later step). One that views a
+  static input is returned as it is.
+
+The first call for a signature runs the region once as compiled code on a side stream (warm-up:
+kernel libraries loaded, the allocator primed; its results are returned, so in-place updates
+happen once), then captures it; later calls copy inputs in and replay.
+``torch._dynamo.utils.counters["npu"]`` counts ``graphs_recorded`` and ``graph_replays``.
 
 A region that cannot be captured (it synchronizes, or draws a seed on the host) is not an
 error: it is logged as Inductor logs a skipped CUDA graph (an error with
@@ -23,6 +34,7 @@ error: it is logged as Inductor logs a skipped CUDA graph (an error with
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -52,21 +64,91 @@ def _is_model_state(x: torch.Tensor) -> bool:
     return owner is not None and owner.data_ptr() == x.data_ptr()
 
 
-def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int],
-             device_index: int, is_backward: bool) -> Callable[[list[Any]], Any]:
-    """Wraps a compiled graph (boxed calling convention: it takes a list and clears it) so that
-    it runs as an NPU graph replay after its first call, and is captured again if a tensor it
-    reads in place (a parameter or buffer) has moved."""
-    state: dict[str, Any] = {}
+def _remember_model_state(x: torch.Tensor) -> None:
+    if len(_static_addresses) > 4096:  # drop the entries of tensors that are gone
+        for address in [a for a, r in _static_addresses.items() if r() is None]:
+            del _static_addresses[address]
+    _static_addresses[x.data_ptr()] = weakref.ref(x)
 
-    def record(inputs: list[Any]) -> Any:
-        state.clear()
-        in_place = [i for i in static_input_idxs
-                    if isinstance(inputs[i], torch.Tensor)
-                    and (not is_backward or _is_model_state(inputs[i]))]
+
+@dataclasses.dataclass
+class _Recording:
+    """One captured graph: the region for one input signature."""
+
+    graph: Any
+    static_inputs: list            # what the graph reads: copies, or the callers' static tensors
+    copied: list[int]              # inputs copied in before each replay
+    in_place: list[tuple[int, int]]  # (input index, address) read where they are
+    outputs: tuple                 # the graph's outputs, rewritten by each replay
+    # Per output: "clone" (graph memory), "as_is" (views a static input), or the index of the
+    # copied input it views (handed back as the same view of the caller's tensor).
+    delivery: list
+
+
+def _view_of_caller_input(out: torch.Tensor, static: torch.Tensor,
+                          given: torch.Tensor) -> torch.Tensor:
+    """``out`` views ``static`` (the graph's copy of ``given``, same strides): the same view of
+    ``given``."""
+    offset = out.storage_offset() - static.storage_offset() + given.storage_offset()
+    return given.as_strided(out.size(), out.stride(), offset)
+
+
+def _deliver(outputs: Sequence[Any], delivery: list, static_inputs: list, given: list,
+             clone: bool) -> list:
+    result = []
+    for o, how in zip(outputs, delivery):
+        if isinstance(how, int):
+            result.append(_view_of_caller_input(o, static_inputs[how], given[how]))
+        elif how == "clone" and clone:
+            result.append(o.clone())
+        else:
+            result.append(o)
+    return result
+
+
+def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int],
+             device_index: int, is_backward: bool, mutated_input_idxs: Sequence[int] = (),
+             placeholders: Sequence[Any] = ()) -> Callable[[list[Any]], Any]:
+    """Wraps a compiled graph (boxed calling convention: it takes a list and clears it) so that
+    it runs as an NPU graph replay after its first call for each input signature (see the
+    module's docstring for the rules)."""
+    static = set(static_input_idxs)
+    mutated = set(mutated_input_idxs)
+    recordings: dict[Any, _Recording] = {}
+    state: dict[str, Any] = {"checked": False, "eager": False, "warned_dynamic": False}
+
+    def skips_for_mutation(inputs: list[Any]) -> bool:
+        """CUDA graph trees' rule: a region that mutates a non-static input runs without a
+        graph (logged once). Decided at the first call, as graph trees decide per function."""
+        state["checked"] = True
+        non_static = sorted(i for i in mutated if i not in static)
+        if not non_static:
+            return False
+        message = _cudagraph_utils.get_mutation_stack_trace(list(placeholders), non_static) \
+            if placeholders else _cudagraph_utils.format_default_skip_message(
+                f"mutated inputs ({len(non_static)} instances)")
+        state["eager"] = True
+        _cudagraph_utils.log_cudagraph_skip_and_bump_counter(message)
+        return True
+
+    def signature(inputs: list[Any]) -> tuple:
+        ints = tuple(x for x in inputs if isinstance(x, int))
+        shapes = tuple(tuple(x.shape) for i, x in enumerate(inputs)
+                       if isinstance(x, torch.Tensor) and i not in static)
+        return ints, shapes
+
+    def in_place_idxs(inputs: list[Any]) -> list[int]:
+        # A forward reads every static input where it is; a backward reads parameters and
+        # buffers there, and whatever it mutates (a copy would swallow the update).
+        return [i for i in static_input_idxs
+                if isinstance(inputs[i], torch.Tensor)
+                and (not is_backward or i in mutated or _is_model_state(inputs[i]))]
+
+    def record(inputs: list[Any], key: Any) -> list:
+        in_place = in_place_idxs(inputs)
         if not is_backward:
             for i in in_place:
-                _static_addresses[inputs[i].data_ptr()] = weakref.ref(inputs[i])
+                _remember_model_state(inputs[i])
         copied = [i for i, x in enumerate(inputs)
                   if isinstance(x, torch.Tensor) and i not in in_place]
         static_inputs = list(inputs)
@@ -80,7 +162,8 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             stream.wait_stream(torch.npu.current_stream())
             with torch.npu.stream(stream):
                 # The warm-up is this call's run (its results are returned): a graph that
-                # updates buffers in place (batch norm's running stats) updates them once.
+                # updates static inputs in place (batch norm's running stats, a KV cache)
+                # updates them once.
                 first_outputs = model(list(static_inputs))
             torch.npu.current_stream().wait_stream(stream)
             graph = torch.npu.NPUGraph()
@@ -93,35 +176,68 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
                 state["eager"] = True
                 return first_outputs
         counters["npu"]["graphs_recorded"] += 1
-        outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
-        # An output in the graph's own memory is rewritten by the next replay: it is returned as
-        # a clone. One that views a parameter or buffer (a transposed weight saved for the
-        # backward) is returned as it is, so that the backward still finds it in place.
-        model_storages = {inputs[i].untyped_storage().data_ptr() for i in in_place}
-        cloned = [isinstance(o, torch.Tensor)
-                  and o.untyped_storage().data_ptr() not in model_storages for o in outputs]
-        state.update(graph=graph, static_inputs=static_inputs, copied=copied,
-                     in_place=[(i, inputs[i].data_ptr()) for i in in_place],
-                     outputs=outputs, cloned=cloned)
-        return first_outputs
+        outputs = tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
+        in_place_storages = {inputs[i].untyped_storage().data_ptr() for i in in_place}
+        copied_storages = {static_inputs[i].untyped_storage().data_ptr(): i for i in copied}
+
+        def delivery_of(o: Any) -> Any:
+            if not isinstance(o, torch.Tensor):
+                return "as_is"
+            storage = o.untyped_storage().data_ptr()
+            if storage in in_place_storages:
+                return "as_is"
+            return copied_storages.get(storage, "clone")
+
+        recordings[key] = _Recording(graph, static_inputs, copied,
+                                     [(i, inputs[i].data_ptr()) for i in in_place], outputs,
+                                     [delivery_of(o) for o in outputs])
+        first = tuple(first_outputs) if isinstance(first_outputs, (list, tuple)) \
+            else (first_outputs,)
+        # The warm-up ran on the same copies: its outputs that view a copied input are handed
+        # back as views of the caller's tensor too. The others are fresh memory: no clone.
+        return _deliver(first, [delivery_of(o) for o in first], static_inputs, inputs,
+                        clone=False)
 
     def run(new_inputs: list[Any]) -> Any:
-        if state.get("eager"):
+        if not state["checked"] and skips_for_mutation(new_inputs):
             return model(new_inputs)
-        if not state or any(new_inputs[i].data_ptr() != address
-                            for i, address in state["in_place"]):
-            first_outputs = record(new_inputs)
+        if state["eager"]:
+            return model(new_inputs)
+        key = signature(new_inputs)
+        if key[0] and not _captures_size(key[0]):
+            return model(new_inputs)
+        recording = recordings.get(key)
+        if recording is None or any(new_inputs[i].data_ptr() != address
+                                    for i, address in recording.in_place):
+            if recording is None and recordings and not state["warned_dynamic"]:
+                state["warned_dynamic"] = _cudagraph_utils.maybe_warning_due_to_dynamic_shape(
+                    recordings, key)
+            given = list(new_inputs)
             new_inputs.clear()
-            return first_outputs
-        static_inputs = state["static_inputs"]
-        for i in state["copied"]:
+            return record(given, key)
+        static_inputs = recording.static_inputs
+        for i in recording.copied:
             static_inputs[i].copy_(new_inputs[i])
+        given = list(new_inputs) if any(isinstance(d, int) for d in recording.delivery) \
+            else None
         new_inputs.clear()
-        state["graph"].replay()
+        recording.graph.replay()
         counters["npu"]["graph_replays"] += 1
-        return [o.clone() if clone else o for o, clone in zip(state["outputs"], state["cloned"])]
+        return _deliver(recording.outputs, recording.delivery, static_inputs, given, clone=True)
 
     return run
+
+
+def _captures_size(ints: tuple) -> bool:
+    """Inductor's ``triton.cudagraph_capture_sizes``: None captures every size, else only the
+    listed integer keys (one int, or a tuple of them)."""
+    from torch._inductor import config
+
+    sizes = config.triton.cudagraph_capture_sizes
+    if sizes is None:
+        return True
+    key = ints[0] if len(ints) == 1 else ints
+    return key in sizes
 
 
 class NPUGraphPolicy(CUDAGraphPolicy):
@@ -130,7 +246,9 @@ class NPUGraphPolicy(CUDAGraphPolicy):
     def cudagraphify(self, model, example_inputs, static_input_idxs, *, device_index,
                      is_backward, is_inference, **kwargs):
         if _on_npu(example_inputs):
-            return graphify(model, static_input_idxs, device_index, is_backward)
+            return graphify(model, static_input_idxs, device_index, is_backward,
+                            mutated_input_idxs=kwargs.get("mutated_input_idxs", ()),
+                            placeholders=kwargs.get("placeholders", ()))
         return super().cudagraphify(model, example_inputs, static_input_idxs,
                                     device_index=device_index, is_backward=is_backward,
                                     is_inference=is_inference, **kwargs)

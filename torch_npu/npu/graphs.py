@@ -150,7 +150,9 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
     its backward (autograd.grad of the outputs that require grad) are captured, sharing one
     memory pool; forwards are captured in order and backwards in reverse order, so several
     callables may be chained. Calls must pass tensors of the sample args' shapes, dtypes and
-    requires_grad; module parameters are static inputs.
+    requires_grad; module parameters are static inputs. An argument the forward updates in place
+    (found by its version counter during the capture) is written back after each replay, so the
+    caller's tensor changes as it would in eager mode.
     """
     if torch.is_autocast_enabled("npu") and torch.is_autocast_cache_enabled():
         raise RuntimeError("make_graphed_callables does not support the autocast caching. "
@@ -199,13 +201,19 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
                                         only_inputs=True, allow_unused=allow_unused_input)
     synchronize()
 
-    static_outputs, out_specs = [], []
-    for fn, args, fwd in zip(callables, sample_args, fwd_graphs):
+    static_outputs, out_specs, mutated_args = [], [], []
+    for fn, args, fwd, flat in zip(callables, sample_args, fwd_graphs, flat_args):
+        versions = [x._version for x in flat]
         with graph(fwd, pool=mempool):
             outputs = fn(*args)
         flat_out, out_spec = pytree.tree_flatten(outputs)
         static_outputs.append(tuple(flat_out))
         out_specs.append(out_spec)
+        # Arguments the forward updates in place: a replay updates the graph's copy, which is
+        # then written back to the caller's tensor (torch.cuda.make_graphed_callables leaves the
+        # caller's tensor unchanged, silently).
+        mutated_args.append(tuple(j for j, (x, v) in enumerate(zip(flat, versions))
+                                  if x._version != v))
 
     static_grad_outputs = [None] * len(callables)
     static_grad_inputs = [None] * len(callables)
@@ -258,6 +266,10 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
                 raise ValueError(f"graphed callable {i}: arguments {spec} differ from the "
                                  f"sample args' structure {specs[i]}")
             out = Graphed.apply(*(tuple(flat) + surface[n_user:]))
+            for j in mutated_args[i]:
+                if flat[j].data_ptr() != surface[j].data_ptr():
+                    with torch.no_grad():
+                        flat[j].copy_(surface[j])
             return pytree.tree_unflatten(list(out), out_specs[i])
 
         return functionalized
