@@ -141,11 +141,65 @@ HcclType reductionType(const at::Tensor& t, const char* opName) {
                               distErrorCode(kErrNotSupport, -1));
 }
 
+// PREMUL_SUM scales each rank's tensor by a factor before the sum. As in NCCL's backend the
+// factor is a scalar of the data's arithmetic type: half for float16, float for float32 and
+// bfloat16 (and complex64), double for float64 (and complex128). Integer and bool tensors are
+// refused (a fractional factor has no integer result).
+at::ScalarType premulFactorType(at::ScalarType data) {
+  switch (data) {
+    case at::kHalf: return at::kHalf;
+    case at::kFloat:
+    case at::kBFloat16:
+    case at::kComplexFloat: return at::kFloat;
+    case at::kDouble:
+    case at::kComplexDouble: return at::kDouble;
+    default: return at::ScalarType::Undefined;
+  }
+}
+
+// A floating factor of dtype `from` converts to `to` without rounding (every value of `from`
+// is a value of `to`).
+bool convertsExactly(at::ScalarType from, at::ScalarType to) {
+  if (from == to) return true;
+  switch (to) {
+    case at::kFloat: return from == at::kHalf || from == at::kBFloat16;
+    case at::kDouble: return from == at::kHalf || from == at::kBFloat16 || from == at::kFloat;
+    default: return false;
+  }
+}
+
+void checkPremulSum(const c10d::ReduceOp& op, const at::Tensor& t, const char* opName) {
+  const at::ScalarType factorType = premulFactorType(t.scalar_type());
+  TORCH_CHECK_TYPE(factorType != at::ScalarType::Undefined, "ProcessGroupHCCL ", opName,
+                   ": PreMulSum Data type must be half, float, bfloat16 or double, got ",
+                   t.scalar_type(), ". Scale an integer tensor yourself and use ReduceOp.SUM.",
+                   distErrorCode(kErrNotSupport, -1));
+  auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK_VALUE(supplement != nullptr, "ProcessGroupHCCL ", opName,
+                    ": PREMUL_SUM without its factor; make the op with "
+                    "torch.distributed._make_nccl_premul_sum(factor)",
+                    distErrorCode(kErrParam, -1));
+  const at::Tensor& factor = supplement->tensor_factor;  // one element (PreMulSumSupplement)
+  if (!factor.defined()) return;
+  TORCH_CHECK_TYPE(convertsExactly(factor.scalar_type(), factorType), "ProcessGroupHCCL ",
+                   opName, ": the PREMUL_SUM factor is a ", factor.scalar_type(),
+                   " tensor, but a ", t.scalar_type(), " tensor is scaled by a ", factorType,
+                   " factor (as in NCCL's backend), and ", factor.scalar_type(), " -> ",
+                   factorType, " would round it. Make the factor a ", factorType, " tensor.",
+                   distErrorCode(kErrParam, -1));
+}
+
 HcclReduceOp hcclOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* opName) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-    case c10d::ReduceOp::PREMUL_SUM: return HCCL_REDUCE_SUM;  // premultiplied by the caller
-    case c10d::ReduceOp::AVG: return HCCL_REDUCE_AVG;
+    case c10d::ReduceOp::SUM: return HCCL_REDUCE_SUM;
+    case c10d::ReduceOp::PREMUL_SUM:
+      checkPremulSum(op, t, opName);
+      return HCCL_REDUCE_SUM;  // premultiplied by the caller
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK_TYPE(t.scalar_type() != at::kBool, "ProcessGroupHCCL ", opName,
+                       ": Cannot use ReduceOp.AVG with boolean inputs",
+                       distErrorCode(kErrNotSupport, -1));
+      return HCCL_REDUCE_AVG;
     case c10d::ReduceOp::PRODUCT: return HCCL_REDUCE_PROD;
     case c10d::ReduceOp::MIN: return HCCL_REDUCE_MIN;
     case c10d::ReduceOp::MAX: return HCCL_REDUCE_MAX;
@@ -216,17 +270,27 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
-// PREMUL_SUM: the factor is applied to `input` before a sum. Returns the tensor to reduce
-// (a scaled copy, or `input` itself for the other ops).
+// PREMUL_SUM: the factor is applied to `input` before a sum. Returns the tensor to reduce (a
+// scaled copy with `input`'s dtype, or `input` itself for the other ops); hcclOp checked the
+// op. The product is computed in the factor's type (bfloat16 data in float32) and rounded once
+// to the data's dtype, as NCCL's backend scales.
 at::Tensor premultiplied(const at::Tensor& input, const c10d::ReduceOp& op) {
   if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return input;
-  auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-  TORCH_CHECK_VALUE(supplement != nullptr, "ProcessGroupHCCL: PREMUL_SUM without its factor; "
-                    "make the op with torch.distributed._make_nccl_premul_sum(factor)");
-  if (supplement->tensor_factor.defined()) {
-    return input * supplement->tensor_factor.to(input.device());
+  auto* supplement = static_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  const at::ScalarType factorType = premulFactorType(input.scalar_type());
+  const at::Tensor factor =
+      supplement->tensor_factor.defined()
+          ? supplement->tensor_factor.reshape({}).to(input.device(), factorType)
+          : at::scalar_tensor(supplement->double_factor,
+                              at::TensorOptions().dtype(factorType).device(input.device()));
+  if (input.scalar_type() == at::kBFloat16) {
+    return (input.to(at::kFloat) * factor).to(at::kBFloat16);
   }
-  return input * supplement->double_factor;
+  at::Tensor scaled = input * factor;
+  TORCH_INTERNAL_ASSERT(scaled.scalar_type() == input.scalar_type(),
+                        "PREMUL_SUM: the scaled copy is ", scaled.scalar_type(), " for ",
+                        input.scalar_type(), " data (a bug in ProcessGroupHCCL)");
+  return scaled;
 }
 
 std::string opName(c10d::OpType type) { return c10d::opTypeToString(type); }
@@ -862,6 +926,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allreduce_coalesced(
   for (const auto& t : tensors) {
     checkTensor(t, device, "allreduce_coalesced", "tensor");
     types.push_back(reductionType(t, "allreduce_coalesced"));
+    hcclOp(opts.reduceOp, t, "allreduce_coalesced");  // the op's checks, for every dtype
   }
   const HcclReduceOp op = hcclOp(opts.reduceOp, tensors[0], "allreduce_coalesced");
   const c10d::ReduceOp reduceOp = opts.reduceOp;
@@ -1057,6 +1122,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter_tensor_coalesced
                       size_, ") x output (", outputs[i].numel(), ") = ",
                       outputs[i].numel() * size_, distErrorCode(kErrParam, rank_));
     types.push_back(reductionType(inputs[i], name));
+    hcclOp(opts.reduceOp, inputs[i], name);  // the op's checks, for every dtype
   }
   const HcclReduceOp op = hcclOp(opts.reduceOp, inputs[0], name);
   const c10d::ReduceOp reduceOp = opts.reduceOp;
