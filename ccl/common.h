@@ -28,6 +28,7 @@ using Clock = std::chrono::steady_clock;
 struct OpContext {
   std::string description;  // "HcclAllReduce (sequence 17, 4096 elements float32) on
                             //  communicator 1a2b... rank 1/4"
+  uint64_t sequence = 0;    // the operation's sequence number on its communicator
   Clock::time_point deadline = Clock::time_point::max();
   uint32_t timeoutSeconds = 0;  // 0: no deadline
   const std::atomic<bool>* aborted = nullptr;
@@ -89,6 +90,30 @@ inline const char* reduceOpName(HcclReduceOp op) {
     default: return "unknown op";
   }
 }
+
+// What one rank called, as the collective-mismatch check compares it across ranks: the kind of
+// collective and the arguments every rank must agree on (fields a kind does not use are 0).
+// A plain 32-byte record: it lives in the shared segment, next to the rank's sync counter.
+enum class CallKind : uint32_t {
+  kNone = 0, kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter, kAllToAll, kBarrier
+};
+
+struct CallPrint {
+  CallKind kind = CallKind::kNone;
+  uint32_t dtype = 0;     // HcclDataType (reductions)
+  uint64_t count = 0;     // elements (reductions) or bytes (broadcast; all-gather per rank)
+  uint32_t op = 0;        // HcclReduceOp (reductions)
+  uint32_t root = 0;      // reduce, broadcast
+  uint64_t sequence = 0;  // for messages only: ranks may number point-to-point calls apart
+
+  bool sameCall(const CallPrint& o) const {
+    return kind == o.kind && dtype == o.dtype && count == o.count && op == o.op &&
+           root == o.root;
+  }
+  // "HcclAllReduce (sequence 2, 1024 elements float32, sum)"
+  std::string text() const;
+};
+static_assert(sizeof(CallPrint) == 32, "CallPrint is a fixed record of the shared segment");
 
 }  // namespace npu::ccl
 

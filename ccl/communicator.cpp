@@ -101,8 +101,10 @@ Communicator::~Communicator() {
   for (PendingOp* op : pending_) delete op;
 }
 
-std::string Communicator::describe(const char* api, const std::string& what) {
+std::string Communicator::describe(const char* api, const std::string& what,
+                                   uint64_t* sequence) {
   const uint64_t seq = ++sequence_;
+  if (sequence != nullptr) *sequence = seq;
   return std::string(api) + " (sequence " + std::to_string(seq) +
          (what.empty() ? "" : ", " + what) + ") on communicator " + idHex_ + " rank " +
          std::to_string(rank_) + "/" + std::to_string(nRanks_);
@@ -142,6 +144,7 @@ void Communicator::runOp(void* arg) {
   }
   OpContext ctx;
   ctx.description = op->description;
+  ctx.sequence = op->sequence;
   ctx.aborted = &c->aborted_;
   ctx.timeoutSeconds = c->config_.execTimeoutSeconds;
   if (ctx.timeoutSeconds > 0) {
@@ -201,8 +204,32 @@ void Communicator::abort() {
 // Reductions spanning nodes run AVG as SUM with one division at the end, and float16/bfloat16
 // in float32 with one rounding at the end.
 
+namespace {
+
+CallPrint callPrint(CallKind kind, const OpContext& ctx, uint64_t count = 0,
+                    HcclDataType dtype = HCCL_DATA_TYPE_INT8, HcclReduceOp op = HCCL_REDUCE_SUM,
+                    uint32_t root = 0) {
+  CallPrint p;
+  p.kind = kind;
+  p.count = count;
+  p.root = root;
+  p.sequence = ctx.sequence;
+  const bool reduction = kind == CallKind::kAllReduce || kind == CallKind::kReduce ||
+                         kind == CallKind::kReduceScatter;
+  p.dtype = reduction ? static_cast<uint32_t>(dtype) : 0;
+  p.op = reduction ? static_cast<uint32_t>(op) : 0;
+  return p;
+}
+
+}  // namespace
+
+// Every collective first tells the shared-memory transport what it is (expectCall): the
+// node's ranks compare their calls at its first sync point. Between nodes nothing compares
+// them yet.
+
 Status Communicator::allReduce(const void* in, void* out, uint64_t count, HcclDataType dtype,
                                HcclReduceOp op, OpContext& ctx) {
+  shm_->expectCall(callPrint(CallKind::kAllReduce, ctx, count, dtype, op));
   if (!multiNode()) return shm_->allReduce(in, out, count, dtype, op, nRanks_, ctx);
   const bool half = dtype == HCCL_DATA_TYPE_FP16 || dtype == HCCL_DATA_TYPE_BFP16;
   const HcclDataType work = half ? HCCL_DATA_TYPE_FP32 : dtype;
@@ -232,8 +259,11 @@ Status Communicator::allReduce(const void* in, void* out, uint64_t count, HcclDa
 
 Status Communicator::reduce(const void* in, void* out, uint64_t count, HcclDataType dtype,
                             HcclReduceOp op, uint32_t root, OpContext& ctx) {
-  if (!multiNode()) return shm_->reduce(in, out, count, dtype, op, nRanks_, root, ctx);
-  // Every rank computes the result; only the root keeps it.
+  if (!multiNode()) {
+    shm_->expectCall(callPrint(CallKind::kReduce, ctx, count, dtype, op, root));
+    return shm_->reduce(in, out, count, dtype, op, nRanks_, root, ctx);
+  }
+  // Every rank computes the result (an all-reduce, checked as one); only the root keeps it.
   std::vector<char> scratch;
   void* target = out;
   if (rank_ != root) {
@@ -244,6 +274,8 @@ Status Communicator::reduce(const void* in, void* out, uint64_t count, HcclDataT
 }
 
 Status Communicator::broadcast(void* buf, uint64_t bytes, uint32_t root, OpContext& ctx) {
+  shm_->expectCall(callPrint(CallKind::kBroadcast, ctx, bytes, HCCL_DATA_TYPE_INT8,
+                             HCCL_REDUCE_SUM, root));
   if (!multiNode()) return shm_->broadcast(buf, bytes, root, ctx);
   const bool rootNode = nodeOf_[root] == nodeOf_[rank_];
   if (rootNode) {
@@ -262,6 +294,7 @@ Status Communicator::broadcast(void* buf, uint64_t bytes, uint32_t root, OpConte
 
 Status Communicator::allGather(const void* in, void* out, uint64_t bytesPerRank,
                                OpContext& ctx) {
+  shm_->expectCall(callPrint(CallKind::kAllGather, ctx, bytesPerRank));
   if (!multiNode()) return shm_->allGather(in, out, bytesPerRank, ctx);
   char* o = static_cast<char*>(out);
   std::vector<char> nodeBlocks(local_.size() * bytesPerRank);
@@ -284,7 +317,10 @@ Status Communicator::allGather(const void* in, void* out, uint64_t bytesPerRank,
 
 Status Communicator::reduceScatter(const void* in, void* out, uint64_t recvCount,
                                    HcclDataType dtype, HcclReduceOp op, OpContext& ctx) {
-  if (!multiNode()) return shm_->reduceScatter(in, out, recvCount, dtype, op, nRanks_, ctx);
+  if (!multiNode()) {
+    shm_->expectCall(callPrint(CallKind::kReduceScatter, ctx, recvCount, dtype, op));
+    return shm_->reduceScatter(in, out, recvCount, dtype, op, nRanks_, ctx);
+  }
   const size_t es = dtypeSize(dtype);
   std::vector<char> all(recvCount * nRanks_ * es);
   if (Status s = allReduce(in, all.data(), recvCount * nRanks_, dtype, op, ctx); !s.ok()) return s;
@@ -296,6 +332,7 @@ Status Communicator::allToAllV(const void* in, const uint64_t* sendBytes,
                                const uint64_t* sendOffsets, void* out,
                                const uint64_t* recvBytes, const uint64_t* recvOffsets,
                                OpContext& ctx) {
+  shm_->expectCall(callPrint(CallKind::kAllToAll, ctx));
   if (!multiNode()) {
     return shm_->allToAllV(in, sendBytes, sendOffsets, out, recvBytes, recvOffsets, ctx);
   }
@@ -345,6 +382,7 @@ Status Communicator::recv(void* buf, uint64_t bytes, uint32_t peer, OpContext& c
 }
 
 Status Communicator::barrier(OpContext& ctx) {
+  shm_->expectCall(callPrint(CallKind::kBarrier, ctx));
   if (Status s = shm_->barrier(ctx); !s.ok() || !multiNode()) return s;
   if (leaderRing_) {
     if (Status s = leaderRing_->barrier(ctx); !s.ok()) return s;

@@ -31,6 +31,7 @@ class Communicator;
 struct PendingOp {
   Communicator* comm = nullptr;
   std::string description;
+  uint64_t sequence = 0;
   std::function<Status(OpContext&)> body;
   bool collective = true;  // false for send/recv, which may run beside a collective
 };
@@ -49,8 +50,8 @@ class Communicator {
   const std::string& idText() const { return idHex_; }
 
   // "HcclAllReduce (sequence 17, 4096 elements float32) on communicator <id> rank 1/4"; takes
-  // the next sequence number.
-  std::string describe(const char* api, const std::string& what);
+  // the next sequence number (stored in *sequence when given).
+  std::string describe(const char* api, const std::string& what, uint64_t* sequence = nullptr);
   // Queues op on stream; returns the launch's result.
   HcclResult enqueue(npuStream_t stream, const char* api, std::unique_ptr<PendingOp> op);
 

@@ -141,7 +141,7 @@ HcclResult launch(HcclComm comm, npuStream_t stream, const char* api, const std:
   Communicator* c = asComm(comm);
   auto op = std::make_unique<PendingOp>();
   op->collective = collective;
-  op->description = c->describe(api, what);
+  op->description = c->describe(api, what, &op->sequence);
   op->body = [c, body = std::move(body)](OpContext& ctx) { return body(*c, ctx); };
   return c->enqueue(stream, api, std::move(op));
 }

@@ -84,6 +84,11 @@ struct alignas(128) RankControl {
   std::atomic<uint64_t> arrivals;  // sync points passed
   std::atomic<int32_t> pid;        // 0 until the rank has mapped the segment
   std::atomic<uint32_t> broken;    // the HcclResult with which the rank gave up, or 0
+  // What the rank called, for its checked collectives in turn (double-buffered: a rank writes
+  // the next one only after every rank has passed the current one's first sync point, which
+  // each passes only after it has finished reading the previous one). Written before the
+  // release store of `arrivals`, read after the acquire loads: no atomics needed.
+  CallPrint calls[2];
 };
 
 struct alignas(128) RingControl {
@@ -507,7 +512,69 @@ Status waitFor(Ready&& ready, Missing&& missing, Alive&& alive, SegmentHeader* h
 
 }  // namespace
 
+std::string CallPrint::text() const {
+  static const char* const kApi[] = {"(no collective)", "HcclAllReduce", "HcclReduce",
+                                     "HcclBroadcast", "HcclAllGather", "HcclReduceScatter",
+                                     "HcclAlltoAll(V)", "HcclBarrier"};
+  const auto k = static_cast<uint32_t>(kind);
+  std::string t = std::string(k < sizeof kApi / sizeof *kApi ? kApi[k] : "unknown") +
+                  " (sequence " + std::to_string(sequence);
+  const auto dt = static_cast<HcclDataType>(dtype);
+  switch (kind) {
+    case CallKind::kAllReduce:
+    case CallKind::kReduceScatter:
+      t += ", " + std::to_string(count) + " elements " + dtypeName(dt) +
+           (kind == CallKind::kReduceScatter ? " per rank" : "") + ", " +
+           reduceOpName(static_cast<HcclReduceOp>(op));
+      break;
+    case CallKind::kReduce:
+      t += ", " + std::to_string(count) + " elements " + dtypeName(dt) + ", " +
+           reduceOpName(static_cast<HcclReduceOp>(op)) + ", root " + std::to_string(root);
+      break;
+    case CallKind::kBroadcast:
+      t += ", " + std::to_string(count) + " bytes, root " + std::to_string(root);
+      break;
+    case CallKind::kAllGather:
+      t += ", " + std::to_string(count) + " bytes per rank";
+      break;
+    default: break;
+  }
+  return t + ")";
+}
+
+void ShmTransport::expectCall(const CallPrint& call) {
+  expected_ = call;
+  checkNext_ = true;
+}
+
 Status ShmTransport::arriveAndWait(OpContext& ctx) {
+  if (!checkNext_) return arrive(ctx);
+  // The first sync point of a checked collective: publish what this rank called, and once
+  // every rank has arrived, compare. Every rank sees every record, so all of them fail here
+  // together, each naming every rank's call.
+  checkNext_ = false;
+  RankControl* rc = controls(base_);
+  const uint32_t parity = static_cast<uint32_t>(checkedCalls_++ & 1);
+  rc[me_].calls[parity] = expected_;
+  if (Status s = arrive(ctx); !s.ok()) return s;
+  bool same = true;
+  for (uint32_t r = 1; r < nLocal_ && same; ++r) same = rc[r].calls[parity].sameCall(rc[0].calls[parity]);
+  if (same) return Status::success();
+  std::string calls;
+  for (uint32_t r = 0; r < nLocal_; ++r) {
+    calls += (r ? "; rank " : "rank ") + std::to_string(globalRanks_[r]) + " called " +
+             rc[r].calls[parity].text();
+  }
+  return Status::error(
+      HCCL_E_PARA,
+      ctx.description + ": the ranks called different collectives: " + calls +
+          ". Every rank must call the same collectives in the same order, with the same "
+          "sizes, dtypes, reduce ops and roots: look for a collective that only some ranks run "
+          "(under a condition on the rank or on data), or a tensor whose shape differs between "
+          "ranks");
+}
+
+Status ShmTransport::arrive(OpContext& ctx) {
   RankControl* rc = controls(base_);
   const uint64_t target = ++arrivals_;
   rc[me_].arrivals.store(target, std::memory_order_release);

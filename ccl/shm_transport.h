@@ -51,14 +51,22 @@ class ShmTransport final : public Transport {
   Status barrier(OpContext& ctx) override;
   void markBroken(HcclResult code) override;
 
+  // The collective-mismatch check: the next collective's first sync point also publishes
+  // `call` and compares it with every local rank's (no extra round trip); a difference fails
+  // that collective on every rank with HCCL_E_PARA, naming each rank's call. Set by the
+  // communicator before each collective it runs.
+  void expectCall(const CallPrint& call);
+
  private:
   ShmTransport() = default;
 
   // Both halves of rank r's staging slot; a chunk uses half (epoch & 1).
   char* slot(uint32_t r, uint32_t half) const;
   uint32_t nextHalf() { return static_cast<uint32_t>(epoch_++ & 1); }
-  // This rank has passed one more sync point; waits until every rank has.
+  // This rank has passed one more sync point; waits until every rank has (arrive), and at the
+  // first sync point of a collective given to expectCall, checks the ranks' calls.
   Status arriveAndWait(OpContext& ctx);
+  Status arrive(OpContext& ctx);
   // streamOut: write `out` with streaming stores (the whole collective's output is large).
   Status reduceChunk(const void* in, void* out, uint64_t count, HcclDataType dtype,
                      HcclReduceOp op, uint32_t avgDivisor, int root, bool streamOut,
@@ -82,6 +90,9 @@ class ShmTransport final : public Transport {
   uint64_t ringBytes_ = 0;
   uint64_t arrivals_ = 0;  // sync points this rank has passed
   uint64_t epoch_ = 0;     // chunks staged so far
+  CallPrint expected_;     // what this rank calls next (expectCall)
+  bool checkNext_ = false;
+  uint64_t checkedCalls_ = 0;  // collectives checked so far (picks the record's half)
   std::vector<uint32_t> globalRanks_;
   std::unique_ptr<std::mutex[]> sendLocks_, recvLocks_;  // one sender/receiver per ring
   std::mutex collectiveLock_;

@@ -3,6 +3,8 @@
 // went wrong, within the deadline, never a hang.
 #include <sys/stat.h>
 
+#include <functional>
+
 #include "ccl_test_util.h"
 
 using namespace ccltest;
@@ -133,6 +135,65 @@ TEST(CclErrors, PeerFailureEndsTheWaitOfTheOthers) {
                            {"rank 2 did not arrive; rank 0 gave up waiting (HCCL_E_TIMEOUT"});
     }
   }, o));
+}
+
+// Ranks that call different collectives, or one collective with different arguments, fail on
+// every rank at that collective with HCCL_E_PARA, each naming every rank's call; a matching
+// collective before it is untouched, and the communicator stays broken after it.
+TEST(CclErrors, MismatchedCollectivesFailOnEveryRankNamingEachCall) {
+  struct Case {
+    const char* name;
+    std::function<HcclResult(Rank&, DeviceBuffer&)> call;
+    std::vector<std::string> parts;  // in every rank's message
+  };
+  const std::vector<Case> cases = {
+      {"kinds",
+       [](Rank& me, DeviceBuffer& b) {
+         return me.rank == 1 ? HcclAllGather(b.ptr, b.ptr, 256, HCCL_DATA_TYPE_FP32, me.comm,
+                                             me.stream)
+                             : HcclAllReduce(b.ptr, b.ptr, 1024, HCCL_DATA_TYPE_FP32,
+                                             HCCL_REDUCE_SUM, me.comm, me.stream);
+       },
+       {"rank 0 called HcclAllReduce (sequence 2, 1024 elements float32, sum)",
+        "rank 1 called HcclAllGather (sequence 2, 1024 bytes per rank)",
+        "rank 2 called HcclAllReduce (sequence 2, 1024 elements float32, sum)"}},
+      {"counts",
+       [](Rank& me, DeviceBuffer& b) {
+         return HcclAllReduce(b.ptr, b.ptr, me.rank == 2 ? 1000 : 1024, HCCL_DATA_TYPE_FP32,
+                              HCCL_REDUCE_SUM, me.comm, me.stream);
+       },
+       {"rank 2 called HcclAllReduce (sequence 2, 1000 elements float32, sum)"}},
+      {"ops",
+       [](Rank& me, DeviceBuffer& b) {
+         return HcclReduceScatter(b.ptr, b.ptr, 64, HCCL_DATA_TYPE_FP32,
+                                  me.rank == 0 ? HCCL_REDUCE_MAX : HCCL_REDUCE_SUM, me.comm,
+                                  me.stream);
+       },
+       {"rank 0 called HcclReduceScatter (sequence 2, 64 elements float32 per rank, max)"}},
+      {"roots",
+       [](Rank& me, DeviceBuffer& b) {
+         return HcclBroadcast(b.ptr, 16, HCCL_DATA_TYPE_FP32, me.rank == 1 ? 1 : 0, me.comm,
+                              me.stream);
+       },
+       {"rank 1 called HcclBroadcast (sequence 2, 64 bytes, root 1)"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_RANKS_PASS(runRanks(3, [&c](Rank& me) {
+      DeviceBuffer buf(4096 * 4);
+      if (!me.ok(HcclBarrier(me.comm, me.stream), "HcclBarrier")) return;  // matches
+      if (!me.ok(c.call(me, buf), "the mismatched call")) return;
+      me.check(npuStreamSynchronize(me.stream) == npuErrorLaunchFailure, "no stream error");
+      HcclResult async = HCCL_SUCCESS;
+      HcclGetCommAsyncError(me.comm, &async);
+      me.check(async == HCCL_E_PARA, std::string("async error ") + HcclGetErrorString(async));
+      const std::string message = HcclGetCommErrorMessage(me.comm);
+      me.check(contains(message, "the ranks called different collectives"), message);
+      for (const std::string& part : c.parts) {
+        me.check(contains(message, part), "message lacks '" + part + "': " + message);
+      }
+    }));
+  }
 }
 
 TEST(CclErrors, AbortOnOneRankReleasesThePeers) {
