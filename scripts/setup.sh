@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 VENV=.venv
 PY=$VENV/bin/python
 
-# 1. Debian packages: GoogleTest, Google Benchmark, ccache.
+# 1. Debian packages: GoogleTest, Google Benchmark, ccache, nlohmann-json (c10d's flight recorder
+#    template, which the hccl flight recorder instantiates, includes it; torch does not ship it).
 need=()
-for pkg in libgtest-dev libbenchmark-dev ccache; do
+for pkg in libgtest-dev libbenchmark-dev ccache nlohmann-json3-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

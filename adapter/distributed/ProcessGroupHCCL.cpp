@@ -6,7 +6,10 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -379,6 +382,7 @@ ProcessGroupHCCL::WorkHCCL::WorkHCCL(int rank, c10d::OpType opType, uint64_t seq
       commStream_(c10::Stream::DEFAULT, device) {}
 
 ProcessGroupHCCL::WorkHCCL::~WorkHCCL() {
+  flightRecorderRetire(traceId_);  // before its events go: the recorder must not poll them
   if (ready_ != nullptr) (void)npuEventDestroy(ready_);
   if (end_ != nullptr) (void)npuEventDestroy(end_);
 }
@@ -540,7 +544,9 @@ ProcessGroupHCCL::ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store,
       store_(store),
       options_(std::move(options)),
       asyncErrorHandling_(asyncErrorHandlingFromEnv()),
-      blockingWait_(blockingWaitFromEnv()) {
+      blockingWait_(blockingWaitFromEnv()),
+      traceGroupId_(nextTraceGroupId()),
+      traceStatus_(std::make_shared<c10d::ProcessGroupStatus>()) {
   TORCH_CHECK_VALUE(options_, "ProcessGroupHCCL: options must not be None");
   // HCCL_WHITELIST_DISABLE is accepted for scripts written for real clusters; nothing here
   // filters peers by address.
@@ -567,6 +573,16 @@ ProcessGroupHCCL::ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store,
                       " nodes but no inter-node (gloo) backend was given");
   }
   init();
+  if (flightRecorderEnabled()) {
+    const std::string& pipe = flightRecorderSettings().pipeFileStem;
+    if (!pipe.empty()) {
+      const std::string path = pipe + std::to_string(rank) + ".pipe";
+      TORCH_CHECK_VALUE((::mkfifo(path.c_str(), 0600) == 0 || errno == EEXIST) &&
+                            (tracePipe_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK)) >= 0,
+                        "TORCH_HCCL_DEBUG_INFO_PIPE_FILE: cannot make the named pipe ", path,
+                        ": ", std::strerror(errno), distErrorCode(kErrParam, rank));
+    }
+  }
   watchdog_ = std::thread([this] { watchdogLoop(); });
   std::lock_guard<std::mutex> lock(liveGroupsMutex());
   liveGroups().insert(this);
@@ -578,6 +594,7 @@ ProcessGroupHCCL::~ProcessGroupHCCL() {
     liveGroups().erase(this);
   }
   shutdown();
+  if (tracePipe_ >= 0) ::close(tracePipe_);  // the watchdog, its reader, has stopped
 }
 
 std::mutex& ProcessGroupHCCL::liveGroupsMutex() {
@@ -811,7 +828,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
                                                         const std::vector<at::Tensor>& inputs,
                                                         const std::vector<at::Tensor>& outputs,
                                                         const Body& body, milliseconds timeout,
-                                                        bool onRecvStream) {
+                                                        bool onRecvStream, int peer) {
   DeviceComm& entry = commFor(device);
   const NPUStream comm_stream = onRecvStream ? entry.recvStream : entry.stream;
   DeviceSwitch on_device(device.index());
@@ -879,6 +896,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
   NPU_CHECK(npuEventCreateWithFlags(&work->end_, npuEventDisableTiming));
   NPU_CHECK(npuEventRecord(work->end_, stream.handle()));
   host_run.end();
+  if (flightRecorderEnabled()) traceLaunch(*work, inputs, outputs, peer);
   if (stream != comm_stream) {
     std::lock_guard<std::mutex> lock(offStreamMutex_);
     if (entry.offStreamEnd == nullptr) {
@@ -1440,7 +1458,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::send(std::vector<at::Tensor>& t
                   HCCL_CALL(rank_, HcclSend(ptr(tensor), tensor.nbytes(), HCCL_DATA_TYPE_UINT8,
                                             static_cast<uint32_t>(dstRank), l.comm, l.stream));
                 },
-                options_->timeout);
+                options_->timeout, /*onRecvStream=*/false, /*peer=*/dstRank);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recv(std::vector<at::Tensor>& tensors,
@@ -1459,7 +1477,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recv(std::vector<at::Tensor>& t
                   HCCL_CALL(rank_, HcclRecv(ptr(tensor), tensor.nbytes(), HCCL_DATA_TYPE_UINT8,
                                             static_cast<uint32_t>(srcRank), l.comm, l.stream));
                 },
-                options_->timeout, /*onRecvStream=*/coalescing_);
+                options_->timeout, /*onRecvStream=*/coalescing_, /*peer=*/srcRank);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recvAnysource(std::vector<at::Tensor>&, int) {
@@ -1552,6 +1570,7 @@ void ProcessGroupHCCL::watchdogLoop() {
     if (stopping_ && inFlight_.empty()) return;
     lock.unlock();
     milliseconds sleep = watchdogPass();
+    if (flightRecorderEnabled()) pollDumpRequests();
     lock.lock();
     if (stopping_) {
       // Shutting down: finish the works in flight (bounded by their deadlines), then leave.
@@ -1615,6 +1634,7 @@ milliseconds ProcessGroupHCCL::watchdogPass() {
       // Only this thread removes works, and launches append at the back: still the front.
       inFlight_.front()->stashed_.clear();
       inFlight_.front()->keepAlive_.clear();
+      if (flightRecorderEnabled()) traceRetire(*inFlight_.front());
       inFlight_.pop_front();
     }
   }
@@ -1623,6 +1643,9 @@ milliseconds ProcessGroupHCCL::watchdogPass() {
 void ProcessGroupHCCL::handleFailure(WorkHCCL& work, bool timedOut) {
   const bool first = !failed_.exchange(true);
   if (timedOut) timedOut_ = true;
+  if (first && timedOut && flightRecorderEnabled() && flightRecorderSettings().dumpOnTimeout) {
+    dumpOnTimeout();
+  }
   // Later works of a broken communicator fail too; the first failure is the one to tell.
   if (first || asyncErrorHandling_ == AsyncErrorHandling::kTearDown ||
       asyncErrorHandling_ == AsyncErrorHandling::kSkipCleanUp) {
@@ -1646,6 +1669,124 @@ void ProcessGroupHCCL::handleFailure(WorkHCCL& work, bool timedOut) {
       break;
     case AsyncErrorHandling::kNone:
       break;
+  }
+}
+
+// ---- the flight recorder ---------------------------------------------------------------------
+
+namespace {
+
+// The flight recorder's names, those of PyTorch's analyzer ("hccl:all_reduce").
+const char* traceName(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST: return "broadcast";
+    case c10d::OpType::ALLREDUCE: return "all_reduce";
+    case c10d::OpType::ALLREDUCE_COALESCED: return "all_reduce";
+    case c10d::OpType::REDUCE: return "reduce";
+    case c10d::OpType::ALLGATHER: return "all_gather";
+    case c10d::OpType::_ALLGATHER_BASE: return "_all_gather_base";
+    case c10d::OpType::ALLGATHER_COALESCED: return "all_gather";
+    case c10d::OpType::GATHER: return "gather";
+    case c10d::OpType::SCATTER: return "scatter";
+    case c10d::OpType::REDUCE_SCATTER: return "reduce_scatter";
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return "_reduce_scatter_base";
+    case c10d::OpType::ALLTOALL_BASE: return "all_to_all_single";
+    case c10d::OpType::ALLTOALL: return "all_to_all";
+    case c10d::OpType::SEND: return "send";
+    case c10d::OpType::RECV: return "recv";
+    case c10d::OpType::BARRIER: return "barrier";
+    default: return "coalesced";
+  }
+}
+
+constexpr const char* kDumpRequestKey = "simnpu_flight_recorder_dump";
+constexpr const char* kDumpedKey = "simnpu_flight_recorder_dumped";
+
+}  // namespace
+
+size_t nextTraceGroupId() {
+  static std::atomic<size_t> next{0};
+  return next++;
+}
+
+void ProcessGroupHCCL::traceLaunch(WorkHCCL& work, const std::vector<at::Tensor>& inputs,
+                                   const std::vector<at::Tensor>& outputs, int peer) {
+  const bool p2p = work.opType_ == c10d::OpType::SEND || work.opType_ == c10d::OpType::RECV;
+  std::string name = std::string("hccl:") + traceName(work.opType_);
+  if (work.opType_ == c10d::OpType::SEND) name += c10::str(" ", rank_, "->", peer);
+  if (work.opType_ == c10d::OpType::RECV) name += c10::str(" ", rank_, "<-", peer);
+  // The group's name is set by torch.distributed after the group is made: known by now.
+  std::call_once(traceRanksRecorded_, [this] {
+    std::vector<uint64_t> ranks(size_);
+    for (int r = 0; r < size_; ++r) ranks[r] = static_cast<uint64_t>(r);
+    flightRecorderRecordRanks({getGroupUid(), getGroupDesc()}, std::move(ranks));
+  });
+  work.traceStart_.event = work.ready_;
+  work.traceEnd_.event = work.end_;
+  traceStatus_->lastEnqueuedSeq = static_cast<int64_t>(work.seq_);
+  traceStatus_->lastEnqueuedWorkName = name;
+  traceStatus_->lastEnqueuedNumelIn = work.numelIn_;
+  traceStatus_->lastEnqueuedNumelOut = work.numelOut_;
+  // Sequence numbers: point-to-point works have their own, as in PyTorch's recorder.
+  const size_t seq = static_cast<size_t>(work.seq_);
+  work.traceId_ = flightRecorderRecord(
+      traceGroupId_, {getGroupUid(), getGroupDesc()}, p2p ? 0 : seq, p2p ? seq : 0, seq,
+      std::move(name), inputs, outputs, work.ready_ ? &work.traceStart_ : nullptr,
+      &work.traceEnd_, work.timeout_, traceStatus_, p2p);
+}
+
+void ProcessGroupHCCL::traceRetire(WorkHCCL& work) {
+  traceStatus_->lastCompletedSeq = static_cast<int64_t>(work.seq_);
+  traceStatus_->lastCompletedWorkName = traceName(work.opType_);
+  flightRecorderRetire(work.traceId_);
+  work.traceId_.reset();
+}
+
+void ProcessGroupHCCL::dumpTrace(const char* why) {
+  std::string error;
+  const std::string path = flightRecorderDump(rank_, &error);
+  if (path.empty()) {
+    std::fprintf(stderr, "[Rank %d] flight recorder: no dump (%s): %s\n", rank_, why,
+                 error.c_str());
+  } else {
+    std::fprintf(stderr, "[Rank %d] flight recorder: %s; wrote %s\n", rank_, why, path.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void ProcessGroupHCCL::dumpOnTimeout() {
+  traceDumped_ = true;
+  dumpTrace("a collective timed out");
+  try {
+    store_->set(kDumpRequestKey, std::vector<uint8_t>{1});
+    (void)store_->add(kDumpedKey, 1);
+    // The other ranks' watchdogs look for the request every half second; give them a few.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (store_->add(kDumpedKey, 0) < size_ && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[Rank %d] flight recorder: could not ask the other ranks to dump: %s\n",
+                 rank_, e.what());
+  }
+}
+
+void ProcessGroupHCCL::pollDumpRequests() {
+  if (tracePipe_ >= 0) {
+    char buf[64];
+    if (::read(tracePipe_, buf, sizeof buf) > 0) dumpTrace("the debug pipe was written");
+  }
+  if (!flightRecorderSettings().dumpOnTimeout || traceDumped_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < nextDumpPoll_) return;
+  nextDumpPoll_ = now + milliseconds(500);
+  try {
+    if (!store_->check({kDumpRequestKey})) return;
+    traceDumped_ = true;
+    dumpTrace("another rank's collective timed out");
+    (void)store_->add(kDumpedKey, 1);
+  } catch (const std::exception&) {
+    // The store is gone (the job is ending): nothing to answer.
   }
 }
 

@@ -44,12 +44,18 @@
 #include <set>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "NPUStream.h"
+#include "distributed/FlightRecorderHCCL.h"
 #include "npu/hccl.h"
+
+namespace c10d {
+struct ProcessGroupStatus;
+}
 
 namespace torch_npu {
 
@@ -145,6 +151,9 @@ class ProcessGroupHCCL : public c10d::Backend {
     std::vector<at::Tensor> stashed_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     std::mutex futureMutex_;
+    // The flight recorder's entry and the events it polls (ready_ and end_).
+    std::optional<size_t> traceId_;
+    FlightRecorderEvent traceStart_, traceEnd_;
   };
 
   ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -251,7 +260,7 @@ class ProcessGroupHCCL : public c10d::Backend {
                                         const std::vector<at::Tensor>& inputs,
                                         const std::vector<at::Tensor>& outputs, const Body& body,
                                         std::chrono::milliseconds timeout,
-                                        bool onRecvStream = false);
+                                        bool onRecvStream = false, int peer = -1);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
   // Whether a collective may run on the calling thread when its comm stream is idle (see
   // launch): small, collective (not point-to-point), within one node.
@@ -272,6 +281,16 @@ class ProcessGroupHCCL : public c10d::Backend {
   // Prints the work's error and applies TORCH_HCCL_ASYNC_ERROR_HANDLING.
   void handleFailure(WorkHCCL& work, bool timedOut);
   void abortComms();
+  // The flight recorder (FlightRecorderHCCL.h): records a launched work; on a timeout with
+  // TORCH_HCCL_DUMP_ON_TIMEOUT=1 dumps this rank, asks the others through the store and waits
+  // (a few seconds at most) until they have dumped; the watchdog answers such requests and
+  // writes to the debug pipe.
+  void traceLaunch(WorkHCCL& work, const std::vector<at::Tensor>& inputs,
+                   const std::vector<at::Tensor>& outputs, int peer);
+  void traceRetire(WorkHCCL& work);
+  void dumpTrace(const char* why);
+  void dumpOnTimeout();
+  void pollDumpRequests();
 
   const c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Options> options_;
@@ -303,7 +322,18 @@ class ProcessGroupHCCL : public c10d::Backend {
   std::atomic<bool> failed_{false};
   std::atomic<bool> timedOut_{false};
   std::thread watchdog_;
+
+  // Flight recorder state (used only when it is on).
+  const size_t traceGroupId_;
+  std::shared_ptr<c10d::ProcessGroupStatus> traceStatus_;
+  std::chrono::steady_clock::time_point nextDumpPoll_{};
+  bool traceDumped_ = false;  // this rank answered a dump request of the group
+  std::once_flag traceRanksRecorded_;
+  int tracePipe_ = -1;        // the debug pipe, opened non-blocking for reading
 };
+
+// A process-wide id for each group made (the flight recorder's pg_id).
+size_t nextTraceGroupId();
 
 // Stops the watchdog of every live group (call without the GIL, before finalization).
 void stopProcessGroupWatchdogsAtExit();

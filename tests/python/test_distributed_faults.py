@@ -65,3 +65,66 @@ def test_killed_rank_with_cleanup_only_error_handling():
     assert "rank 0 wait raised DistBackendError: [Rank 0] Watchdog caught collective operation " \
            "failure: WorkHCCL(SeqNum=2, OpType=ALLREDUCE" in out0, out0[-4000:]
     assert "rank 0 next collective raised" in out0, out0[-4000:]
+
+
+def test_stuck_rank_flight_recorder_dumps_every_rank_for_torchfrtrace(tmp_path):
+    """TORCH_HCCL_TRACE_BUFFER_SIZE + TORCH_HCCL_DUMP_ON_TIMEOUT: the rank whose collective times
+    out dumps its recorder and asks the other through the store; PyTorch's own analyzer
+    (torchfrtrace) reads the two dumps and names the rank that did not join the collective."""
+    import os
+    import subprocess
+    import sys
+
+    stem = str(tmp_path / "hccl_trace_rank_")
+    r = torchrun(worker("fault.py"), 2, "stuck", timeout=120,
+                 env={"DEADLINE": str(DEADLINE_S), "TORCH_HCCL_TRACE_BUFFER_SIZE": "64",
+                      "TORCH_HCCL_DUMP_ON_TIMEOUT": "1",
+                      "TORCH_HCCL_DEBUG_INFO_TEMP_FILE": stem})
+    assert r.returncode != 0
+    assert_timeout_report(r.stdout)
+    assert sorted(os.listdir(tmp_path)) == ["hccl_trace_rank_0", "hccl_trace_rank_1"], \
+        r.stdout[-4000:]
+    assert "[Rank 1] flight recorder: another rank's collective timed out; wrote" in r.stdout
+    # The dumps are PyTorch's format: its loader reads them, and rank 0's last entry is the
+    # all_reduce that timed out, still not completed.
+    from torch.distributed.flight_recorder.components.loader import read_dump
+    dump0 = read_dump("hccl_trace_rank_", str(tmp_path / "hccl_trace_rank_0"))
+    last = dump0["entries"][-1]
+    assert last["profiling_name"] == "hccl:all_reduce" and last["collective_seq_id"] == 2
+    assert last["state"] != "completed" and last["input_sizes"] == [[1024]]
+    assert any("fault.py" in f["filename"] for f in last["frames"]), last["frames"]
+    dump1 = read_dump("hccl_trace_rank_", str(tmp_path / "hccl_trace_rank_1"))
+    assert [e["collective_seq_id"] for e in dump1["entries"]] == [1]
+    analysis = subprocess.run([os.path.join(os.path.dirname(sys.executable), "torchfrtrace"),
+                               str(tmp_path), "--prefix", "hccl_trace_rank_"],
+                              capture_output=True, text=True, timeout=120)
+    report = analysis.stdout + analysis.stderr
+    assert "Not all ranks joining collective, sequence number: 2" in report, report[-4000:]
+    assert "collective: hccl:all_reduce" in report and "missing ranks: {1}" in report, report
+
+
+def test_writing_the_debug_pipe_dumps_the_flight_recorder(tmp_path, python):
+    r = python(f"""
+        import os, time
+        import torch, torch_npu
+        import torch.distributed as dist
+        store = dist.HashStore()
+        dist.init_process_group("hccl", store=store, rank=0, world_size=1)
+        x = torch.ones(8, device="npu")
+        dist.all_reduce(x)
+        x.cpu()
+        with open("{tmp_path}/pipe_0.pipe", "w") as pipe:  # made by the group
+            pipe.write("dump")
+        for _ in range(100):
+            if os.path.exists("{tmp_path}/trace_0"):
+                break
+            time.sleep(0.05)
+        from torch.distributed.flight_recorder.components.loader import read_dump
+        entries = read_dump("trace_", "{tmp_path}/trace_0")["entries"]
+        print("entries", [(e["profiling_name"], e["state"]) for e in entries])
+        dist.destroy_process_group()
+    """, env={"TORCH_HCCL_TRACE_BUFFER_SIZE": "8",
+              "TORCH_HCCL_DEBUG_INFO_PIPE_FILE": f"{tmp_path}/pipe_",
+              "TORCH_HCCL_DEBUG_INFO_TEMP_FILE": f"{tmp_path}/trace_"})
+    assert "entries [('hccl:all_reduce', 'completed')]" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert "flight recorder: the debug pipe was written; wrote" in r.stderr
