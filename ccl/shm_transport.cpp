@@ -40,6 +40,7 @@
 #include <thread>
 
 #include "npu/kernels/thread_pool.h"
+#include "npu/runtime.h"
 #include "reduce.h"
 
 namespace npu::ccl {
@@ -577,6 +578,8 @@ Status ShmTransport::arriveAndWait(OpContext& ctx) {
 Status ShmTransport::arrive(OpContext& ctx) {
   RankControl* rc = controls(base_);
   const uint64_t target = ++arrivals_;
+  // NPU_SIM_SCHEDULE=chaos: ranks arrive late by amounts drawn for (rank, arrival).
+  npuSimSchedulePoint(0, (uint64_t(globalRanks_[me_]) << 40) ^ target);
   rc[me_].arrivals.store(target, std::memory_order_release);
   ringBell(header());
   return waitFor(

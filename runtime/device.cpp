@@ -80,6 +80,7 @@ Config loadConfig() {
              "0 or 1 (1, the default: short tasks on an idle stream run on the launching thread)");
     }
   }
+  parseSchedule(&cfg);
   // Read by the kernels' thread pool (kernels/thread_pool.cpp, same range); checked here too so
   // that a bad value is refused when the program starts, not at its first kernel.
   if (const char* v = std::getenv("NPU_KERNEL_THREADS")) {

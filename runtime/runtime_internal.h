@@ -30,6 +30,8 @@ struct Config {
   bool launch_blocking = false;     // ASCEND_LAUNCH_BLOCKING=1
   size_t max_pending = 1024;        // NPU_SIM_MAX_PENDING_LAUNCHES: queued tasks per stream
   bool inline_tasks = true;         // NPU_SIM_INLINE_TASKS: short tasks may run on the caller
+  npuSchedule schedule = npuScheduleNormal;  // NPU_SIM_SCHEDULE (schedule.cpp)
+  uint64_t schedule_seed = 0;                // chaos: the seed of the delays
 };
 const Config& config();
 
@@ -82,6 +84,15 @@ npuError_t checkUsable();
 // Reserves `bytes` of device capacity; false (and the last error set) if it doesn't fit.
 bool commitCapacity(Device* dev, size_t bytes);
 void releaseCapacity(Device* dev, size_t bytes);
+
+// ---- the schedule (schedule.cpp) ---------------------------------------------------------------
+// Parses NPU_SIM_SCHEDULE into cfg (a bad value sets cfg->init_error); chaos turns off the
+// runtime's shortcuts that run work on the launching thread.
+void parseSchedule(Config* cfg);
+// Scheduling points of the runtime itself; each waits only under chaos.
+enum ScheduleSite : uint32_t { kSiteTask = 1, kSiteCollective = 2 };
+void schedulePoint(uint32_t site, uint64_t key);
+inline bool chaos() { return config().schedule == npuScheduleChaos; }
 
 // ---- streams and events ----------------------------------------------------------------------
 // How a thread waits a moment before it sleeps (stream workers between tasks, event waits,

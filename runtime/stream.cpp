@@ -272,6 +272,10 @@ void workerLoop(npuStream_st* s) {
     // for may be a whole model run that needs this core.
     while (!spinThenYield([s] { return !s->inline_running.load(std::memory_order_acquire); })) {
     }
+    if (chaos()) {  // NPU_SIM_SCHEDULE=chaos: a delay drawn for this task of this stream
+      schedulePoint(kSiteTask, (uint64_t(s->dev->index) << 56) ^ (uint64_t(s->id) << 40) ^
+                                   (s->completed.load(std::memory_order_relaxed) + 1));
+    }
     runAndComplete(s, task);
   }
 }
@@ -416,7 +420,7 @@ uint64_t push(npuStream_st* s, const Task& task) {
 bool completeRecordIfIdle(npuStream_st* s, npuEvent_st* event) {
   // Under launch blocking a record reports and clears the stream's error like any launch; a
   // failed stream keeps the queued path too, so the error reaches the event as it always did.
-  if (config().launch_blocking) return false;
+  if (config().launch_blocking || chaos()) return false;  // chaos: the record gets its delay
   std::lock_guard<std::mutex> lock(s->mutex);
   if (s->failed || !idleLocked(s)) return false;
   // The stream cannot move while we hold its mutex: the record's position is where it stands.
@@ -458,6 +462,19 @@ npuError_t resolveStream(npuStream_t in, npuStream_st** out) {
 
 npuError_t enqueue(npuStream_st* s, const Task& task) {
   if (Capture* c = s->capture.load(std::memory_order_acquire)) return captureAppend(c, s, task);
+  if (config().schedule == npuScheduleSerial && t_running_stream == nullptr) {
+    // NPU_SIM_SCHEDULE=serial: the task runs now, on this thread (behind another thread's
+    // queued work, if any, which runs first).
+    std::unique_lock<std::mutex> lock(s->mutex);
+    if (idleLocked(s)) {
+      Task here = task;
+      runOnCaller(s, lock, here);
+    } else {
+      lock.unlock();
+      waitFor(s, push(s, task));
+    }
+    return config().launch_blocking ? takeError(s, Reader::kStream) : npuSuccess;
+  }
   uint64_t seq = push(s, task);
   if (!config().launch_blocking) return npuSuccess;
   waitFor(s, seq);

@@ -225,6 +225,22 @@ NPU_API npuError_t npuLaunchShortTaskWithRelease(npuStream_t stream, const char*
 NPU_API npuError_t npuLaunchTaskSync(npuStream_t stream, const char* name, npuTaskFn fn,
                                      npuTaskRelease release, void* arg);
 
+/* ---- the schedule (NPU_SIM_SCHEDULE) ---------------------------------------------------- */
+/* How the simulator orders the work of its streams, read once from NPU_SIM_SCHEDULE:
+ *   unset, "normal"  as fast as it can (short tasks on the caller, hand-offs skipped);
+ *   "chaos[:SEED]"   race-exposing: before each task a stream worker, and before each arrival a
+ *                    collective, waits a random time drawn from SEED (printed at start-up; a
+ *                    random one when none is given), and no task runs on its launching thread,
+ *                    so work of different streams interleaves in orders that a normal run rarely
+ *                    takes. The same seed draws the same delays for the same program;
+ *   "serial"         (refused for now) every task runs on the launching thread at its launch,
+ *                    in launch order: a reproducible baseline in which no two tasks overlap. */
+typedef enum { npuScheduleNormal = 0, npuScheduleChaos = 1, npuScheduleSerial = 2 } npuSchedule;
+NPU_API npuSchedule npuSimSchedule(void);
+/* A scheduling point of another library (the collectives' arrivals): under chaos, waits the
+ * delay that the seed draws for (site, key); returns at once otherwise. */
+NPU_API void npuSimSchedulePoint(uint32_t site, uint64_t key);
+
 /* ---- events ---------------------------------------------------------------------------- */
 #define npuEventDefault 0x0u
 #define npuEventDisableTiming 0x2u
