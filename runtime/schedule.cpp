@@ -10,8 +10,8 @@
 //    Half the points do not wait; the others yield a few times or sleep up to 2 ms. The
 //    shortcuts that run a task on its launching thread (short tasks, host runs, a record on an
 //    idle stream) are off, so every task goes through its stream's worker and its delay.
-//  - serial: the stream's enqueue runs each task on the launching thread (stream.cpp); refused
-//    for now (see parseSchedule).
+//  - serial: the stream's enqueue runs each task on the launching thread when the stream is idle
+//    (stream.cpp); behind another thread's queued work it is queued as usual.
 #include <sched.h>
 #include <unistd.h>
 
@@ -41,11 +41,7 @@ void parseSchedule(Config* cfg) {
   const std::string v = env::trimmed(raw);
   if (v.empty() || v == "normal") return;
   if (v == "serial") {
-    // Every task on its launching thread, in launch order. Built (stream.cpp's enqueue), but
-    // a two-rank job of collectives beside gloo ones deadlocked once in five runs: refused
-    // until that is understood, rather than offered as a baseline that can hang.
-    cfg->init_error = env::invalid("NPU_SIM_SCHEDULE", raw,
-                                   "normal or chaos[:SEED]; serial is not available yet");
+    cfg->schedule = npuScheduleSerial;
     return;
   }
   if (v == "chaos" || v.rfind("chaos:", 0) == 0) {

@@ -463,17 +463,16 @@ npuError_t resolveStream(npuStream_t in, npuStream_st** out) {
 npuError_t enqueue(npuStream_st* s, const Task& task) {
   if (Capture* c = s->capture.load(std::memory_order_acquire)) return captureAppend(c, s, task);
   if (config().schedule == npuScheduleSerial && t_running_stream == nullptr) {
-    // NPU_SIM_SCHEDULE=serial: the task runs now, on this thread (behind another thread's
-    // queued work, if any, which runs first).
+    // NPU_SIM_SCHEDULE=serial: on an idle stream the task runs now, on this thread. Behind
+    // another thread's queued work it is queued as usual, never waited for here: launchers
+    // may hold locks (the allocator records events under its own), and a launcher that waited
+    // for a stream whose work needs that lock would deadlock.
     std::unique_lock<std::mutex> lock(s->mutex);
     if (idleLocked(s)) {
       Task here = task;
-      runOnCaller(s, lock, here);
-    } else {
-      lock.unlock();
-      waitFor(s, push(s, task));
+      runOnCaller(s, lock, here);  // releases the lock
+      return config().launch_blocking ? takeError(s, Reader::kStream) : npuSuccess;
     }
-    return config().launch_blocking ? takeError(s, Reader::kStream) : npuSuccess;
   }
   uint64_t seq = push(s, task);
   if (!config().launch_blocking) return npuSuccess;

@@ -233,8 +233,9 @@ NPU_API npuError_t npuLaunchTaskSync(npuStream_t stream, const char* name, npuTa
  *                    random one when none is given), and no task runs on its launching thread,
  *                    so work of different streams interleaves in orders that a normal run rarely
  *                    takes. The same seed draws the same delays for the same program;
- *   "serial"         (refused for now) every task runs on the launching thread at its launch,
- *                    in launch order: a reproducible baseline in which no two tasks overlap. */
+ *   "serial"         every task runs on the launching thread at its launch, in launch order (a
+ *                    task launched by a running task, or behind another thread's queued work,
+ *                    is queued as usual): a reproducible baseline in which tasks do not overlap. */
 typedef enum { npuScheduleNormal = 0, npuScheduleChaos = 1, npuScheduleSerial = 2 } npuSchedule;
 NPU_API npuSchedule npuSimSchedule(void);
 /* A scheduling point of another library (the collectives' arrivals): under chaos, waits the
