@@ -1717,8 +1717,12 @@ void ProcessGroupHCCL::traceLaunch(WorkHCCL& work, const std::vector<at::Tensor>
   if (work.opType_ == c10d::OpType::RECV) name += c10::str(" ", rank_, "<-", peer);
   // The group's name is set by torch.distributed after the group is made: known by now.
   std::call_once(traceRanksRecorded_, [this] {
-    std::vector<uint64_t> ranks(size_);
-    for (int r = 0; r < size_; ++r) ranks[r] = static_cast<uint64_t>(r);
+    // The analyzer matches ranks across dumps by their global ranks.
+    std::vector<uint64_t> ranks = options_->global_ranks_in_group;
+    if (ranks.size() != static_cast<size_t>(size_)) {
+      ranks.resize(size_);
+      for (int r = 0; r < size_; ++r) ranks[r] = static_cast<uint64_t>(r);
+    }
     flightRecorderRecordRanks({getGroupUid(), getGroupDesc()}, std::move(ranks));
   });
   work.traceStart_.event = work.ready_;
