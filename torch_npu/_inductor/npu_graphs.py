@@ -132,10 +132,15 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         return True
 
     def signature(inputs: list[Any]) -> tuple:
-        ints = tuple(x for x in inputs if isinstance(x, int))
-        shapes = tuple(tuple(x.shape) for i, x in enumerate(inputs)
-                       if isinstance(x, torch.Tensor) and i not in static)
-        return ints, shapes
+        # Which inputs are integers and which are copied tensors does not change between calls
+        # of one compiled graph: found once, so that a call looks at those inputs only (not at
+        # every parameter).
+        if "int_idxs" not in state:
+            state["int_idxs"] = [i for i, x in enumerate(inputs) if isinstance(x, int)]
+            state["copied_idxs"] = [i for i, x in enumerate(inputs)
+                                    if isinstance(x, torch.Tensor) and i not in static]
+        return (tuple(inputs[i] for i in state["int_idxs"]),
+                tuple(inputs[i].shape for i in state["copied_idxs"]))
 
     def in_place_idxs(inputs: list[Any]) -> list[int]:
         # A forward reads every static input where it is; a backward reads parameters and
