@@ -263,6 +263,17 @@ def test_capture_sizes_filter_runs_other_sizes_as_compiled_code():
     assert counters["npu"]["graphs_recorded"] == 1
 
 
+def test_a_region_with_cpu_ops_says_why_it_is_not_graphed():
+    def f(x, c):
+        return x * 2 + c.sum().to(x.device)  # c.sum() runs on the CPU inside the region
+
+    c = torch.arange(4.0)
+    with SkipLog() as log:
+        assert_steps_equal(f, lambda s: (sample(8, seed=s), c))
+    assert "NPU graphs: skipping cudagraphs due to" in log.text, log.text
+    assert replays() == 0
+
+
 # ---- Hugging Face's static cache: the report ----------------------------------------------
 
 def _tiny_llama():

@@ -264,10 +264,17 @@ _original_backward_generation = _output_code.maybe_handle_backward_generation
 
 
 def _device_check(device_node_mapping):
-    """Inductor's check accepts one CUDA device; one npu device is as good."""
+    """Inductor's check accepts one CUDA device; one npu device is as good. A region with CPU
+    ops beside npu ones is not graphed: Inductor would split a CUDA region around them (graph
+    partitions), NPU graphs do not, and Inductor's own check would then call the one npu
+    device "multiple devices"."""
     devices = [d for d in device_node_mapping if d.type != "meta"]
     if len(devices) == 1 and devices[0].type == "npu":
         return None
+    cpu_node = device_node_mapping.get(torch.device("cpu"))
+    if cpu_node is not None and any(d.type == "npu" for d in devices):
+        return _cudagraph_utils.format_default_skip_message(
+            f"cpu device ({cpu_node.name}); NPU graphs do not split a region around CPU ops")
     return _original_device_check(device_node_mapping)
 
 
@@ -285,8 +292,12 @@ _original_post_compile = _output_code.CompiledFxGraph.post_compile
 def _post_compile(self, example_inputs, constants, graph_kwargs):
     """Inductor logs a skipped CUDA graph only for cuda graphs; an npu graph that
     mode="reduce-overhead" cannot wrap (an op unsafe to replay, a mutated input, ...) is logged
-    the same way, never skipped silently."""
-    wanted = bool(graph_kwargs.get("cudagraphs"))
+    the same way, never skipped silently. (A reason found while lowering has already turned
+    the graph's cudagraphs flag off when it is compiled afresh; the mode's setting says it was
+    asked for.)"""
+    from torch._inductor import config
+
+    wanted = bool(graph_kwargs.get("cudagraphs")) or bool(config.triton.cudagraphs)
     _original_post_compile(self, example_inputs, constants, graph_kwargs)
     if wanted and not graph_kwargs["cudagraphs"] and "npu" in self.device_types:
         info = self.cudagraph_info
@@ -294,8 +305,6 @@ def _post_compile(self, example_inputs, constants, graph_kwargs):
             f"skipping cudagraphs due to {info.cudagraph_fail_reasons}" if info else "")
         message = f"NPU graphs: {reason or 'skipping cudagraphs'}"
         _cudagraph_utils.cudagraphs_log.warning(message)
-        from torch._inductor import config
-
         if config.triton.cudagraph_or_error:
             raise RuntimeError(message)
 
