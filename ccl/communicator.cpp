@@ -223,13 +223,39 @@ CallPrint callPrint(CallKind kind, const OpContext& ctx, uint64_t count = 0,
 
 }  // namespace
 
-// Every collective first tells the shared-memory transport what it is (expectCall): the
-// node's ranks compare their calls at its first sync point. Between nodes nothing compares
-// them yet.
+// Every collective first says what it is (expectCall): the node's ranks compare their calls at
+// the shared-memory transport's first sync point (no extra round trip), and across nodes the
+// leaders exchange their calls first (one small all-gather between the leaders, multi-node
+// jobs only). A leader that finds another node's call different fails, and its node's ranks
+// stop at their next sync point, naming it.
+Status Communicator::expectCall(const CallPrint& call, OpContext& ctx) {
+  shm_->expectCall(call);
+  if (!leaderRing_) return Status::success();
+  std::vector<CallPrint> calls(leaders_.size());
+  if (Status s = leaderRing_->allGather(&call, calls.data(), sizeof(CallPrint), ctx); !s.ok()) {
+    return s;
+  }
+  bool same = true;
+  for (const CallPrint& other : calls) same = same && other.sameCall(call);
+  if (same) return Status::success();
+  std::string text;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    text += (k ? "; rank " : "rank ") + std::to_string(leaders_[k]) + " (node " +
+            std::to_string(nodeOf_[leaders_[k]]) + ") called " + calls[k].text();
+  }
+  return Status::error(HCCL_E_PARA,
+                       ctx.description + ": the nodes called different collectives: " + text +
+                           ". Every rank must call the same collectives in the same order, with "
+                           "the same sizes, dtypes, reduce ops and roots");
+}
+
 
 Status Communicator::allReduce(const void* in, void* out, uint64_t count, HcclDataType dtype,
                                HcclReduceOp op, OpContext& ctx) {
-  shm_->expectCall(callPrint(CallKind::kAllReduce, ctx, count, dtype, op));
+  if (Status s = expectCall(callPrint(CallKind::kAllReduce, ctx, count, dtype, op), ctx);
+      !s.ok()) {
+    return s;
+  }
   if (!multiNode()) return shm_->allReduce(in, out, count, dtype, op, nRanks_, ctx);
   const bool half = dtype == HCCL_DATA_TYPE_FP16 || dtype == HCCL_DATA_TYPE_BFP16;
   const HcclDataType work = half ? HCCL_DATA_TYPE_FP32 : dtype;
@@ -260,7 +286,10 @@ Status Communicator::allReduce(const void* in, void* out, uint64_t count, HcclDa
 Status Communicator::reduce(const void* in, void* out, uint64_t count, HcclDataType dtype,
                             HcclReduceOp op, uint32_t root, OpContext& ctx) {
   if (!multiNode()) {
-    shm_->expectCall(callPrint(CallKind::kReduce, ctx, count, dtype, op, root));
+    if (Status s = expectCall(callPrint(CallKind::kReduce, ctx, count, dtype, op, root), ctx);
+        !s.ok()) {
+      return s;
+    }
     return shm_->reduce(in, out, count, dtype, op, nRanks_, root, ctx);
   }
   // Every rank computes the result (an all-reduce, checked as one); only the root keeps it.
@@ -274,8 +303,11 @@ Status Communicator::reduce(const void* in, void* out, uint64_t count, HcclDataT
 }
 
 Status Communicator::broadcast(void* buf, uint64_t bytes, uint32_t root, OpContext& ctx) {
-  shm_->expectCall(callPrint(CallKind::kBroadcast, ctx, bytes, HCCL_DATA_TYPE_INT8,
-                             HCCL_REDUCE_SUM, root));
+  if (Status s = expectCall(callPrint(CallKind::kBroadcast, ctx, bytes, HCCL_DATA_TYPE_INT8,
+                                      HCCL_REDUCE_SUM, root), ctx);
+      !s.ok()) {
+    return s;
+  }
   if (!multiNode()) return shm_->broadcast(buf, bytes, root, ctx);
   const bool rootNode = nodeOf_[root] == nodeOf_[rank_];
   if (rootNode) {
@@ -294,7 +326,10 @@ Status Communicator::broadcast(void* buf, uint64_t bytes, uint32_t root, OpConte
 
 Status Communicator::allGather(const void* in, void* out, uint64_t bytesPerRank,
                                OpContext& ctx) {
-  shm_->expectCall(callPrint(CallKind::kAllGather, ctx, bytesPerRank));
+  if (Status s = expectCall(callPrint(CallKind::kAllGather, ctx, bytesPerRank), ctx);
+      !s.ok()) {
+    return s;
+  }
   if (!multiNode()) return shm_->allGather(in, out, bytesPerRank, ctx);
   char* o = static_cast<char*>(out);
   std::vector<char> nodeBlocks(local_.size() * bytesPerRank);
@@ -318,7 +353,10 @@ Status Communicator::allGather(const void* in, void* out, uint64_t bytesPerRank,
 Status Communicator::reduceScatter(const void* in, void* out, uint64_t recvCount,
                                    HcclDataType dtype, HcclReduceOp op, OpContext& ctx) {
   if (!multiNode()) {
-    shm_->expectCall(callPrint(CallKind::kReduceScatter, ctx, recvCount, dtype, op));
+    if (Status s = expectCall(callPrint(CallKind::kReduceScatter, ctx, recvCount, dtype, op), ctx);
+        !s.ok()) {
+      return s;
+    }
     return shm_->reduceScatter(in, out, recvCount, dtype, op, nRanks_, ctx);
   }
   const size_t es = dtypeSize(dtype);
@@ -332,7 +370,7 @@ Status Communicator::allToAllV(const void* in, const uint64_t* sendBytes,
                                const uint64_t* sendOffsets, void* out,
                                const uint64_t* recvBytes, const uint64_t* recvOffsets,
                                OpContext& ctx) {
-  shm_->expectCall(callPrint(CallKind::kAllToAll, ctx));
+  if (Status s = expectCall(callPrint(CallKind::kAllToAll, ctx), ctx); !s.ok()) return s;
   if (!multiNode()) {
     return shm_->allToAllV(in, sendBytes, sendOffsets, out, recvBytes, recvOffsets, ctx);
   }
@@ -382,7 +420,7 @@ Status Communicator::recv(void* buf, uint64_t bytes, uint32_t peer, OpContext& c
 }
 
 Status Communicator::barrier(OpContext& ctx) {
-  shm_->expectCall(callPrint(CallKind::kBarrier, ctx));
+  if (Status s = expectCall(callPrint(CallKind::kBarrier, ctx), ctx); !s.ok()) return s;
   if (Status s = shm_->barrier(ctx); !s.ok() || !multiNode()) return s;
   if (leaderRing_) {
     if (Status s = leaderRing_->barrier(ctx); !s.ok()) return s;

@@ -80,6 +80,8 @@ class Communicator {
   static void runOp(void* arg);
   void fail(const Status& s);
 
+  // The collective-mismatch check of the call about to run (see communicator.cpp).
+  Status expectCall(const CallPrint& call, OpContext& ctx);
   bool multiNode() const { return leaders_.size() > 1; }
   bool isLeader() const { return local_.front() == rank_; }
   // Communicator rank -> index in this node's shared-memory group (-1: another node).

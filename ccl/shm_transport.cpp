@@ -559,7 +559,9 @@ Status ShmTransport::arriveAndWait(OpContext& ctx) {
   rc[me_].calls[parity] = expected_;
   if (Status s = arrive(ctx); !s.ok()) return s;
   bool same = true;
-  for (uint32_t r = 1; r < nLocal_ && same; ++r) same = rc[r].calls[parity].sameCall(rc[0].calls[parity]);
+  for (uint32_t r = 1; r < nLocal_ && same; ++r) {
+    same = rc[r].calls[parity].sameCall(rc[0].calls[parity]);
+  }
   if (same) return Status::success();
   std::string calls;
   for (uint32_t r = 0; r < nLocal_; ++r) {

@@ -185,3 +185,27 @@ TEST(CclMultiNode, MissingInterNodeOpsAreRefused) {
   EXPECT_NE(std::string(HcclGetLastErrorMessage()).find("nodeOfRank[1] = 7"), std::string::npos)
       << HcclGetLastErrorMessage();
 }
+
+// Nodes whose ranks call different collectives fail on every rank: the leaders compare their
+// calls across nodes and name them; the other ranks stop because their leader gave up.
+TEST(CclMultiNode, MismatchedCollectivesAcrossNodesFailEverywhere) {
+  EXPECT_RANKS_PASS(runNodes({0, 0, 1, 1}, [](Rank& me, FakeInterNode&) {
+    DeviceBuffer buf(4096 * 4);
+    if (!me.ok(HcclBarrier(me.comm, me.stream), "HcclBarrier") || !me.sync("barrier")) return;
+    // Node 1 (ranks 2 and 3) reduces 1000 elements, node 0 1024: each node agrees within.
+    const uint64_t count = me.rank >= 2 ? 1000 : 1024;
+    if (!me.ok(HcclAllReduce(buf.ptr, buf.ptr, count, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM,
+                             me.comm, me.stream), "HcclAllReduce")) return;
+    me.check(npuStreamSynchronize(me.stream) == npuErrorLaunchFailure, "no stream error");
+    const std::string message = HcclGetCommErrorMessage(me.comm);
+    if (me.rank == 0 || me.rank == 2) {
+      me.check(message.find("the nodes called different collectives: rank 0 (node 0) called "
+                            "HcclAllReduce (sequence 2, 1024 elements float32, sum); rank 2 "
+                            "(node 1) called HcclAllReduce (sequence 2, 1000 elements float32, "
+                            "sum)") != std::string::npos, message);
+    } else {
+      me.check(message.find("gave up") != std::string::npos, message);
+    }
+  }));
+}
+
