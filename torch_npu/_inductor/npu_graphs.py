@@ -83,6 +83,7 @@ class _Recording:
     # Per output: "clone" (graph memory), "as_is" (views a static input), or the index of the
     # copied input it views (handed back as the same view of the caller's tensor).
     delivery: list
+    views_inputs: bool = False  # some output is handed back as a view of a caller's tensor
 
 
 def _view_of_caller_input(out: torch.Tensor, static: torch.Tensor,
@@ -162,6 +163,25 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             static_inputs[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype,
                                                    device=x.device)
             static_inputs[i].copy_(x)
+        in_place_storages = {inputs[i].untyped_storage().data_ptr() for i in in_place}
+        copied_storages = {static_inputs[i].untyped_storage().data_ptr(): i for i in copied}
+
+        def delivery_of(o: Any) -> Any:
+            if not isinstance(o, torch.Tensor):
+                return "as_is"
+            storage = o.untyped_storage().data_ptr()
+            if storage in in_place_storages:
+                return "as_is"
+            return copied_storages.get(storage, "clone")
+
+        def warm_up_results(first_outputs: Any) -> list:
+            # The warm-up ran on the copies: its outputs that view a copied input are handed
+            # back as views of the caller's tensor. The others are fresh memory: no clone.
+            first = tuple(first_outputs) if isinstance(first_outputs, (list, tuple)) \
+                else (first_outputs,)
+            return _deliver(first, [delivery_of(o) for o in first], static_inputs, inputs,
+                            clone=False)
+
         with torch.npu.device(device_index):
             stream = torch.npu.Stream()
             stream.wait_stream(torch.npu.current_stream())
@@ -179,29 +199,14 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
                 _cudagraph_utils.log_cudagraph_skip_and_bump_counter(
                     f"skipping NPU graphs: the compiled region cannot be captured ({error})")
                 state["eager"] = True
-                return first_outputs
+                return warm_up_results(first_outputs)
         counters["npu"]["graphs_recorded"] += 1
         outputs = tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
-        in_place_storages = {inputs[i].untyped_storage().data_ptr() for i in in_place}
-        copied_storages = {static_inputs[i].untyped_storage().data_ptr(): i for i in copied}
-
-        def delivery_of(o: Any) -> Any:
-            if not isinstance(o, torch.Tensor):
-                return "as_is"
-            storage = o.untyped_storage().data_ptr()
-            if storage in in_place_storages:
-                return "as_is"
-            return copied_storages.get(storage, "clone")
-
+        delivery = [delivery_of(o) for o in outputs]
         recordings[key] = _Recording(graph, static_inputs, copied,
                                      [(i, inputs[i].data_ptr()) for i in in_place], outputs,
-                                     [delivery_of(o) for o in outputs])
-        first = tuple(first_outputs) if isinstance(first_outputs, (list, tuple)) \
-            else (first_outputs,)
-        # The warm-up ran on the same copies: its outputs that view a copied input are handed
-        # back as views of the caller's tensor too. The others are fresh memory: no clone.
-        return _deliver(first, [delivery_of(o) for o in first], static_inputs, inputs,
-                        clone=False)
+                                     delivery, any(isinstance(d, int) for d in delivery))
+        return warm_up_results(first_outputs)
 
     def run(new_inputs: list[Any]) -> Any:
         if not state["checked"] and skips_for_mutation(new_inputs):
@@ -223,8 +228,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         static_inputs = recording.static_inputs
         for i in recording.copied:
             static_inputs[i].copy_(new_inputs[i])
-        given = list(new_inputs) if any(isinstance(d, int) for d in recording.delivery) \
-            else None
+        given = list(new_inputs) if recording.views_inputs else None
         new_inputs.clear()
         recording.graph.replay()
         counters["npu"]["graph_replays"] += 1
