@@ -10,11 +10,11 @@ from unittest import mock
 
 import pytest
 import torch
-
-import torch_npu  # noqa: F401
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch._inductor import cudagraph_utils
+
+import torch_npu  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

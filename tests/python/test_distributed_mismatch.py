@@ -3,7 +3,6 @@ sizes, dtypes or roots, fail on every rank with an error naming each rank's call
 without TORCH_DISTRIBUTED_DEBUG=DETAIL (dist_workers/mismatch.py). Without the check, an
 all_reduce meeting an all_gather returned on both ranks with garbage in the outputs."""
 import pytest
-
 from dist_launch import ranks, worker
 
 CALLS = {

@@ -9,7 +9,7 @@ import torch_npu  # noqa: F401
 trl = pytest.importorskip("trl")  # installed by set-up (scripts/requirements-dev.txt)
 datasets = pytest.importorskip("datasets")
 transformers = pytest.importorskip("transformers")
-from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 WORDS = [f"w{i}" for i in range(60)]
 

@@ -4,10 +4,10 @@ CPU run's weights, in float32 and under precision="bf16-mixed" (npu autocast).""
 import pytest
 import torch
 
-import torch_npu  # noqa: F401
+import torch_npu
 
 L = pytest.importorskip("lightning")  # installed by set-up (scripts/requirements-dev.txt)
-import torch_npu.contrib.lightning  # noqa: E402,F401  (registers "npu" and "single_npu")
+import torch_npu.contrib.lightning  # noqa: F401  (registers "npu" and "single_npu")
 
 
 class Regression(L.LightningModule):

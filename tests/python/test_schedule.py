@@ -5,7 +5,6 @@ and wrong ones in about a third of its steps under chaos, whose seeded delays re
 right under chaos too. NPU_SIM_SCHEDULE=serial runs every task at its launch: the racy program is right. Collectives
 keep their results under both."""
 import pytest
-
 from dist_launch import torchrun, worker
 
 RACE = """

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 
 MODE = sys.argv[1]

@@ -18,6 +18,7 @@ import zlib
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 
 RANK = int(os.environ["RANK"])
@@ -153,7 +154,7 @@ except TypeError as e:
 
 # ---- the other temporaries, against gloo -------------------------------------------------------
 for dtype in [torch.float32, torch.bfloat16, torch.int64, torch.complex64]:
-    def mine(case, n=N, rank=RANK):
+    def mine(case, n=N, rank=RANK, dtype=dtype):
         v = values(f"{case} {dtype}", rank, n, torch.float32)
         return torch.complex(v, -v) if dtype == torch.complex64 else v.to(dtype)
 
@@ -169,14 +170,13 @@ for dtype in [torch.float32, torch.bfloat16, torch.int64, torch.complex64]:
     case = f"all_gather_into_tensor in place {dtype}"
     out_src = torch.zeros(N, dtype=dtype)
     out_src[RANK * (N // WORLD):(RANK + 1) * (N // WORLD)] = mine(case, N // WORLD)
+    gathered = []
     for device, group in ((DEV, None), ("cpu", GLOO)):
         out = at_offset(out_src, device)
         target = out if group is None else bits(out)
         dist.all_gather_into_tensor(target, target.chunk(WORLD)[RANK], group=group)
-        if device == "cpu":
-            check(case, npu_out, out)
-        else:
-            npu_out = out
+        gathered.append(out)
+    check(case, *gathered)
 
     case = f"reduce_scatter_tensor in place {dtype}"
     results = []
