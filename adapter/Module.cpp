@@ -465,6 +465,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_npu_init", &npuInit);
   m.def("_npu_getDeviceCount", &getDeviceCount);
+  m.def("_npu_shadowMode", [] { return npuSimShadow() != 0; });
   m.def("_npu_peekDeviceCount", &peekDeviceCount);
   m.def("_empty_strided_npu", &emptyStridedNpu, py::arg("size"), py::arg("stride"),
         py::arg("dtype"));

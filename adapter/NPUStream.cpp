@@ -215,10 +215,10 @@ void TaskBody::operator delete(void* p, std::size_t size) {
 }
 
 void launchBody(const NPUStream& stream, const char* name, TaskBody* body, bool short_task) {
-  const npuError_t error =
-      short_task
-          ? npuLaunchShortTaskWithRelease(stream.handle(), name, &runTask, &releaseTask, body)
-          : npuLaunchTaskWithRelease(stream.handle(), name, &runTask, &releaseTask, body);
+  // Every task the adapter launches is a kernel: it computes on device memory only (shadow
+  // execution skips its body, npu/runtime.h).
+  const npuError_t error = npuLaunchKernel(stream.handle(), name, &runTask, &releaseTask, body,
+                                           short_task ? npuKernelShort : 0u);
   if (error != npuSuccess) {
     // With ASCEND_LAUNCH_BLOCKING=1 the task has already run (and was released) when it is the
     // task that failed; otherwise it was never queued.

@@ -82,7 +82,9 @@ void launchBody(const NPUStream& stream, const char* name, TaskBody* body,
 }  // namespace detail
 
 // Enqueues fn on `stream`; it runs later on the stream's worker thread (at once and
-// synchronously with ASCEND_LAUNCH_BLOCKING=1). An exception thrown by fn fails the task: the
+// synchronously with ASCEND_LAUNCH_BLOCKING=1). fn is a kernel (npuLaunchKernel): it may read
+// and write device memory and the state it owns, nothing else, since shadow execution
+// (NPU_SIM_SHADOW=1) does not run it. An exception thrown by fn fails the task: the
 // error, with `name` (kept by the runtime, truncated to 55 characters), is reported by the next
 // synchronize or query of the stream.
 template <class F>

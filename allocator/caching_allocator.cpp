@@ -550,7 +550,17 @@ void* CachingAllocator::allocate(size_t size, int device, npuStream_t stream) {
   if (size == 0) return nullptr;
   DeviceState& state = impl_->state(device);
   if (stream == nullptr) stream = state.default_stream;
-  return state.malloc(size, stream);
+  void* ptr = state.malloc(size, stream);
+  // Shadow execution: a small fresh block reads as zero, not as the bytes of the metadata that
+  // last lived there (kernels, which would overwrite it, do not run). In stream order, after
+  // the block's previous use.
+  static const bool shadow = npuSimShadow() != 0;
+  if (shadow && size <= NPU_SIM_SHADOW_CARRY_BYTES) {
+    // Best effort: a stream that refuses the memset (its capture was invalidated) reports its
+    // own error at its next synchronize; the block then keeps its bytes.
+    (void)npuMemsetAsync(ptr, 0, size, stream);
+  }
+  return ptr;
 }
 
 void CachingAllocator::free(void* ptr) {

@@ -68,6 +68,7 @@ Status Communicator::create(uint32_t nRanks, const RootInfoData& root, uint32_t 
   setup.connectTimeoutSeconds = config.connectTimeoutSeconds;
   setup.connectDeadline = Clock::now() + std::chrono::seconds(config.connectTimeoutSeconds);
   setup.description = what;
+  c->shadow_ = npuSimShadow() != 0;
   if (Status s = ShmTransport::connect(setup, &c->shm_); !s.ok()) return s;
   if (c->multiNode()) {
     std::vector<uint32_t> everyone(nRanks);
@@ -249,6 +250,16 @@ Status Communicator::expectCall(const CallPrint& call, OpContext& ctx) {
                            "the same sizes, dtypes, reduce ops and roots");
 }
 
+// Shadow execution: one meeting of every rank stands for a large collective. It is the first sync
+// point of the call, so the ranks' calls are compared there as for a real one, and it keeps the
+// collective's deadline, abort and peer-failure checks; no byte moves.
+Status Communicator::meet(OpContext& ctx) {
+  if (Status s = shm_->barrier(ctx); !s.ok() || !multiNode()) return s;
+  if (leaderRing_) {
+    if (Status s = leaderRing_->barrier(ctx); !s.ok()) return s;
+  }
+  return shm_->barrier(ctx);
+}
 
 Status Communicator::allReduce(const void* in, void* out, uint64_t count, HcclDataType dtype,
                                HcclReduceOp op, OpContext& ctx) {
@@ -256,6 +267,7 @@ Status Communicator::allReduce(const void* in, void* out, uint64_t count, HcclDa
       !s.ok()) {
     return s;
   }
+  if (shadowed(count * dtypeSize(dtype))) return meet(ctx);
   if (!multiNode()) return shm_->allReduce(in, out, count, dtype, op, nRanks_, ctx);
   const bool half = dtype == HCCL_DATA_TYPE_FP16 || dtype == HCCL_DATA_TYPE_BFP16;
   const HcclDataType work = half ? HCCL_DATA_TYPE_FP32 : dtype;
@@ -290,8 +302,11 @@ Status Communicator::reduce(const void* in, void* out, uint64_t count, HcclDataT
         !s.ok()) {
       return s;
     }
+    if (shadowed(count * dtypeSize(dtype))) return meet(ctx);
     return shm_->reduce(in, out, count, dtype, op, nRanks_, root, ctx);
   }
+  // Checked as below, without the scratch buffer.
+  if (shadowed(count * dtypeSize(dtype))) return allReduce(in, out, count, dtype, op, ctx);
   // Every rank computes the result (an all-reduce, checked as one); only the root keeps it.
   std::vector<char> scratch;
   void* target = out;
@@ -308,6 +323,7 @@ Status Communicator::broadcast(void* buf, uint64_t bytes, uint32_t root, OpConte
       !s.ok()) {
     return s;
   }
+  if (shadowed(bytes)) return meet(ctx);
   if (!multiNode()) return shm_->broadcast(buf, bytes, root, ctx);
   const bool rootNode = nodeOf_[root] == nodeOf_[rank_];
   if (rootNode) {
@@ -330,6 +346,7 @@ Status Communicator::allGather(const void* in, void* out, uint64_t bytesPerRank,
       !s.ok()) {
     return s;
   }
+  if (shadowed(bytesPerRank * nRanks_)) return meet(ctx);
   if (!multiNode()) return shm_->allGather(in, out, bytesPerRank, ctx);
   char* o = static_cast<char*>(out);
   std::vector<char> nodeBlocks(local_.size() * bytesPerRank);
@@ -357,7 +374,11 @@ Status Communicator::reduceScatter(const void* in, void* out, uint64_t recvCount
         !s.ok()) {
       return s;
     }
+    if (shadowed(recvCount * nRanks_ * dtypeSize(dtype))) return meet(ctx);
     return shm_->reduceScatter(in, out, recvCount, dtype, op, nRanks_, ctx);
+  }
+  if (shadowed(recvCount * nRanks_ * dtypeSize(dtype))) {
+    return allReduce(in, out, recvCount * nRanks_, dtype, op, ctx);  // checked as below
   }
   const size_t es = dtypeSize(dtype);
   std::vector<char> all(recvCount * nRanks_ * es);
@@ -371,6 +392,9 @@ Status Communicator::allToAllV(const void* in, const uint64_t* sendBytes,
                                const uint64_t* recvBytes, const uint64_t* recvOffsets,
                                OpContext& ctx) {
   if (Status s = expectCall(callPrint(CallKind::kAllToAll, ctx), ctx); !s.ok()) return s;
+  // Shadow execution: always a meeting. Each rank's sizes differ, and whether to carry the bytes
+  // must be one decision for all of them.
+  if (shadow_) return meet(ctx);
   if (!multiNode()) {
     return shm_->allToAllV(in, sendBytes, sendOffsets, out, recvBytes, recvOffsets, ctx);
   }
@@ -409,12 +433,18 @@ Status Communicator::allToAllVAcrossNodes(const char* in, const uint64_t* sendBy
   return Status::success();
 }
 
+// Shadow execution: a large point-to-point pair still pairs up (one byte of the sender's stack),
+// so its order and deadline hold.
 Status Communicator::send(const void* buf, uint64_t bytes, uint32_t peer, OpContext& ctx) {
+  const char token = 0;
+  if (shadowed(bytes)) buf = &token, bytes = 1;
   if (localIndex(peer) >= 0) return shm_->send(buf, bytes, static_cast<uint32_t>(localIndex(peer)), ctx);
   return world_->send(buf, bytes, peer, ctx);
 }
 
 Status Communicator::recv(void* buf, uint64_t bytes, uint32_t peer, OpContext& ctx) {
+  char token = 0;
+  if (shadowed(bytes)) buf = &token, bytes = 1;
   if (localIndex(peer) >= 0) return shm_->recv(buf, bytes, static_cast<uint32_t>(localIndex(peer)), ctx);
   return world_->recv(buf, bytes, peer, ctx);
 }

@@ -82,6 +82,11 @@ class Communicator {
 
   // The collective-mismatch check of the call about to run (see communicator.cpp).
   Status expectCall(const CallPrint& call, OpContext& ctx);
+  // Shadow execution (NPU_SIM_SHADOW=1): a collective over more than NPU_SIM_SHADOW_CARRY_BYTES
+  // (tensor data, which does not exist) is a meeting of the ranks, checked as the call, that
+  // moves no bytes; a smaller one (metadata) runs as usual.
+  bool shadowed(uint64_t bytes) const { return shadow_ && bytes > NPU_SIM_SHADOW_CARRY_BYTES; }
+  Status meet(OpContext& ctx);
   bool multiNode() const { return leaders_.size() > 1; }
   bool isLeader() const { return local_.front() == rank_; }
   // Communicator rank -> index in this node's shared-memory group (-1: another node).
@@ -105,6 +110,7 @@ class Communicator {
   std::unique_ptr<ShmTransport> shm_;
   std::atomic<uint64_t> sequence_{0};
   std::atomic<bool> aborted_{false};
+  bool shadow_ = false;                 // npuSimShadow(): collectives move no bytes
 
   mutable std::mutex errorMutex_;
   HcclResult asyncError_ = HCCL_SUCCESS;

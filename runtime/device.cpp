@@ -1,6 +1,7 @@
 // Simulated devices: configuration from the environment, the device table, the per-thread
 // current device, properties and utilisation.
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -81,6 +82,12 @@ Config loadConfig() {
     }
   }
   parseSchedule(&cfg);
+  if (const char* v = std::getenv("NPU_SIM_SHADOW")) {
+    if (!env::parseFlag(v, &cfg.shadow)) {
+      reject("NPU_SIM_SHADOW", v,
+             "0 or 1 (1: shadow execution, npu tensors carry no data; see docs/shadow.md)");
+    }
+  }
   // Read by the kernels' thread pool (kernels/thread_pool.cpp, same range); checked here too so
   // that a bad value is refused when the program starts, not at its first kernel.
   if (const char* v = std::getenv("NPU_KERNEL_THREADS")) {
@@ -138,6 +145,14 @@ std::atomic<bool> g_config_fixed{false};
 const Config& config() {
   static const Config cfg = [] {
     Config loaded = loadConfig();
+    // Said once, when the configuration is fixed (npuPeekDeviceCount reads it afresh earlier).
+    if (loaded.schedule == npuScheduleChaos) announceChaos(loaded.schedule_seed);
+    if (loaded.shadow) {
+      std::fprintf(stderr,
+                   "[SimNPU] NPU_SIM_SHADOW=1: shadow execution: device memory is address space "
+                   "only, kernels do not run, and what they would compute reads as zero (pid %d)\n",
+                   static_cast<int>(::getpid()));
+    }
     g_config_fixed.store(true, std::memory_order_release);
     return loaded;
   }();

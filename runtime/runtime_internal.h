@@ -32,6 +32,7 @@ struct Config {
   bool inline_tasks = true;         // NPU_SIM_INLINE_TASKS: short tasks may run on the caller
   npuSchedule schedule = npuScheduleNormal;  // NPU_SIM_SCHEDULE (schedule.cpp)
   uint64_t schedule_seed = 0;                // chaos: the seed of the delays
+  bool shadow = false;              // NPU_SIM_SHADOW=1: shadow execution (see runtime.h)
 };
 const Config& config();
 
@@ -89,6 +90,8 @@ void releaseCapacity(Device* dev, size_t bytes);
 // Parses NPU_SIM_SCHEDULE into cfg (a bad value sets cfg->init_error); chaos turns off the
 // runtime's shortcuts that run work on the launching thread.
 void parseSchedule(Config* cfg);
+// Prints the chaos seed (once, when the configuration is fixed).
+void announceChaos(uint64_t seed);
 // Scheduling points of the runtime itself; each waits only under chaos.
 enum ScheduleSite : uint32_t { kSiteTask = 1, kSiteCollective = 2 };
 void schedulePoint(uint32_t site, uint64_t key);
@@ -123,6 +126,7 @@ struct Task {
   void* arg = nullptr;           // kGraph: the launch (graph.cpp)
   npuTaskRelease release = nullptr;  // run once after the task ran or was skipped
   bool replayable = false;       // kWork launched with npuLaunchTaskWithRelease: may be captured
+  bool kernel = false;           // kWork launched with npuLaunchKernel: shadow mode skips fn
   npuEvent_st* event = nullptr;  // kRecord / kWait
   uint64_t event_seq = 0;        // record number to mark / wait for
   // Profiling (see profiler.cpp): set at launch when a session is open, 0 otherwise.

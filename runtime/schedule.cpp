@@ -57,16 +57,20 @@ void parseSchedule(Config* cfg) {
     cfg->schedule = npuScheduleChaos;
     cfg->schedule_seed = static_cast<uint64_t>(seed);
     cfg->inline_tasks = false;  // every task through its worker, and its delay
-    std::fprintf(stderr,
-                 "[SimNPU] NPU_SIM_SCHEDULE=chaos: stream tasks, event records and collective "
-                 "arrivals are delayed at random, seed %lld (pid %d); replay the same delays "
-                 "with NPU_SIM_SCHEDULE=chaos:%lld\n",
-                 seed, static_cast<int>(::getpid()), seed);
     return;
   }
   cfg->init_error = env::invalid("NPU_SIM_SCHEDULE", raw,
                                  "normal, serial, chaos or chaos:SEED (the race-exposing "
                                  "scheduler; see docs)");
+}
+
+void announceChaos(uint64_t seed) {
+  std::fprintf(stderr,
+               "[SimNPU] NPU_SIM_SCHEDULE=chaos: stream tasks, event records and collective "
+               "arrivals are delayed at random, seed %llu (pid %d); replay the same delays "
+               "with NPU_SIM_SCHEDULE=chaos:%llu\n",
+               static_cast<unsigned long long>(seed), static_cast<int>(::getpid()),
+               static_cast<unsigned long long>(seed));
 }
 
 void schedulePoint(uint32_t site, uint64_t key) {

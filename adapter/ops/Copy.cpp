@@ -21,11 +21,12 @@
 #include <torch/library.h>
 
 #include "DeviceCheck.h"
+#include "KernelBridge.h"
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUHostAllocator.h"
 #include "NPUStream.h"
-#include "KernelBridge.h"
+#include "Shadow.h"
 #include "TaskTensor.h"
 
 namespace torch_npu::native {
@@ -116,6 +117,7 @@ void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     dst.copy_(host);
     return;
   }
+  if (C10_UNLIKELY(shadowExecution())) warnPlaceholders();
   const c10::DeviceGuard guard(src.device());
   const NPUStream stream = getCurrentNPUStream(src.device().index());
   at::Tensor device_side = src;

@@ -17,6 +17,7 @@
 #include "NPUGenerator.h"
 #include "NPUStream.h"
 #include "OpStats.h"
+#include "Shadow.h"
 #include "TaskTensor.h"
 
 namespace torch_npu {
@@ -191,6 +192,7 @@ bool isOutArgument(const c10::Argument& arg) {
 // nullopt when there is no meta kernel for these arguments; sets *refused when the meta kernel
 // raised (a data-dependent op, as Python meta registrations raise for those, or bad input):
 // then the CPU kernel itself decides, synchronously, so an error carries its own message.
+// With refused == nullptr the meta kernel's error propagates.
 std::optional<torch::jit::Stack> metaResults(const c10::OperatorHandle& op,
                                              const torch::jit::Stack& stack, size_t begin,
                                              bool* refused) {
@@ -199,6 +201,10 @@ std::optional<torch::jit::Stack> metaResults(const c10::OperatorHandle& op,
   meta.reserve(num_args);
   for (size_t i = 0; i < num_args; ++i) {
     meta.push_back(mapValue(stack[begin + i], metaLike, c10::Device(c10::kMeta)));
+  }
+  if (refused == nullptr) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+    return meta;
   }
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
@@ -405,6 +411,34 @@ void cpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
 
+// ---- shadow execution: what paths 2b and 3 become without data (Shadow.h) -------------------
+
+// An op that path 2a could not run, under NPU_SIM_SHADOW=1: nothing may read the data, so the
+// synchronizing kernel and the CPU fallback are out. What remains is decided from shapes alone.
+void runShadowed(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool meta_refused) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  const size_t begin = stack->size() - num_args;
+  const std::string& name = schema.name();
+  if (name == "aten::equal") {  // all elements read as zero: equal when the shapes are
+    const bool same = (*stack)[begin].toTensor().sizes() == (*stack)[begin + 1].toTensor().sizes();
+    returnResults(stack, num_args, {c10::IValue(same)});
+    return;
+  }
+  if (name == "aten::_assert_async") {  // assertions on values do not fire without values
+    returnResults(stack, num_args, {});
+    return;
+  }
+  if (mayDependOnData(op)) refuseDataDependent(c10::toString(schema.operator_name()));
+  if (meta_refused) {  // bad input: the meta kernel raises its own message
+    metaResults(op, *stack, begin, nullptr);
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(false, c10::toString(schema.operator_name()),
+                              ": shadow execution (NPU_SIM_SHADOW=1) sizes an op's results with "
+                              "its meta kernel, and this op has none for these arguments (it "
+                              "would run by the CPU fallback, which needs the data)");
+}
+
 }  // namespace
 
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -422,6 +456,10 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   bool meta_refused = false;
   if (canRunAsync(op) && runAsync(op, stack, device, &meta_refused)) {
     countCall(OpPath::kHostKernel, op);
+    return;
+  }
+  if (shadowExecution()) {
+    runShadowed(op, stack, meta_refused);
     return;
   }
   if (meta_refused || mayDependOnData(op)) {

@@ -7,10 +7,11 @@
 #include <torch/library.h>
 
 #include "DeviceCheck.h"
+#include "KernelBridge.h"
 #include "NPUException.h"
 #include "NPUFunctions.h"
 #include "NPUStream.h"
-#include "KernelBridge.h"
+#include "Shadow.h"
 #include "TaskTensor.h"
 
 namespace torch_npu::native {
@@ -76,6 +77,7 @@ at::Tensor& zero_(at::Tensor& self) { return fill_Scalar_(self, 0); }
 
 at::Scalar _local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() > 0, "_local_scalar_dense: the tensor has no elements");
+  if (C10_UNLIKELY(shadowExecution())) warnPlaceholders();
   const c10::DeviceGuard guard(self.device());
   const NPUStream stream = getCurrentNPUStream(self.device().index());
   // The sync-debug check before the copy is queued: `host` dies with an exception.

@@ -21,6 +21,7 @@
 #include "ExecutionPaths.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
+#include "Shadow.h"
 
 namespace torch_npu::native {
 namespace {
@@ -427,8 +428,9 @@ at::Tensor& tril_triu_(at::Tensor& self, int64_t diagonal) {
 // The shape of self[indices], computed on the meta device. A boolean mask is counted (waiting for
 // its stream when it is on the npu) and stands for the long indices nonzero() would give, as
 // ATen expands masks.
-std::vector<int64_t> indexingResultShape(const at::Tensor& self,
-                                         const c10::List<std::optional<at::Tensor>>& indices) {
+// nullopt under shadow execution when a mask is among the indices: its count is not known.
+std::optional<std::vector<int64_t>> indexingResultShape(
+    const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
   c10::List<std::optional<at::Tensor>> meta;
   for (const std::optional<at::Tensor>& index : indices.vec()) {
     if (!index || !index->defined()) {
@@ -436,6 +438,7 @@ std::vector<int64_t> indexingResultShape(const at::Tensor& self,
       continue;
     }
     if (index->scalar_type() == at::kBool || index->scalar_type() == at::kByte) {
+      if (shadowExecution()) return std::nullopt;
       const int64_t count = index->count_nonzero().item<int64_t>();
       for (int64_t d = 0; d < index->dim(); ++d) {
         meta.push_back(at::empty({count}, index->options().dtype(at::kLong).device(c10::kMeta)));
@@ -455,10 +458,10 @@ std::vector<int64_t> indexingResultShape(const at::Tensor& self,
 at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                             const at::Tensor& values, bool accumulate, bool unsafe) {
   if (values.numel() > 1) {  // one element broadcasts to any result
-    const std::vector<int64_t> result = indexingResultShape(self, indices);
-    TORCH_CHECK(at::is_expandable_to(values.sizes(), result), "shape mismatch: value tensor of shape ",
-                values.sizes(), " cannot be broadcast to indexing result of shape ",
-                c10::IntArrayRef(result));
+    const std::optional<std::vector<int64_t>> result = indexingResultShape(self, indices);
+    TORCH_CHECK(!result || at::is_expandable_to(values.sizes(), *result),
+                "shape mismatch: value tensor of shape ", values.sizes(),
+                " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(*result));
   }
   callHostKernel<at::Tensor>(NPU_ATEN_OP("_index_put_impl_", ""), self, indices, values,
                              accumulate, unsafe);

@@ -225,6 +225,31 @@ NPU_API npuError_t npuLaunchShortTaskWithRelease(npuStream_t stream, const char*
 NPU_API npuError_t npuLaunchTaskSync(npuStream_t stream, const char* name, npuTaskFn fn,
                                      npuTaskRelease release, void* arg);
 
+/* A kernel: a task that reads and writes device memory and does nothing else (no host state,
+ * no runtime calls). As npuLaunchTaskWithRelease (npuLaunchShortTaskWithRelease with
+ * npuKernelShort), except under shadow execution, where the task keeps its place in the stream
+ * (ordering, events, graphs, profiler records) but fn is not called; release still runs. */
+#define npuKernelShort 0x1u
+NPU_API npuError_t npuLaunchKernel(npuStream_t stream, const char* name, npuTaskFn fn,
+                                   npuTaskRelease release, void* arg, unsigned int flags);
+
+/* ---- shadow execution (NPU_SIM_SHADOW) -------------------------------------------------- *
+ * NPU_SIM_SHADOW=1, read once at start-up, runs a program at its real size without its data:
+ *  - device memory is address space only (accounted, mapped, not touched), so a 64 GB device
+ *    costs the host nothing;
+ *  - kernels (npuLaunchKernel) keep their place in their streams but do not run;
+ *  - copies, memsets and collectives (ccl) of more than NPU_SIM_SHADOW_CARRY_BYTES keep their
+ *    place (collectives still meet, compare their calls and keep their deadlines) but move no
+ *    bytes, and a large copy to the host writes zeros. Smaller ones carry their bytes: the
+ *    program's metadata (sizes, flags, pickled objects, DDP's parameter check) flows as on a
+ *    card, while tensor data, which kernels compute, does not exist;
+ *  - the caching allocator zeroes a fresh allocation of up to NPU_SIM_SHADOW_CARRY_BYTES (on its
+ *    stream), so what a kernel would have computed reads as zero, not as stale bytes.
+ * Everything else (streams, events, the allocator's bookkeeping, errors) runs as usual. Tasks
+ * launched with npuLaunchTask* are not kernels and still run (the collectives' own tasks). */
+#define NPU_SIM_SHADOW_CARRY_BYTES 65536u
+NPU_API int npuSimShadow(void); /* 1 under NPU_SIM_SHADOW=1, else 0 */
+
 /* ---- the schedule (NPU_SIM_SCHEDULE) ---------------------------------------------------- */
 /* How the simulator orders the work of its streams, read once from NPU_SIM_SCHEDULE:
  *   unset, "normal"  as fast as it can (short tasks on the caller, hand-offs skipped);

@@ -118,6 +118,7 @@ from ._backends import (  # noqa: F401
     sdp_kernel,
 )
 from ._legacy_types import *  # noqa: F401,F403  (FloatTensor, ..., FloatStorage, ...)
+from .shadow import shadow_mode  # noqa: F401  (SimNPU: NPU_SIM_SHADOW)
 from . import utils  # noqa: F401
 from .utils import (  # noqa: F401
     can_device_access_peer,

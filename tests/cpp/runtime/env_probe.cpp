@@ -2,11 +2,16 @@
 //   npu_env_probe devices      prints the visible devices and the ASCEND_RT_VISIBLE_DEVICES warning
 //   npu_env_probe hold BYTES   allocates BYTES on device 0, touches them, prints "ready", sleeps
 //   npu_env_probe alloc BYTES  allocates, touches and frees BYTES on device 0, prints "ok"
+//   npu_env_probe work BYTES   allocates BYTES, sets them to 7 (memset and copy from the host),
+//                              runs a kernel and a task over them and reads back the tail (set
+//                              by the memset) and the head (4 KiB copied from the host); prints
+//                              what ran, what the host read and the process's resident memory
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "npu/runtime.h"
 
@@ -47,6 +52,40 @@ int main(int argc, char** argv) {
     std::printf("ok\n");
     return 0;
   }
-  std::fprintf(stderr, "usage: npu_env_probe devices | hold BYTES | alloc BYTES\n");
+  if (argc >= 3 && std::strcmp(argv[1], "work") == 0) {
+    const size_t bytes = std::strtoull(argv[2], nullptr, 10);
+    static int kernel_ran = 0, task_ran = 0;
+    void* p = nullptr;
+    std::vector<unsigned char> host(4096, 7), back(4096, 1), head(4096, 1);
+    npuStream_t stream = nullptr;
+    const bool ok =
+        npuMalloc(&p, bytes) == npuSuccess && npuMemset(p, 7, bytes) == npuSuccess &&
+        npuMemcpy(p, host.data(), host.size(), npuMemcpyHostToDevice) == npuSuccess &&
+        npuStreamCreate(&stream) == npuSuccess &&
+        npuLaunchKernel(stream, "probe_kernel", [](void*) { kernel_ran = 1; }, nullptr, nullptr,
+                        0) == npuSuccess &&
+        npuLaunchTask(stream, "probe_task", [](void*) { task_ran = 1; }, nullptr) == npuSuccess &&
+        npuStreamSynchronize(stream) == npuSuccess &&
+        npuMemcpy(back.data(), static_cast<char*>(p) + bytes - back.size(), back.size(),
+                  npuMemcpyDeviceToHost) == npuSuccess &&
+        npuMemcpy(head.data(), p, head.size(), npuMemcpyDeviceToHost) == npuSuccess;
+    if (!ok) {
+      std::printf("error=%s\n", npuGetLastErrorMessage());
+      return 1;
+    }
+    long rss_kb = -1;
+    if (FILE* f = std::fopen("/proc/self/status", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f)) {
+        if (std::strncmp(line, "VmRSS:", 6) == 0) rss_kb = std::strtol(line + 6, nullptr, 10);
+      }
+      std::fclose(f);
+    }
+    std::printf("shadow=%d kernel_ran=%d task_ran=%d read_back=%d read_head=%d rss_mb=%ld\n",
+                npuSimShadow(), kernel_ran, task_ran, back[0] + back[back.size() - 1],
+                head[0] + head[head.size() - 1], rss_kb / 1024);
+    return 0;
+  }
+  std::fprintf(stderr, "usage: npu_env_probe devices | hold BYTES | alloc BYTES | work BYTES\n");
   return 2;
 }
