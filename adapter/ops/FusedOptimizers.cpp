@@ -123,10 +123,23 @@ void adam(const char* op, bool adamw, at::TensorList self, at::TensorList grads,
   o.beta1 = beta1, o.beta2 = beta2, o.weight_decay = weight_decay, o.eps = eps;
   o.amsgrad = amsgrad, o.maximize = maximize, o.decoupled_weight_decay = adamw;
   setScaling(op, o, grad_scale, found_inf, p0);
+  const c10::DeviceGuard guard(p0.device());
   std::vector<nk::AdamItem> items;
   items.reserve(self.size());
+  // A step of another real dtype (DeepSpeed's FusedAdam keeps an int64 one; ATen's CPU kernel
+  // takes any) is read through a float32 copy made on the stream before the kernel, and kept
+  // alive by the task.
+  std::vector<at::Tensor> float_steps;
   for (size_t i = 0; i < self.size(); ++i) {
-    const float* step = deviceScalar(op, state_steps[i], p0, "a state_step");
+    const at::Tensor& s = state_steps[i];
+    TORCH_CHECK(s.device() == p0.device(), op, ": a state_step is on ", s.device(),
+                " but the params are on ", p0.device());
+    TORCH_CHECK(s.numel() == 1 && (at::isFloatingType(s.scalar_type()) ||
+                                   at::isIntegralType(s.scalar_type(), /*includeBool=*/false)),
+                op, ": a state_step must be a one-element real tensor, got ", s.scalar_type(),
+                " with ", s.numel(), " elements");
+    if (s.scalar_type() != at::kFloat) float_steps.push_back(s.to(at::kFloat));
+    const float* step = (s.scalar_type() == at::kFloat ? s : float_steps.back()).data_ptr<float>();
     if (self[i].numel() == 0) continue;
     nk::AdamItem it;
     it.param = span(self[i]);
@@ -138,10 +151,10 @@ void adam(const char* op, bool adamw, at::TensorList self, at::TensorList grads,
     items.push_back(it);
   }
   if (items.empty()) return;
-  const c10::DeviceGuard guard(p0.device());
-  launchTask(getCurrentNPUStream(p0.device().index()), op, [items = std::move(items), o] {
-    nk::fused_adam(items.data(), static_cast<int64_t>(items.size()), o);
-  });
+  launchTask(getCurrentNPUStream(p0.device().index()), op,
+             [items = std::move(items), o, held = std::move(float_steps)] {
+               nk::fused_adam(items.data(), static_cast<int64_t>(items.size()), o);
+             });
 }
 
 #define NPU_FUSED_ADAM(fn, NAME, ADAMW)                                                       \

@@ -175,6 +175,23 @@ def test_fused_ops_refuse_bad_lists_with_clear_errors():
                            beta2=0.99, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
 
 
+@pytest.mark.parametrize("step_dtype", [torch.int64, torch.int32, torch.float64], ids=str)
+def test_fused_adamw_takes_a_step_of_another_real_dtype_as_the_cpu_kernel(step_dtype):
+    # DeepSpeed's FusedAdam keeps its step as an int64 tensor; ATen's CPU kernel takes it.
+    cpu = adam_lists("cpu", torch.float32, False)
+    dev = adam_lists("npu", torch.float32, False)
+    for lists in (cpu, dev):
+        lists[5][:] = [s.to(step_dtype) for s in lists[5]]
+    kwargs = dict(lr=0.05, beta1=0.9, beta2=0.99, weight_decay=0.1, eps=1e-8, amsgrad=False,
+                  maximize=False)
+    torch._fused_adamw_(*cpu, **kwargs)
+    with NoHost():
+        torch._fused_adamw_(*dev, **kwargs)
+    for d, c in zip(dev[0], cpu[0]):
+        torch.testing.assert_close(d.cpu(), c, **TOL[torch.float32])
+    assert all(s.dtype == step_dtype for s in dev[5])  # the caller's steps are left as they are
+
+
 # ---- torch_npu.optim ---------------------------------------------------------------------
 
 def test_npu_fused_optimizers_take_torch_npus_defaults():
