@@ -84,3 +84,24 @@ def test_setup_made_a_toolkit_in_the_venv():
     assert os.path.exists(set_env)
     assert toolkit.read_toolkit(os.path.join(os.path.dirname(set_env), "latest"))["version"] == \
         torch_npu.utils.get_cann_version()
+
+
+def test_an_extension_linked_with_ltorch_npu_gets_the_loaded_adapter(installed, tmp_path):
+    # What an extension built for a card does (DeepSpeed's npu op builders link -ltorch_npu
+    # from the toolkit): it links against lib64/libtorch_npu.so, and a program started from the
+    # sourced shell that loads it maps the adapter once, under the name Python loaded it by.
+    prefix, set_env = installed
+    lib64 = prefix / "ascend-toolkit" / "latest" / "lib64"
+    assert os.path.realpath(lib64 / "libtorch_npu.so") == os.path.realpath(torch_npu._C.__file__)
+    (tmp_path / "ext.c").write_text("int ext_answer(void) { return 42; }\n")
+    r = _bash(f"source {set_env} && cd {tmp_path} && cc -shared -fPIC -o libext.so ext.c "
+              "-Wl,--no-as-needed -L$ASCEND_HOME_PATH/lib64 -ltorch_npu")
+    assert r.returncode == 0, r.stderr
+    code = ("import ctypes, torch, torch_npu; "
+            "maps = lambda: sorted({l.split()[-1] for l in open('/proc/self/maps') "
+            "if 'torch_npu/_C' in l or 'libtorch_npu' in l}); before = maps(); "
+            f"ext = ctypes.CDLL('{tmp_path}/libext.so'); "
+            "print(ext.ext_answer(), before == maps(), len(before))")
+    r = _bash(f"source {set_env} && {sys.executable} -c \"{code}\"")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["42", "True", "1"]

@@ -4,7 +4,10 @@
                                                LD_LIBRARY_PATH and PATH
     <prefix>/ascend-toolkit/latest -> <version>
     <prefix>/ascend-toolkit/<version>/
-        lib64    -> torch_npu/lib   (libnpu_runtime.so, in libascendcl.so's role)
+        lib64/   a link to each file of torch_npu/lib (libnpu_runtime.so, in libascendcl.so's
+                 role, ...), and libtorch_npu.so -> torch_npu/_C*.so: the library that holds
+                 torch_npu's adapter, which extensions built for a card link with -ltorch_npu
+                 (DeepSpeed's npu op builders do)
         bin      -> torch_npu/bin   (npu-smi)
         include  -> torch_npu/include (the runtime's C headers), when installed
         x86_64-linux/ascend_toolkit_install.info   (package_name, version, arch, os, path)
@@ -65,6 +68,36 @@ def _link(target: str, name: str) -> None:
     os.symlink(target, name)
 
 
+def _compiled_module(compiled: str) -> Optional[str]:
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    for suffix in EXTENSION_SUFFIXES:
+        path = os.path.join(compiled, "_C" + suffix)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def _fill_lib64(lib64: str, compiled: str) -> None:
+    """lib64 as a folder of links (a link to torch_npu/lib itself could not also hold
+    libtorch_npu.so without writing into the installed package)."""
+    if os.path.islink(lib64):
+        os.remove(lib64)  # the layout of earlier versions
+    os.makedirs(lib64, exist_ok=True)
+    lib = os.path.join(compiled, "lib")
+    wanted = {name: os.path.join(lib, name) for name in os.listdir(lib)}
+    module = _compiled_module(compiled)
+    if module is not None:
+        # One file under two names: the dynamic loader maps it once (it compares the file, not
+        # the name), so an extension that needs libtorch_npu.so gets the adapter already loaded.
+        wanted["libtorch_npu.so"] = module
+    for name in os.listdir(lib64):
+        if name not in wanted and os.path.islink(os.path.join(lib64, name)):
+            os.remove(os.path.join(lib64, name))
+    for name, target in wanted.items():
+        _link(target, os.path.join(lib64, name))
+
+
 def install(prefix: str, version: Optional[str] = None) -> str:
     """Creates (or refreshes) the layout under `prefix`; returns the path of set_env.sh."""
     if version is None:
@@ -79,8 +112,8 @@ def install(prefix: str, version: Optional[str] = None) -> str:
     except OSError as e:
         raise OSError(f"cannot create the toolkit folder {home}: {e.strerror}; choose a writable "
                       "place with --prefix") from e
-    for name, target in (("lib64", os.path.join(compiled, "lib")),
-                         ("bin", os.path.join(compiled, "bin")),
+    _fill_lib64(os.path.join(home, "lib64"), compiled)
+    for name, target in (("bin", os.path.join(compiled, "bin")),
                          ("include", os.path.join(compiled, "include"))):
         if os.path.isdir(target):
             _link(target, os.path.join(home, name))
