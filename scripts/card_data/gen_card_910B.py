@@ -273,7 +273,7 @@ CURATED: list[dict] = [
               "the stream"),
     dict(name="copy_", apis=["Tensor.copy_"]),
     dict(name="clone", apis=["torch.clone"]),
-    dict(name="_local_scalar_dense", apis=["Tensor.item"], sync=True,
+    dict(name="_local_scalar_dense", apis=["Tensor.item"], sync=True, anydtype=True,
          note="Tensor.item() and every Python scalar read of an npu tensor: copies to the host and "
               "waits for the stream"),
     dict(name="repeat_interleave", apis=["torch.repeat_interleave"],
@@ -504,8 +504,10 @@ def torch_overloads(packet: str) -> list[str]:
 
 def build(op_plugin: str, torch_npu: str) -> dict:
     opp_commit, tn_commit = head(op_plugin), head(torch_npu)
-    reg = registered_ops(git_show(op_plugin, opp_commit, "op_plugin/config/op_plugin_functions.yaml"))
-    nat = native_functions(git_show(torch_npu, tn_commit, "torch_npu/csrc/aten/npu_native_functions.yaml"))
+    reg = registered_ops(git_show(op_plugin, opp_commit,
+                                  "op_plugin/config/op_plugin_functions.yaml"))
+    nat = native_functions(git_show(torch_npu, tn_commit,
+                                    "torch_npu/csrc/aten/npu_native_functions.yaml"))
     pages = api_pages(torch_npu, tn_commit)
 
     sources = {
@@ -543,9 +545,15 @@ def build(op_plugin: str, torch_npu: str) -> dict:
         if any(k.split(".")[0] == name for k in nat):
             src.append("torch_npu_native_functions")
         row = dict(name=name)
-        composite = not registered and not c.get("structured") and torch_composite(f"aten::{name}" if "." in name else
-                                                      f"aten::{_first_overload(name)}")
-        if c.get("view") or c.get("factory"):
+        op_name = f"aten::{name}" if "." in name else f"aten::{_first_overload(name)}"
+        composite = not registered and not c.get("structured") and torch_composite(op_name)
+        if c.get("anydtype"):
+            kind = "native"
+            row["dtypes"], row["other_dtypes"] = [ALL], "unknown"
+            row["note"] = ("torch_npu's own kernel (npu_native_functions.yaml): a device-to-host "
+                           "copy, no operator kernel, so any dtype (its API page lists only the "
+                           "verified float32)")
+        elif c.get("view") or c.get("factory"):
             kind = "native"
             row["dtypes"] = [ALL]
             row["other_dtypes"] = "unknown"
