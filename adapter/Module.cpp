@@ -21,6 +21,7 @@
 #include "NPUGraph.h"
 #include "NPUHostAllocator.h"
 #include "CompiledKernels.h"
+#include "CostModel.h"
 #include "NPUStream.h"
 #include "Profiler.h"
 #include "distributed/Init.h"
@@ -450,6 +451,65 @@ void launchCompiledKernelFromPython(uintptr_t fn, const std::string& name, const
   launchCompiledKernel(fn, name, std::move(values), device);
 }
 
+// ---- bodies: shadow execution's cost model (CostModel.h, docs/shadow.md) --------------------
+
+double figure(const py::dict& d, const char* key) {
+  TORCH_CHECK(d.contains(key), "the cost model has no '", key, "' figure");
+  const double v = py::cast<double>(d[key]);
+  TORCH_CHECK(v >= 0, "the cost model's '", key, "' figure must not be negative, got ", v);
+  return v;
+}
+
+void setCostModel(const py::dict& d) {
+  npuSimCostModel sim{};
+  sim.hbm_gbps = figure(d, "hbm_gbps");
+  sim.h2d_gbps = figure(d, "h2d_gbps");
+  sim.copy_overhead_us = figure(d, "copy_overhead_us");
+  sim.intra_gbps = figure(d, "intra_gbps");
+  sim.intra_latency_us = figure(d, "intra_latency_us");
+  sim.inter_gbps = figure(d, "inter_gbps");
+  sim.inter_latency_us = figure(d, "inter_latency_us");
+  NPU_CHECK(npuSimSetCostModel(&sim));
+  OpCostFigures f;
+  f.cube_tflops_fp16 = figure(d, "cube_tflops_fp16");
+  f.cube_tflops_bf16 = figure(d, "cube_tflops_bf16");
+  f.cube_tflops_fp32 = figure(d, "cube_tflops_fp32");
+  f.vector_tflops = figure(d, "vector_tflops");
+  f.hbm_gbps = sim.hbm_gbps;
+  f.cube_efficiency = figure(d, "cube_efficiency");
+  f.vector_efficiency = figure(d, "vector_efficiency");
+  f.hbm_efficiency = figure(d, "hbm_efficiency");
+  f.launch_overhead_us = figure(d, "launch_overhead_us");
+  installCostModel(f);
+}
+
+std::vector<OpShape> shapesOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<OpShape> out;
+  for (const at::Tensor& t : tensors) {
+    out.push_back({t.sizes().vec(), static_cast<int64_t>(t.element_size()),
+                   static_cast<int>(t.scalar_type())});
+  }
+  return out;
+}
+
+py::tuple modelOpBody(const std::string& op, const std::vector<at::Tensor>& inputs,
+                      const std::vector<at::Tensor>& outputs) {
+  const OpCost c = modelOp(op, shapesOf(inputs), shapesOf(outputs));
+  return py::make_tuple(c.flops, c.bytes, c.cube, c.ns);
+}
+
+std::vector<py::tuple> costTotalsBody() {
+  std::vector<py::tuple> out;
+  for (const OpCostTotal& t : costTotals()) out.push_back(py::make_tuple(t.name, t.calls, t.ns, t.flops));
+  return out;
+}
+
+uint64_t simDeviceClock(int64_t device) {
+  uint64_t ns = 0;
+  NPU_CHECK(npuSimDeviceClock(initializedDevice(device), &ns));
+  return ns;
+}
+
 }  // namespace
 }  // namespace torch_npu
 
@@ -466,6 +526,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_init", &npuInit);
   m.def("_npu_getDeviceCount", &getDeviceCount);
   m.def("_npu_shadowMode", [] { return npuSimShadow() != 0; });
+  m.def("_npu_setCostModel", &setCostModel);
+  m.def("_npu_costModelInstalled", &costModelInstalled);
+  m.def("_npu_modelOp", &modelOpBody);
+  m.def("_npu_costTotals", &costTotalsBody);
+  m.def("_npu_resetCostTotals", &resetCostTotals);
+  m.def("_npu_simDeviceClock", &simDeviceClock);
   m.def("_npu_peekDeviceCount", &peekDeviceCount);
   m.def("_empty_strided_npu", &emptyStridedNpu, py::arg("size"), py::arg("stride"),
         py::arg("dtype"));

@@ -10,6 +10,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
+#include "CostModel.h"
 #include "NPUException.h"
 #include "NPUFunctions.h"
 
@@ -217,7 +218,9 @@ void TaskBody::operator delete(void* p, std::size_t size) {
 void launchBody(const NPUStream& stream, const char* name, TaskBody* body, bool short_task) {
   // Every task the adapter launches is a kernel: it computes on device memory only (shadow
   // execution skips its body, npu/runtime.h).
-  const npuError_t error = npuLaunchKernel(stream.handle(), name, &runTask, &releaseTask, body,
+  const npuStream_t handle = stream.handle();
+  if (C10_UNLIKELY(costModelInstalled())) noteKernelLaunch(handle);  // shadow's 910B clock
+  const npuError_t error = npuLaunchKernel(handle, name, &runTask, &releaseTask, body,
                                            short_task ? npuKernelShort : 0u);
   if (error != npuSuccess) {
     // With ASCEND_LAUNCH_BLOCKING=1 the task has already run (and was released) when it is the

@@ -558,7 +558,7 @@ void* CachingAllocator::allocate(size_t size, int device, npuStream_t stream) {
   if (shadow && size <= NPU_SIM_SHADOW_CARRY_BYTES) {
     // Best effort: a stream that refuses the memset (its capture was invalidated) reports its
     // own error at its next synchronize; the block then keeps its bytes.
-    (void)npuMemsetAsync(ptr, 0, size, stream);
+    (void)npuSimScrubAsync(ptr, size, stream);
   }
   return ptr;
 }

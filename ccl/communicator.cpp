@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "reduce.h"
@@ -253,12 +254,37 @@ Status Communicator::expectCall(const CallPrint& call, OpContext& ctx) {
 // Shadow execution: one meeting of every rank stands for a large collective. It is the first sync
 // point of the call, so the ranks' calls are compared there as for a real one, and it keeps the
 // collective's deadline, abort and peer-failure checks; no byte moves.
-Status Communicator::meet(OpContext& ctx) {
-  if (Status s = shm_->barrier(ctx); !s.ok() || !multiNode()) return s;
-  if (leaderRing_) {
-    if (Status s = leaderRing_->barrier(ctx); !s.ok()) return s;
+Status Communicator::meet(OpContext& ctx, CallKind kind, uint64_t bytes) {
+  uint64_t latest = 0;
+  if (Status s = shm_->meetClocks(npuSimTaskClock(), &latest, ctx); !s.ok()) return s;
+  if (multiNode()) {  // the clocks meet within each node only (docs/shadow.md)
+    if (leaderRing_) {
+      if (Status s = leaderRing_->barrier(ctx); !s.ok()) return s;
+    }
+    if (Status s = shm_->barrier(ctx); !s.ok()) return s;
   }
-  return shm_->barrier(ctx);
+  npuSimTaskClockAdvanceTo(latest + modeledNs(kind, bytes));
+  return Status::success();
+}
+
+// The collective's modeled time on its links (npuSimCostModel): the bus-bandwidth model of ring
+// algorithms, steps x latency + the bytes each device sends / bandwidth. Inside a node HCCS;
+// spanning nodes, RoCE's figures bound the whole collective.
+uint64_t Communicator::modeledNs(CallKind kind, uint64_t bytes) const {
+  npuSimCostModel m;
+  if (npuSimGetCostModel(&m) != npuSuccess || nRanks_ < 2) return 0;
+  const double gbps = multiNode() ? std::min(m.intra_gbps, m.inter_gbps) : m.intra_gbps;
+  const double latency_ns = 1e3 * (multiNode() ? m.inter_latency_us : m.intra_latency_us);
+  const double n = nRanks_, S = double(bytes);
+  double steps = n - 1, sent = (n - 1) / n * S;  // all-gather, reduce-scatter, all-to-all
+  switch (kind) {
+    case CallKind::kAllReduce: steps = 2 * (n - 1), sent = 2 * (n - 1) / n * S; break;
+    case CallKind::kBroadcast:
+    case CallKind::kReduce: steps = std::ceil(std::log2(n)), sent = S; break;
+    case CallKind::kBarrier: steps = std::ceil(std::log2(n)), sent = 0; break;
+    default: break;
+  }
+  return static_cast<uint64_t>(steps * latency_ns + sent / gbps);
 }
 
 Status Communicator::allReduce(const void* in, void* out, uint64_t count, HcclDataType dtype,
@@ -267,7 +293,9 @@ Status Communicator::allReduce(const void* in, void* out, uint64_t count, HcclDa
       !s.ok()) {
     return s;
   }
-  if (shadowed(count * dtypeSize(dtype))) return meet(ctx);
+  if (shadowed(count * dtypeSize(dtype))) {
+    return meet(ctx, CallKind::kAllReduce, count * dtypeSize(dtype));
+  }
   if (!multiNode()) return shm_->allReduce(in, out, count, dtype, op, nRanks_, ctx);
   const bool half = dtype == HCCL_DATA_TYPE_FP16 || dtype == HCCL_DATA_TYPE_BFP16;
   const HcclDataType work = half ? HCCL_DATA_TYPE_FP32 : dtype;
@@ -302,7 +330,9 @@ Status Communicator::reduce(const void* in, void* out, uint64_t count, HcclDataT
         !s.ok()) {
       return s;
     }
-    if (shadowed(count * dtypeSize(dtype))) return meet(ctx);
+    if (shadowed(count * dtypeSize(dtype))) {
+      return meet(ctx, CallKind::kReduce, count * dtypeSize(dtype));
+    }
     return shm_->reduce(in, out, count, dtype, op, nRanks_, root, ctx);
   }
   // Checked as below, without the scratch buffer.
@@ -323,7 +353,7 @@ Status Communicator::broadcast(void* buf, uint64_t bytes, uint32_t root, OpConte
       !s.ok()) {
     return s;
   }
-  if (shadowed(bytes)) return meet(ctx);
+  if (shadowed(bytes)) return meet(ctx, CallKind::kBroadcast, bytes);
   if (!multiNode()) return shm_->broadcast(buf, bytes, root, ctx);
   const bool rootNode = nodeOf_[root] == nodeOf_[rank_];
   if (rootNode) {
@@ -346,7 +376,9 @@ Status Communicator::allGather(const void* in, void* out, uint64_t bytesPerRank,
       !s.ok()) {
     return s;
   }
-  if (shadowed(bytesPerRank * nRanks_)) return meet(ctx);
+  if (shadowed(bytesPerRank * nRanks_)) {
+    return meet(ctx, CallKind::kAllGather, bytesPerRank * nRanks_);
+  }
   if (!multiNode()) return shm_->allGather(in, out, bytesPerRank, ctx);
   char* o = static_cast<char*>(out);
   std::vector<char> nodeBlocks(local_.size() * bytesPerRank);
@@ -374,7 +406,9 @@ Status Communicator::reduceScatter(const void* in, void* out, uint64_t recvCount
         !s.ok()) {
       return s;
     }
-    if (shadowed(recvCount * nRanks_ * dtypeSize(dtype))) return meet(ctx);
+    if (shadowed(recvCount * nRanks_ * dtypeSize(dtype))) {
+      return meet(ctx, CallKind::kReduceScatter, recvCount * nRanks_ * dtypeSize(dtype));
+    }
     return shm_->reduceScatter(in, out, recvCount, dtype, op, nRanks_, ctx);
   }
   if (shadowed(recvCount * nRanks_ * dtypeSize(dtype))) {
@@ -394,7 +428,11 @@ Status Communicator::allToAllV(const void* in, const uint64_t* sendBytes,
   if (Status s = expectCall(callPrint(CallKind::kAllToAll, ctx), ctx); !s.ok()) return s;
   // Shadow execution: always a meeting. Each rank's sizes differ, and whether to carry the bytes
   // must be one decision for all of them.
-  if (shadow_) return meet(ctx);
+  if (shadow_) {
+    uint64_t sent = 0;
+    for (uint32_t r = 0; r < nRanks_; ++r) sent += sendBytes[r];
+    return meet(ctx, CallKind::kAllToAll, sent * nRanks_ / std::max<uint32_t>(1, nRanks_ - 1));
+  }
   if (!multiNode()) {
     return shm_->allToAllV(in, sendBytes, sendOffsets, out, recvBytes, recvOffsets, ctx);
   }

@@ -86,7 +86,11 @@ class Communicator {
   // (tensor data, which does not exist) is a meeting of the ranks, checked as the call, that
   // moves no bytes; a smaller one (metadata) runs as usual.
   bool shadowed(uint64_t bytes) const { return shadow_ && bytes > NPU_SIM_SHADOW_CARRY_BYTES; }
-  Status meet(OpContext& ctx);
+  // With the simulated clock on, the meeting also moves every rank's clock to the latest of
+  // theirs (a node's ranks), plus the modeled time of `kind` moving `bytes` (the output of
+  // all-gathers, the input of the others).
+  Status meet(OpContext& ctx, CallKind kind, uint64_t bytes);
+  uint64_t modeledNs(CallKind kind, uint64_t bytes) const;
   bool multiNode() const { return leaders_.size() > 1; }
   bool isLeader() const { return local_.front() == rank_; }
   // Communicator rank -> index in this node's shared-memory group (-1: another node).

@@ -90,6 +90,9 @@ struct alignas(128) RankControl {
   // each passes only after it has finished reading the previous one). Written before the
   // release store of `arrivals`, read after the acquire loads: no atomics needed.
   CallPrint calls[2];
+  // Shadow execution's simulated clocks at a meeting (meetClocks), double-buffered by the
+  // parity of the sync point for the same reason as `calls`.
+  uint64_t clocks[2];
 };
 
 struct alignas(128) RingControl {
@@ -811,6 +814,18 @@ Status ShmTransport::barrier(OpContext& ctx) {
   std::lock_guard<std::mutex> lock(collectiveLock_);
   if (nLocal_ == 1) return Status::success();
   return arriveAndWait(ctx);
+}
+
+Status ShmTransport::meetClocks(uint64_t mine, uint64_t* latest, OpContext& ctx) {
+  std::lock_guard<std::mutex> lock(collectiveLock_);
+  *latest = mine;
+  if (nLocal_ == 1) return Status::success();
+  RankControl* rc = controls(base_);
+  const uint32_t parity = static_cast<uint32_t>((arrivals_ + 1) & 1);  // of the coming arrival
+  rc[me_].clocks[parity] = mine;
+  if (Status s = arriveAndWait(ctx); !s.ok()) return s;
+  for (uint32_t r = 0; r < nLocal_; ++r) *latest = std::max(*latest, rc[r].clocks[parity]);
+  return Status::success();
 }
 
 Status ShmTransport::ringWrite(uint32_t peer, const void* data, uint64_t bytes, OpContext& ctx) {

@@ -49,6 +49,9 @@ class ShmTransport final : public Transport {
   Status send(const void* buf, uint64_t bytes, uint32_t peer, OpContext& ctx) override;
   Status recv(void* buf, uint64_t bytes, uint32_t peer, OpContext& ctx) override;
   Status barrier(OpContext& ctx) override;
+  // A barrier at which each rank also publishes `mine` (its simulated clock, shadow execution)
+  // and learns the latest of the node's.
+  Status meetClocks(uint64_t mine, uint64_t* latest, OpContext& ctx);
   void markBroken(HcclResult code) override;
 
   // The collective-mismatch check: the next collective's first sync point also publishes

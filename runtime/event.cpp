@@ -21,6 +21,7 @@ struct npuEvent_st {
   uint64_t recorded = 0;                // records enqueued
   std::atomic<uint64_t> completed{0};   // records reached by their stream
   uint64_t time_ns = 0;                 // when the latest completed record was reached
+  uint64_t sim_ns = 0;                  // its stream's simulated clock then (shadow execution)
   int waiters = 0;
   std::string error;  // the recording stream's error when the latest record completed, or ""
   npuStream_st* done_stream = nullptr;  // the latest completed record's stream and position
@@ -73,6 +74,7 @@ static npuEvent_st* eventAcquire(unsigned flags) {
   event->recorded = 0;
   event->completed.store(0);
   event->time_ns = 0;
+  event->sim_ns = 0;
   event->waiters = 0;
   event->error.clear();
   event->done_stream = nullptr;
@@ -82,10 +84,11 @@ static npuEvent_st* eventAcquire(unsigned flags) {
 }
 
 void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error,
-                   npuStream_st* stream, uint64_t position) {
+                   npuStream_st* stream, uint64_t position, uint64_t sim_ns) {
   std::lock_guard<std::mutex> lock(event->mutex);
   if (seq > event->completed.load(std::memory_order_relaxed)) {
     event->time_ns = nowNs();
+    event->sim_ns = sim_ns;
     event->error = error;
     event->done_stream = stream;
     event->done_position = position;
@@ -94,7 +97,7 @@ void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error,
   if (event->waiters > 0) event->cv.notify_all();
 }
 
-std::string eventWait(npuEvent_st* event, uint64_t seq) {
+std::string eventWait(npuEvent_st* event, uint64_t seq, uint64_t* sim_ns) {
   bool done =
       spinThenYield([&] { return event->completed.load(std::memory_order_acquire) >= seq; });
   npuStream_st* stream = nullptr;
@@ -111,6 +114,7 @@ std::string eventWait(npuEvent_st* event, uint64_t seq) {
     stream = event->done_stream;
     position = event->done_position;
     error = event->error;
+    if (sim_ns) *sim_ns = event->sim_ns;
   }
   // Also until the recording stream has counted the record (a moment after the event
   // completed), so that whatever the waiter does next -- a stream running on, a host reading
@@ -197,8 +201,9 @@ npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int
     std::lock_guard<std::mutex> lock(event->mutex);
     task.event_seq = event->recorded;
     // A record that is complete, healthy and counted by its stream leaves nothing to wait for:
-    // the wait task would find it so and pass at once, at the cost of a hand-off.
-    if (task.event_seq != 0 && event->completed.load(std::memory_order_acquire) >= task.event_seq &&
+    // the wait task would find it so and pass at once, at the cost of a hand-off. (Not under
+    // the simulated clock: the wait moves the stream's clock, in its order.)
+    if (task.event_seq != 0 && !simClockOn() && event->completed.load(std::memory_order_acquire) >= task.event_seq &&
         event->error.empty() &&
         (event->done_stream == nullptr ||
          streamReached(event->done_stream, event->done_position))) {
@@ -255,7 +260,7 @@ npuError_t npuEventElapsedTime(float* ms, npuEvent_t start, npuEvent_t end) {
                   std::string("npuEventElapsedTime: the ") + which + " event was never recorded");
     }
     if (ev->completed.load() < ev->recorded) return npuErrorNotReady;
-    times[i] = ev->time_ns;
+    times[i] = simClockOn() ? ev->sim_ns : ev->time_ns;
   }
   *ms = static_cast<float>((static_cast<double>(times[1]) - static_cast<double>(times[0])) / 1e6);
   return npuSuccess;

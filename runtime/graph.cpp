@@ -419,7 +419,8 @@ npuError_t npuGraphDebugDotPrint(npuGraph_t graph, const char* path) {
   }
   // A replay runs the tasks in capture order, one after the other: the graph is a chain.
   static const char* const kKinds[] = {"kernel", "event record", "event wait",
-                                       "memcpy",  "memset",       "graph"};
+                                       "memcpy",  "memset",       "graph",
+                                       "modeled time"};
   std::fprintf(out, "digraph npu_graph {\n  label=\"NPU graph: %zu tasks\";\n"
                     "  node [shape=box];\n", graph->tasks.size());
   for (size_t i = 0; i < graph->tasks.size(); ++i) {

@@ -451,6 +451,17 @@ npuError_t npuMemsetAsync(void* ptr, int value, size_t count, npuStream_t stream
   return enqueue(s, task);
 }
 
+npuError_t npuSimScrubAsync(void* ptr, size_t count, npuStream_t stream) {
+  if (!config().shadow) return npuSuccess;
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task;
+  if (npuError_t e = prepareMemset("npuSimScrubAsync", ptr, 0, count, &task)) return e;
+  if (count == 0) return npuSuccess;
+  task.untimed = true;
+  return enqueueShort(s, task);
+}
+
 npuError_t npuMemset(void* ptr, int value, size_t count) {
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(nullptr, &s)) return e;

@@ -57,6 +57,10 @@ struct Device {
   std::atomic<uint64_t>* busy_ns = &local_busy_ns;
   std::atomic<uint64_t> local_used_bytes{0};
   std::atomic<uint64_t> local_busy_ns{0};
+  // Shadow execution's simulated clock: when the device's compute units are next free. Ops
+  // charged on different streams share them (one at a time); copies and collectives, which
+  // other engines move, do not.
+  std::atomic<uint64_t> sim_compute_free_ns{0};
 
   std::mutex streams_mutex;
   npuStream_st* default_stream = nullptr;  // created on first use
@@ -119,14 +123,16 @@ bool spinThenYield(Ready&& ready) {
   return ready();
 }
 struct Task {
-  enum Kind : uint8_t { kWork, kRecord, kWait, kCopy, kMemset, kGraph };
+  enum Kind : uint8_t { kWork, kRecord, kWait, kCopy, kMemset, kGraph, kCharge };
   Kind kind = kWork;
-  uintptr_t payload[3] = {};     // kCopy: dst, src, count; kMemset: ptr, value, count
+  uintptr_t payload[3] = {};     // kCopy: dst, src, count; kMemset: ptr, value, count;
+                                 // kCharge: modeled ns
   npuTaskFn fn = nullptr;
   void* arg = nullptr;           // kGraph: the launch (graph.cpp)
   npuTaskRelease release = nullptr;  // run once after the task ran or was skipped
   bool replayable = false;       // kWork launched with npuLaunchTaskWithRelease: may be captured
   bool kernel = false;           // kWork launched with npuLaunchKernel: shadow mode skips fn
+  bool untimed = false;          // npuSimScrubAsync: no simulated time, no profiler record
   npuEvent_st* event = nullptr;  // kRecord / kWait
   uint64_t event_seq = 0;        // record number to mark / wait for
   // Profiling (see profiler.cpp): set at launch when a session is open, 0 otherwise.
@@ -143,6 +149,8 @@ struct Task {
 npuError_t resolveStream(npuStream_t in, npuStream_st** out);
 // Enqueues a task (a copy of `task`); honours ASCEND_LAUNCH_BLOCKING.
 npuError_t enqueue(npuStream_st* stream, const Task& task);
+// A short task (npuLaunchShortTaskWithRelease's path): on the caller when the stream is idle.
+npuError_t enqueueShort(npuStream_st* stream, Task& task);
 npuError_t defaultStream(Device* dev, npuStream_st** out);
 // Enqueues and waits for the task; returns its own error (consumed from the stream). `api`
 // names the blocking call (it is refused while a capture forbids synchronizing calls).
@@ -169,14 +177,26 @@ void eventRelease(npuEvent_st* event);
 // record then carries it to whoever waits for the event. `stream` and `position`: where the
 // record stands in its stream (a host waiting for the event also waits for the stream to count
 // it as done); null for a record replayed inside a graph.
+// `sim_ns`: the recording stream's simulated clock (shadow execution), for npuEventElapsedTime.
 void eventComplete(npuEvent_st* event, uint64_t seq, const std::string& error,
-                   npuStream_st* stream = nullptr, uint64_t position = 0);
+                   npuStream_st* stream = nullptr, uint64_t position = 0, uint64_t sim_ns = 0);
 // Waits until record `seq` of `event` is complete and its stream has counted it (a stream
 // worker's wait task, npuEventSynchronize); returns the error the record carries ("" if none).
-std::string eventWait(npuEvent_st* event, uint64_t seq);
+// *sim_ns (when given) receives the record's simulated time.
+std::string eventWait(npuEvent_st* event, uint64_t seq, uint64_t* sim_ns = nullptr);
 
 // The next record number of `event` (a graph launch numbers the records it replays).
 uint64_t eventNextRecord(npuEvent_st* event);
+
+// ---- the simulated clock (simclock.cpp; the streams' clocks live in stream.cpp) -------------
+// True once a cost model is installed (shadow execution only).
+bool simClockOn();
+const npuSimCostModel& simCostModel();
+// Modeled time of a copy (resolved npuMemcpyKind) or memset (kind < 0) of `bytes`.
+uint64_t simTransferNs(int memcpy_kind, size_t bytes);
+uint64_t streamSimNs(npuStream_st* s);
+// Moves the stream's clock to at least `ns` (a wait, a collective's end).
+void streamSimAtLeast(npuStream_st* s, uint64_t ns);
 
 // ---- graphs (graph.cpp) ----------------------------------------------------------------------
 // A capture in progress. Streams point to the one they record into; a launch reads that pointer

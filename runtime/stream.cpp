@@ -105,6 +105,9 @@ struct npuStream_st {
 
   std::atomic<npu::rt::Capture*> capture{nullptr};  // the graph capture it records into
 
+  // Shadow execution's simulated clock (npu/runtime.h), ns; moved by the tasks it runs.
+  std::atomic<uint64_t> sim_ns{0};
+
   std::thread worker;
 };
 
@@ -157,8 +160,22 @@ std::string errorForEvent(npuStream_st* s) {
 // and memsets up to NPU_SIM_SHADOW_CARRY_BYTES do (metadata), larger ones move nothing, except
 // that a large copy to the host writes the placeholder, zeros. Other work (the collectives' own
 // tasks) runs.
-void runShadowed(Task& task) {
+void runShadowed(npuStream_st* s, Task& task) {
   const size_t bytes = task.payload[2];
+  if (task.kind == Task::kCharge) {
+    // The op starts when both its stream and the device's compute units are free.
+    std::atomic<uint64_t>& free = s->dev->sim_compute_free_ns;
+    uint64_t busy = free.load(std::memory_order_relaxed), end = 0;
+    do {
+      end = std::max(busy, streamSimNs(s)) + task.payload[0];
+    } while (!free.compare_exchange_weak(busy, end, std::memory_order_relaxed));
+    streamSimAtLeast(s, end);
+    return;
+  }
+  if (simClockOn() && !task.untimed && (task.kind == Task::kCopy || task.kind == Task::kMemset)) {
+    s->sim_ns.fetch_add(simTransferNs(task.kind == Task::kCopy ? task.memcpy_kind : -1, bytes),
+                        std::memory_order_relaxed);
+  }
   if (task.kind == Task::kCopy) {
     void* dst = reinterpret_cast<void*>(task.payload[0]);
     if (bytes <= NPU_SIM_SHADOW_CARRY_BYTES || task.memcpy_kind == npuMemcpyHostToHost) {
@@ -181,11 +198,13 @@ void runShadowed(Task& task) {
 void runTask(npuStream_st* s, Task& task) {
   switch (task.kind) {
     case Task::kRecord:
-      eventComplete(task.event, task.event_seq, errorForEvent(s));
+      eventComplete(task.event, task.event_seq, errorForEvent(s), nullptr, 0, streamSimNs(s));
       eventRelease(task.event);
       return;
     case Task::kWait: {
-      std::string upstream = eventWait(task.event, task.event_seq);
+      uint64_t sim = 0;
+      std::string upstream = eventWait(task.event, task.event_seq, &sim);
+      streamSimAtLeast(s, sim);
       eventRelease(task.event);
       if (!upstream.empty()) {
         recordFailureMessage(s, task.launcher,
@@ -215,7 +234,7 @@ void runTask(npuStream_st* s, Task& task) {
   t_task_failure = &failure;
   try {
     if (__builtin_expect(config().shadow, 0)) {
-      runShadowed(task);
+      runShadowed(s, task);
     } else if (task.kind == Task::kCopy) {
       std::memmove(reinterpret_cast<void*>(task.payload[0]),
                    reinterpret_cast<const void*>(task.payload[1]), task.payload[2]);
@@ -233,7 +252,7 @@ void runTask(npuStream_st* s, Task& task) {
   t_task_failure = nullptr;
   const uint64_t t1 = nowNs();
   s->dev->busy_ns->fetch_add(t1 - t0, std::memory_order_relaxed);
-  if (profilerWants(task)) profilerRecord(task, s->dev->index, s->id, t0, t1);
+  if (!task.untimed && profilerWants(task)) profilerRecord(task, s->dev->index, s->id, t0, t1);
   if (!failure.empty()) recordFailure(s, task, failure);
 }
 
@@ -263,7 +282,7 @@ void runAndComplete(npuStream_st* s, Task& task) {
     // once the stream has reached it, and so finds the stream idle when nothing came after.
     const std::string error = errorForEvent(s);
     eventComplete(task.event, task.event_seq, error, s,
-                  s->completed.load(std::memory_order_relaxed) + 1);
+                  s->completed.load(std::memory_order_relaxed) + 1, streamSimNs(s));
     markCompleted(s);
     eventRelease(task.event);
     return;
@@ -450,7 +469,7 @@ bool completeRecordIfIdle(npuStream_st* s, npuEvent_st* event) {
   if (s->failed || !idleLocked(s)) return false;
   // The stream cannot move while we hold its mutex: the record's position is where it stands.
   eventComplete(event, eventNextRecord(event), std::string(), s,
-                s->completed.load(std::memory_order_relaxed));
+                s->completed.load(std::memory_order_relaxed), streamSimNs(s));
   return true;
 }
 
@@ -516,6 +535,8 @@ bool runInline(npuStream_st* s, Task& task) {
   return true;
 }
 
+}  // namespace
+
 npuError_t enqueueShort(npuStream_st* s, Task& task) {
   if (s->capture.load(std::memory_order_acquire) != nullptr || !runInline(s, task)) {
     return enqueue(s, task);
@@ -524,7 +545,6 @@ npuError_t enqueueShort(npuStream_st* s, Task& task) {
   return takeError(s, Reader::kStream);
 }
 
-}  // namespace
 
 npuError_t enqueueAndWait(const char* api, npuStream_st* s, const Task& task) {
   if (npuError_t e = captureCheckDeviceCall(api, s->dev)) return e;
@@ -582,6 +602,14 @@ void waitDeviceIdle(Device* dev) {
 }
 
 void waitForStreamPosition(npuStream_st* s, uint64_t position) { waitFor(s, position); }
+
+uint64_t streamSimNs(npuStream_st* s) { return s->sim_ns.load(std::memory_order_relaxed); }
+
+void streamSimAtLeast(npuStream_st* s, uint64_t ns) {
+  uint64_t now = s->sim_ns.load(std::memory_order_relaxed);
+  while (now < ns && !s->sim_ns.compare_exchange_weak(now, ns, std::memory_order_relaxed)) {
+  }
+}
 
 bool streamReached(npuStream_st* s, uint64_t position) {
   return s->completed.load(std::memory_order_acquire) >= position;
@@ -781,6 +809,45 @@ npuError_t npuLaunchKernel(npuStream_t stream, const char* name, npuTaskFn fn,
 }
 
 int npuSimShadow(void) { return npu::rt::config().shadow ? 1 : 0; }
+
+npuError_t npuSimCharge(npuStream_t stream, const char* name, uint64_t ns) {
+  if (!simClockOn()) return npuSuccess;  // nothing models time
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  Task task = workTask(name, nullptr, nullptr, true, nullptr);
+  task.kind = Task::kCharge;
+  task.payload[0] = ns;
+  return enqueueShort(s, task);
+}
+
+npuError_t npuSimStreamClock(npuStream_t stream, uint64_t* ns) {
+  if (!ns) return fail(npuErrorInvalidValue, "npuSimStreamClock: ns is NULL");
+  npuStream_st* s = nullptr;
+  if (npuError_t e = resolveStream(stream, &s)) return e;
+  *ns = streamSimNs(s);
+  return npuSuccess;
+}
+
+npuError_t npuSimDeviceClock(int device, uint64_t* ns) {
+  if (!ns) return fail(npuErrorInvalidValue, "npuSimDeviceClock: ns is NULL");
+  if (npuError_t e = checkUsable()) return e;
+  Device* dev = npu::rt::device(device);
+  if (!dev) {
+    return fail(npuErrorInvalidDevice, "npuSimDeviceClock: device " + std::to_string(device) +
+                                           " is not visible");
+  }
+  uint64_t latest = 0;
+  std::lock_guard<std::mutex> lock(dev->streams_mutex);
+  for (npuStream_st* s : dev->streams) latest = std::max(latest, streamSimNs(s));
+  *ns = latest;
+  return npuSuccess;
+}
+
+uint64_t npuSimTaskClock(void) { return t_running_stream ? streamSimNs(t_running_stream) : 0; }
+
+void npuSimTaskClockAdvanceTo(uint64_t ns) {
+  if (t_running_stream) streamSimAtLeast(t_running_stream, ns);
+}
 
 npuError_t npuLaunchTaskSync(npuStream_t stream, const char* name, npuTaskFn fn,
                              npuTaskRelease release, void* arg) {

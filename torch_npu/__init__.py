@@ -137,6 +137,7 @@ def _init() -> None:
     from torch_npu.profiler import _profiling_mode
 
     _profiling_mode.enable_from_environment()  # TORCH_NPU_PROFILING_MODE / PROFILING_MODE=true
+    torch_npu.npu.shadow.install_cost_model()  # NPU_SIM_SHADOW=1: the card's simulated clock
     _transfer_to_npu_from_env()
 
 

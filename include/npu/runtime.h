@@ -249,6 +249,42 @@ NPU_API npuError_t npuLaunchKernel(npuStream_t stream, const char* name, npuTask
  * launched with npuLaunchTask* are not kernels and still run (the collectives' own tasks). */
 #define NPU_SIM_SHADOW_CARRY_BYTES 65536u
 NPU_API int npuSimShadow(void); /* 1 under NPU_SIM_SHADOW=1, else 0 */
+/* Shadow execution only (a no-op otherwise): zeroes [ptr, ptr + count) in `stream`'s order, as
+ * part of the simulator's own bookkeeping (the caching allocator scrubs a small fresh block):
+ * no simulated time, no profiler record. */
+NPU_API npuError_t npuSimScrubAsync(void* ptr, size_t count, npuStream_t stream);
+
+/* ---- the simulated clock of shadow execution ----------------------------------------------
+ * Under shadow execution each stream keeps a simulated device clock, in nanoseconds, that only
+ * modeled time moves: npuSimCharge (the adapter charges each op's modeled time after its
+ * kernels), copies and memsets (bytes over the model's bandwidths), and collectives (ccl: the
+ * ranks' clocks meet, then the transfer's modeled time). An event record takes its stream's
+ * clock, a stream waiting for an event moves to at least the event's, and
+ * npuEventElapsedTime reports simulated time. So the overlap of compute and communication comes
+ * from the program's own stream and event dependencies. Host time is not modeled: a projection
+ * assumes the host keeps the device fed. Until npuSimSetCostModel, every clock stays at 0. */
+typedef struct npuSimCostModel {
+  double hbm_gbps;         /* device memory bandwidth (device-to-device copies, memsets), GB/s */
+  double h2d_gbps;         /* host <-> device copies, GB/s */
+  double copy_overhead_us; /* per copy or memset */
+  double intra_gbps;       /* collectives inside a node (HCCS), per device, GB/s */
+  double intra_latency_us; /* per algorithm step inside a node */
+  double inter_gbps;       /* collectives between nodes (RoCE), per device, GB/s */
+  double inter_latency_us; /* per algorithm step between nodes */
+} npuSimCostModel;
+/* Installs the model (copied); npuErrorNotSupported unless shadow execution is on,
+ * npuErrorInvalidValue for a bandwidth that is not positive. */
+NPU_API npuError_t npuSimSetCostModel(const npuSimCostModel* model);
+/* The installed model; npuErrorNotReady when none is. */
+NPU_API npuError_t npuSimGetCostModel(npuSimCostModel* model);
+/* Queues `ns` of modeled device time on `stream`, named `name` (an op), after its kernels. */
+NPU_API npuError_t npuSimCharge(npuStream_t stream, const char* name, uint64_t ns);
+/* A stream's clock as of the tasks it has run; a device's is the latest of its streams'. */
+NPU_API npuError_t npuSimStreamClock(npuStream_t stream, uint64_t* ns);
+NPU_API npuError_t npuSimDeviceClock(int device, uint64_t* ns);
+/* From inside a running task (a collective): its stream's clock, and moving it forward. */
+NPU_API uint64_t npuSimTaskClock(void);
+NPU_API void npuSimTaskClockAdvanceTo(uint64_t ns);
 
 /* ---- the schedule (NPU_SIM_SCHEDULE) ---------------------------------------------------- */
 /* How the simulator orders the work of its streams, read once from NPU_SIM_SCHEDULE:

@@ -9,6 +9,7 @@ the documented placeholders, data-dependent shapes are refused naming the op, an
 LLaMA-2-7B training step on one 64 GB device ends in torch_npu's out-of-memory message without
 costing the host its memory."""
 import json
+import os
 
 import pytest
 from dist_launch import torchrun, worker
@@ -185,3 +186,144 @@ def test_a_bad_value_is_refused_naming_the_variable(python):
     assert r.returncode != 0
     assert "NPU_SIM_SHADOW='on' is invalid" in r.stderr
 
+
+
+def test_llama2_7b_fsdp2_on_eight_ranks_fits_and_reports_its_memory(tmp_path):
+    # The project's 8-rank job: LLaMA-2-7B with FSDP2 (bf16 compute, float32 master weights,
+    # AdamW, sequence 4096) over hccl under torchrun, at its real size.
+    r = torchrun(worker("shadow_llama_fsdp2.py"), 8, str(tmp_path), "32", "2", env=SHADOW,
+                 timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(8)]
+    # Each rank's share of the float32 master weights, gradients and AdamW's two moments:
+    # 16 bytes per parameter over 8 ranks; activations of the full sequence come on top.
+    sharded_state = 16 * ranks[0]["params"] / 8
+    for rank in ranks:
+        assert rank["shadow"] and rank["params"] == 6738415616
+        assert sharded_state < rank["peak_allocated"] <= rank["peak_reserved"] < rank["capacity"]
+        assert max(rank["step_seconds"]) < 60
+        assert rank["rss_mb"] < 2048
+    peaks = [rank["peak_allocated"] for rank in ranks]
+    assert max(peaks) < 1.1 * min(peaks)           # the shards are even
+
+
+# ---- the simulated clock: the 910B cost model (torch_npu/data/profile_910B2.toml) -------------
+
+def test_op_costs_are_the_profiles_roofline(python):
+    r = run_ok(python, """
+        import json, torch, torch_npu
+        from torch_npu import _C
+        def meta(*shape, dtype=torch.float32):
+            return torch.empty(*shape, dtype=dtype, device="meta")
+        bf = torch.bfloat16
+        cases = {
+            "mm": _C._npu_modelOp("aten::mm", [meta(4096, 4096, dtype=bf)] * 2,
+                                  [meta(4096, 4096, dtype=bf)]),
+            "conv": _C._npu_modelOp("aten::convolution",
+                                    [meta(8, 64, 56, 56), meta(128, 64, 3, 3), meta(128)],
+                                    [meta(8, 128, 56, 56)]),
+            "add": _C._npu_modelOp("aten::add", [meta(2**20)] * 2, [meta(2**20)]),
+        }
+        print(json.dumps({"cases": cases, "model": torch_npu.npu.shadow.installed_profile()["model"]}))
+    """, env=SHADOW)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    m, cases = got["model"], got["cases"]
+    overhead = m["launch_overhead_us"] * 1e3
+
+    def roofline(flops, bytes_, tflops, efficiency):  # ns: max(compute, memory) + launch
+        return int(max(flops / (tflops * 1e3 * efficiency),
+                       bytes_ / (m["hbm_gbps"] * m["hbm_efficiency"])) + overhead)
+
+    flops, bytes_ = 2 * 4096 ** 3, 3 * 4096 * 4096 * 2           # bf16 GEMM: compute-bound
+    assert cases["mm"] == [flops, bytes_, True,
+                           roofline(flops, bytes_, m["cube_tflops_bf16"], m["cube_efficiency"])]
+    assert cases["mm"][3] > 400_000                               # ~0.43 ms on 910B2
+    flops = 2 * (8 * 128 * 56 * 56) * (64 * 3 * 3)                # float32 conv: fp32 cube rate
+    bytes_ = 4 * (8 * 64 * 56 * 56 + 128 * 64 * 9 + 128 + 8 * 128 * 56 * 56)
+    assert cases["conv"] == [flops, bytes_, True,
+                             roofline(flops, bytes_, m["cube_tflops_fp32"], m["cube_efficiency"])]
+    flops, bytes_ = 2 ** 20, 3 * 4 * 2 ** 20                      # add: HBM-bound
+    assert cases["add"] == [flops, bytes_, False,
+                            roofline(flops, bytes_, m["vector_tflops"], m["vector_efficiency"])]
+
+
+def test_events_measure_simulated_time_and_streams_share_the_compute_units(python):
+    r = run_ok(python, """
+        import torch, torch_npu
+        from torch_npu import _C
+        a = torch.empty(2048, 2048, device="npu", dtype=torch.bfloat16)
+        meta = torch.empty(2048, 2048, device="meta", dtype=torch.bfloat16)
+        mm_ns = _C._npu_modelOp("aten::mm", [meta, meta], [meta])[3]
+        ev = [torch.npu.Event(enable_timing=True) for _ in range(4)]
+        ev[0].record()
+        for _ in range(6):
+            b = a @ a
+        ev[1].record()
+        # Two streams, three matmuls each: they share the cube, so no faster than one stream.
+        side = torch.npu.Stream()
+        side.wait_stream(torch.npu.current_stream())
+        ev[2].record()
+        with torch.npu.stream(side):
+            for _ in range(3):
+                c = a @ a
+        for _ in range(3):
+            b = a @ a
+        torch.npu.current_stream().wait_stream(side)
+        ev[3].record()
+        torch.npu.synchronize()
+        print(mm_ns, ev[0].elapsed_time(ev[1]), ev[2].elapsed_time(ev[3]))
+    """, env=SHADOW)
+    mm_ns, one_stream_ms, two_streams_ms = map(float, r.stdout.split())
+    assert one_stream_ms == pytest.approx(6 * mm_ns / 1e6, rel=1e-6)
+    assert two_streams_ms == pytest.approx(6 * mm_ns / 1e6, rel=1e-6)
+
+
+def test_collectives_meet_the_slowest_rank_and_take_their_modeled_time(tmp_path):
+    extra = 8
+    r = torchrun(worker("shadow_clock.py"), 2, str(tmp_path), str(extra), env=SHADOW)
+    assert r.returncode == 0, r.stdout[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
+    m = ranks[0]["model"]
+    n, size = 2, 64 * 2 ** 20
+    # Ring all-reduce on HCCS: 2(n-1) steps of latency, 2(n-1)/n of the bytes over the link.
+    allreduce_ns = 2 * (n - 1) * m["intra_latency_us"] * 1e3 + 2 * (n - 1) / n * size / m["intra_gbps"]
+    compute_ns = extra * ranks[0]["mm_ns"]
+    for rank in ranks:
+        # Rank 1 computed nothing, but its collective could only end after rank 0 arrived.
+        assert rank["elapsed_ms"] == pytest.approx((compute_ns + allreduce_ns) / 1e6, rel=1e-3)
+
+
+def test_projection_reports_memory_step_time_and_throughput(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch, torch_npu\n"
+        "from torch_npu.testing.models import GPT, batches, loss_fn\n"
+        "torch.manual_seed(0)\n"
+        "model = GPT().npu()\n"
+        "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        "for x, y in batches('gpt', 4, batch=8, seed=1):\n"
+        "    loss = loss_fn('gpt', model(x.npu()), y.npu())\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n")
+    env = dict(os.environ)
+    env.pop("NPU_SIM_SHADOW", None)  # the tool turns it on itself
+    r = subprocess.run([sys.executable, "-m", "torch_npu.utils.projection", "--json", "--top",
+                        "1000", "--tokens-per-step", "1024", "--", str(script)],
+                       capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stderr[-4000:]
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert report["profile"] == "Ascend910B2" and report["steps"] == 4
+    steps = report["step_seconds"]
+    assert all(t > 0 for t in steps)
+    later = sorted(steps[1:])
+    assert report["projected_step_seconds"] == pytest.approx(later[1])      # their median
+    assert report["tokens_per_second"] == pytest.approx(1024 / later[1])
+    assert 0 < report["peak_allocated_bytes"] <= report["peak_reserved_bytes"]
+    # One stream: the device's time is the ops' modeled times plus the copies and memsets
+    # (batches, AdamW's zeroed state), which the runtime times by their bytes.
+    ops = sum(op["seconds"] for op in report["top_ops"])
+    assert ops <= sum(steps) <= 1.5 * ops
+    assert {"aten::addmm", "aten::mm"} & {op["op"] for op in report["top_ops"]}
