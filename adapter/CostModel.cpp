@@ -6,7 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 
@@ -18,21 +18,24 @@ namespace {
 OpCostFigures g_figures;
 std::atomic<bool> g_installed{false};
 
+// Totals per op, keyed by the op's name as RecordFunction gives it (the operator's own string,
+// stable while the operator is registered): no string is built per call.
 std::mutex g_totals_mutex;
-std::map<std::string, OpCostTotal>& totals() {
-  static auto* t = new std::map<std::string, OpCostTotal>();  // never destroyed (exit order)
+std::unordered_map<const char*, OpCostTotal>& totals() {
+  static auto* t = new std::unordered_map<const char*, OpCostTotal>();  // never destroyed
   return *t;
 }
 
 thread_local uint64_t t_launches = 0;     // kernel launches by this thread
 thread_local void* t_stream = nullptr;    // the stream of the latest one
 
-// One op in flight on this thread (RecordFunction nests per thread).
+// One op in flight on this thread (RecordFunction nests per thread). The inputs are kept as
+// they are (references) and measured only if the op turns out to have launched kernels.
 struct Frame : at::ObserverContext {
   uint64_t launches_at_start = 0;
   uint64_t claimed = 0;  // launches made by the ops nested in this one
   Frame* parent = nullptr;
-  std::vector<OpShape> inputs;
+  c10::SmallVector<c10::IValue, 6> inputs;
 };
 thread_local Frame* t_top = nullptr;
 
@@ -53,7 +56,8 @@ std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& fn) {
   auto frame = std::make_unique<Frame>();
   frame->launches_at_start = t_launches;
   frame->parent = t_top;
-  for (const c10::IValue& v : fn.inputs()) addShapes(v, &frame->inputs);
+  const c10::ArrayRef<const c10::IValue> inputs = fn.inputs();
+  frame->inputs.assign(inputs.begin(), inputs.end());
   t_top = frame.get();
   return frame;
 }
@@ -65,14 +69,15 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
   const uint64_t made = t_launches - frame->launches_at_start;
   if (frame->parent != nullptr) frame->parent->claimed += made;
   if (made == frame->claimed || t_stream == nullptr) return;  // no kernel of its own
-  std::vector<OpShape> outputs;
+  std::vector<OpShape> inputs, outputs;
+  for (const c10::IValue& v : frame->inputs) addShapes(v, &inputs);
   for (const c10::IValue& v : fn.outputs()) addShapes(v, &outputs);
-  const std::string name = fn.name();
-  const OpCost cost = modelOp(name, frame->inputs, outputs);
-  (void)npuSimCharge(static_cast<npuStream_t>(t_stream), name.c_str(), cost.ns);
+  const char* name = fn.name();
+  const OpCost cost = modelOp(name, inputs, outputs);
+  (void)npuSimCharge(static_cast<npuStream_t>(t_stream), name, cost.ns);
   std::lock_guard<std::mutex> lock(g_totals_mutex);
   OpCostTotal& total = totals()[name];
-  total.name = name;
+  if (total.calls == 0) total.name = name;
   ++total.calls;
   total.ns += cost.ns;
   total.flops += cost.flops;
@@ -84,7 +89,9 @@ double numel(const OpShape& s) {
   return n;
 }
 
-bool named(const std::string& op, const char* name) { return op == std::string("aten::") + name; }
+bool named(const std::string& op, const char* name) {
+  return op.size() > 6 && op.compare(0, 6, "aten::") == 0 && op.compare(6, std::string::npos, name) == 0;
+}
 
 // The cube's multiply-accumulate work of an op, 0 for a vector op.
 double cubeFlops(const std::string& op, const std::vector<OpShape>& in,
@@ -172,6 +179,8 @@ std::vector<OpCostTotal> costTotals() {
   std::lock_guard<std::mutex> lock(g_totals_mutex);
   std::vector<OpCostTotal> out;
   for (const auto& [name, total] : totals()) out.push_back(total);
+  std::sort(out.begin(), out.end(),
+            [](const OpCostTotal& a, const OpCostTotal& b) { return a.name < b.name; });
   return out;
 }
 

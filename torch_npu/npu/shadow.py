@@ -7,8 +7,8 @@ strides, aliasing, autograd, the caching allocator and the order of work are tho
 run, so the memory a job needs on a 64 GB device is exact.
 
 Under shadow execution a cost model of the card (``NPU_SIM_PROFILE``, default ``910B2``: the
-figures in torch_npu/data/profile_<name>.toml, or a path to such a file) drives a simulated
-device clock: each op is charged its roofline time, copies and collectives their transfer time,
+figures in torch_npu/data/profile_<name>.toml, or a path to such a file; ``none`` for no clock)
+drives a simulated device clock: each op is charged its roofline time, copies and collectives their transfer time,
 and events, ``Event.elapsed_time`` and stream waits follow simulated time.
 """
 
@@ -87,6 +87,8 @@ def install_cost_model() -> dict | None:
     """Installs the card's cost model when shadow execution is on (torch_npu's import does)."""
     global _installed
     if _installed is None and shadow_mode() and not _C._npu_costModelInstalled():
+        if os.environ.get("NPU_SIM_PROFILE", "").strip().lower() == "none":
+            return None  # memory only: no clock, no per-op cost
         profile = load_profile()
         model = cost_model(profile)
         _C._npu_setCostModel(model)
