@@ -525,7 +525,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_npu_init", &npuInit);
   m.def("_npu_getDeviceCount", &getDeviceCount);
-  m.def("_npu_shadowMode", [] { return npuSimShadow() != 0; });
+  m.def("_npu_shadowMode", [] { return npuSimPeekShadow() != 0; });
   m.def("_npu_setCostModel", &setCostModel);
   m.def("_npu_costModelInstalled", &costModelInstalled);
   m.def("_npu_modelOp", &modelOpBody);

@@ -153,6 +153,9 @@ const Config& config() {
                    "only, kernels do not run, and what they would compute reads as zero (pid %d)\n",
                    static_cast<int>(::getpid()));
     }
+    // A cost model installed while the environment still asked for shadow execution
+    // (npuSimPeekShadow) has no clock to drive when the configuration says otherwise.
+    if (!loaded.shadow) simClockDisable();
     g_config_fixed.store(true, std::memory_order_release);
     return loaded;
   }();
@@ -303,6 +306,11 @@ npuError_t npuPeekDeviceCount(int* count, char* why, size_t why_size) {
     std::snprintf(why, why_size, "%s", reason.c_str());
   }
   return npuSuccess;
+}
+
+int npuSimPeekShadow(void) {
+  if (g_config_fixed.load(std::memory_order_acquire)) return config().shadow ? 1 : 0;
+  return loadConfig().shadow ? 1 : 0;
 }
 
 int npuPhysicalDeviceCount(void) { return config().physical_count; }

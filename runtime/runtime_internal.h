@@ -191,6 +191,7 @@ uint64_t eventNextRecord(npuEvent_st* event);
 // ---- the simulated clock (simclock.cpp; the streams' clocks live in stream.cpp) -------------
 // True once a cost model is installed (shadow execution only).
 bool simClockOn();
+void simClockDisable();  // config(): the fixed configuration is not shadow execution
 const npuSimCostModel& simCostModel();
 // Modeled time of a copy (resolved npuMemcpyKind) or memset (kind < 0) of `bytes`.
 uint64_t simTransferNs(int memcpy_kind, size_t bytes);

@@ -15,6 +15,7 @@ npuSimCostModel g_model{};  // written once, before g_on is set
 }  // namespace
 
 bool simClockOn() { return g_on.load(std::memory_order_acquire); }
+void simClockDisable() { g_on.store(false, std::memory_order_release); }
 const npuSimCostModel& simCostModel() { return g_model; }
 
 uint64_t simTransferNs(int memcpy_kind, size_t bytes) {
@@ -34,7 +35,7 @@ extern "C" {
 
 npuError_t npuSimSetCostModel(const npuSimCostModel* model) {
   if (!model) return fail(npuErrorInvalidValue, "npuSimSetCostModel: model is NULL");
-  if (!config().shadow) {
+  if (!npuSimPeekShadow()) {
     return fail(npuErrorNotSupported, "npuSimSetCostModel: the simulated clock runs under "
                                       "shadow execution only (NPU_SIM_SHADOW=1)");
   }

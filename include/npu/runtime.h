@@ -248,7 +248,11 @@ NPU_API npuError_t npuLaunchKernel(npuStream_t stream, const char* name, npuTask
  * Everything else (streams, events, the allocator's bookkeeping, errors) runs as usual. Tasks
  * launched with npuLaunchTask* are not kernels and still run (the collectives' own tasks). */
 #define NPU_SIM_SHADOW_CARRY_BYTES 65536u
-NPU_API int npuSimShadow(void); /* 1 under NPU_SIM_SHADOW=1, else 0 */
+NPU_API int npuSimShadow(void); /* 1 under NPU_SIM_SHADOW=1, else 0 (fixes the configuration) */
+/* npuSimShadow's answer without starting anything: until the runtime has read its configuration
+ * (the first device call), NPU_SIM_SHADOW as the environment holds it now; from then on the fixed
+ * value. As npuPeekDeviceCount, it lets `import torch_npu` ask without freezing the environment. */
+NPU_API int npuSimPeekShadow(void);
 /* Shadow execution only (a no-op otherwise): zeroes [ptr, ptr + count) in `stream`'s order, as
  * part of the simulator's own bookkeeping (the caching allocator scrubs a small fresh block):
  * no simulated time, no profiler record. */

@@ -66,10 +66,13 @@ def test_two_ranks_under_torchrun_follow_the_normal_run(tmp_path, parallel):
         assert s["ops"] == n["ops"]
         assert s["allocations"] == n["allocations"]
         assert s["segments"] in (n["segments"] - 1, n["segments"], n["segments"] + 1)
-        # A block freed while the comm stream still uses it (record_stream) is released when
-        # the stream's event completes: a matter of timing in both modes (repeated normal runs
-        # of either job differ by up to ~20%), so the peaks agree within that.
-        assert abs(s["peak_allocated"] - n["peak_allocated"]) <= 0.25 * n["peak_allocated"]
+        # Under torchrun the peak depends on timing in both modes: a block freed while the comm
+        # stream still uses it is released when the stream's event completes, and autograd's
+        # device thread interleaves with the main thread. Repeated normal FSDP2 runs of this job
+        # peaked anywhere from 935,936 to 1,214,976 bytes (30% apart), even with
+        # ASCEND_LAUNCH_BLOCKING=1, so the peaks agree within that spread, not exactly (the
+        # single-process runs above are exact).
+        assert abs(s["peak_allocated"] - n["peak_allocated"]) <= 0.35 * n["peak_allocated"]
 
 
 def test_placeholders_metadata_and_refusals(python):
@@ -327,3 +330,18 @@ def test_projection_reports_memory_step_time_and_throughput(tmp_path):
     ops = sum(op["seconds"] for op in report["top_ops"])
     assert ops <= sum(steps) <= 1.5 * ops
     assert {"aten::addmm", "aten::mm"} & {op["op"] for op in report["top_ops"]}
+
+
+def test_importing_under_shadow_fixes_nothing_before_the_first_device_call(python):
+    # torch_npu's import installs the cost model; that must not freeze the device configuration
+    # (ASCEND_RT_VISIBLE_DEVICES may still change until the first device call).
+    r = run_ok(python, """
+        import os, torch, torch_npu
+        print(torch_npu.npu.shadow_mode(), torch.npu.is_initialized(), torch.npu.device_count())
+        os.environ["ASCEND_RT_VISIBLE_DEVICES"] = "1,3"
+        print(torch.npu.device_count())
+        x = torch.ones(1024, 1024, device="npu:1") @ torch.ones(1024, 1024, device="npu:1")
+        torch.npu.synchronize(1)
+        print(torch.npu.device_count(), torch_npu.npu.shadow.simulated_time_ns(1) > 0)
+    """, env={**SHADOW, "NPU_SIM_DEVICE_COUNT": "4"})
+    assert r.stdout.split() == ["True", "False", "4", "2", "2", "True"]

@@ -29,6 +29,18 @@ int main(int argc, char** argv) {
     std::printf("message=%s\n", e ? npuGetLastErrorMessage() : "");
     return 0;
   }
+  if (argc >= 2 && std::strcmp(argv[1], "peek-shadow") == 0) {
+    // Before the first device call the peek follows the environment; afterwards it is fixed.
+    const int before = npuSimPeekShadow();
+    setenv("NPU_SIM_SHADOW", before ? "0" : "1", 1);
+    const int changed = npuSimPeekShadow();
+    int count = 0;
+    npuGetDeviceCount(&count);
+    setenv("NPU_SIM_SHADOW", changed ? "0" : "1", 1);
+    std::printf("before=%d changed=%d fixed=%d shadow=%d\n", before, changed, npuSimPeekShadow(),
+                npuSimShadow());
+    return 0;
+  }
   if (argc >= 3 && std::strcmp(argv[1], "hold") == 0) {
     size_t bytes = std::strtoull(argv[2], nullptr, 10);
     void* p = nullptr;

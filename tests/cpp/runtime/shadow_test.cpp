@@ -60,3 +60,8 @@ TEST(Shadow, BadValueIsRefusedNamingTheVariable) {
   EXPECT_NE(out.find("error=npuErrorInitialization"), std::string::npos) << out;
   EXPECT_NE(out.find("NPU_SIM_SHADOW='yes' is invalid"), std::string::npos) << out;
 }
+
+TEST(Shadow, PeekFollowsTheEnvironmentUntilTheRuntimeStarts) {
+  const std::string out = runProbe("NPU_SIM_SHADOW=1", "peek-shadow");
+  EXPECT_NE(out.find("before=1 changed=0 fixed=0 shadow=0"), std::string::npos) << out;
+}
