@@ -132,7 +132,8 @@ def test_llama2_7b_on_one_device_runs_out_of_memory_as_on_a_card(python):
     # sequence 4096, AdamW): 27 GB of parameters, as much of gradients and 54 GB of AdamW state
     # cannot fit in 64 GB.
     r = python("""
-        import resource, time, torch, torch_npu, transformers
+        import time, torch, torch_npu, transformers
+        from torch_npu.testing import peak_rss_mb
         cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
             num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
             max_position_embeddings=4096)
@@ -154,7 +155,7 @@ def test_llama2_7b_on_one_device_runs_out_of_memory_as_on_a_card(python):
             print("OOM", str(e).splitlines()[0])
         print("peak", torch.npu.max_memory_allocated())
         print("seconds", time.time() - began)
-        print("rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+        print("rss_mb", peak_rss_mb())
     """, env=SHADOW, timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]
     lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
@@ -169,14 +170,15 @@ def test_llama2_7b_on_one_device_runs_out_of_memory_as_on_a_card(python):
 
 def test_a_model_built_on_the_meta_device_moves_to_npu_without_host_memory(python):
     r = run_ok(python, """
-        import resource, torch, torch_npu
+        import torch, torch_npu
+        from torch_npu.testing import peak_rss_mb
         with torch.device("meta"):
             model = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192) for _ in range(16)])
         model.to_empty(device="npu")
         x = torch.randn(4, 8192, device="npu")
         model(x).sum().backward()
         print(torch.npu.memory_allocated() >= 16 * 8192 * 8192 * 4 * 2,
-              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+              peak_rss_mb())
     """, env=SHADOW)
     fits, rss_mb = r.stdout.split()
     assert fits == "True"                             # 8.6 GB of weights and gradients

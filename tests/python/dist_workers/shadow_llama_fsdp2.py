@@ -8,7 +8,6 @@ and its peak host RSS.
 """
 import json
 import os
-import resource
 import sys
 import time
 
@@ -19,6 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import torch_npu  # noqa: F401
+from torch_npu.testing import peak_rss_mb
 
 OUT_DIR = sys.argv[1]
 LAYERS = int(sys.argv[2]) if len(sys.argv) > 2 else 32
@@ -57,5 +57,5 @@ with open(os.path.join(OUT_DIR, f"rank{RANK}.json"), "w") as f:
                "peak_reserved": stats["reserved_bytes.all.peak"],
                "capacity": torch.npu.get_device_properties(LOCAL).total_memory,
                "step_seconds": seconds,
-               "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}, f)
+               "rss_mb": peak_rss_mb()}, f)
 dist.destroy_process_group()
