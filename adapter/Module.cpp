@@ -24,6 +24,7 @@
 #include "CostModel.h"
 #include "NPUStream.h"
 #include "Profiler.h"
+#include "Recovery.h"
 #include "distributed/Init.h"
 #include "ops/OpStats.h"
 #include "npu/caching_allocator.h"
@@ -617,4 +618,5 @@ PYBIND11_MODULE(_C, m) {
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
   profiler::initProfilerBindings(m);
   initDistributedBindings(m);
+  initRecoveryBindings(m);
 }

@@ -2,6 +2,12 @@
 
 #include <pthread.h>
 
+#include <unistd.h>
+#include <chrono>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
+#include <cstdlib>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -134,15 +140,44 @@ DeviceSwitch::~DeviceSwitch() {
   if (current_ != previous_) (void)npuSetDevice(previous_);
 }
 
+std::string errorTimestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  localtime_r(&seconds, &tm);
+  std::ostringstream out;
+  out << std::put_time(&tm, "%Y-%m-%d-%H:%M:%S") << '.' << std::setw(3) << std::setfill('0')
+      << (micros / 1000) % 1000 << '.' << std::setw(3) << std::setfill('0') << micros % 1000;
+  return out.str();
+}
+
 namespace detail {
 
 void throwNpuError(npuError_t error, const char* expr, const char* file, int line) {
   const char* detail = npuGetLastErrorMessage();
+  const c10::SourceLocation at{expr, file, static_cast<uint32_t>(line)};
+  if (error == npuErrorDeviceTaskAbort || error == npuErrorDeviceMemError ||
+      error == npuErrorDeviceLost) {
+    // A faulty device (NPU_SIM_FAULTS, stop_device): torch_npu's shape, "NPU function error:
+    // FORCE STOP / UCE ERROR ..., error code is <CANN code>" and the PTA suffix.
+    const int acl = error == npuErrorDeviceTaskAbort ? 107022
+                    : error == npuErrorDeviceMemError ? 507053
+                                                      : 507010;
+    int device = -1;
+    (void)npuGetDevice(&device);
+    const char* rank = std::getenv("RANK");
+    throw c10::AcceleratorError(
+        at, static_cast<int32_t>(error),
+        c10::str(file, ":", line, " NPU function error: ", detail, ", error code is ", acl,
+                 "\n[ERROR] ", errorTimestamp(), " (PID:", getpid(), ", Device:", device,
+                 ", RankID:", rank ? rank : "-1", ") ERR00100 PTA call acl api failed."));
+  }
   std::string message = std::string("NPU error: ") + npuGetErrorName(error) + ": " +
                         (detail && *detail ? detail : npuGetErrorString(error));
-  const c10::SourceLocation where{expr, file, static_cast<uint32_t>(line)};
-  if (error == npuErrorMemoryAllocation) throw c10::OutOfMemoryError(where, message);
-  throw c10::AcceleratorError(where, static_cast<int32_t>(error), message);
+  if (error == npuErrorMemoryAllocation) throw c10::OutOfMemoryError(at, message);
+  throw c10::AcceleratorError(at, static_cast<int32_t>(error), message);
 }
 
 }  // namespace detail

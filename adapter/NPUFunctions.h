@@ -12,7 +12,9 @@ namespace torch_npu {
 // starts a stream worker, so it is safe before fork(). Asked of the runtime once, by lazyInit().
 c10::DeviceIndex deviceCount() noexcept;
 
-c10::DeviceIndex currentDevice();           // the calling thread's current device
+c10::DeviceIndex currentDevice();
+// "2026-12-05-08:10:11.123.456": the time stamp of torch_npu's "[ERROR]" lines.
+std::string errorTimestamp();           // the calling thread's current device
 void setDevice(c10::DeviceIndex device);    // no-op when already current
 // Sets `device` current and returns the previous one.
 c10::DeviceIndex exchangeDevice(c10::DeviceIndex device);

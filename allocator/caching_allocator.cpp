@@ -140,6 +140,15 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
   std::unique_lock<DeviceLock> lock(mutex);
   // No device has this much; rounding it up would overflow.
   if (request > kMaxRequest) throwOutOfMemory(lock, request);
+  static const bool faults = npuSimFaultsArmed() != 0;
+  if (__builtin_expect(faults, 0)) {
+    // NPU_SIM_FAULTS oom@alloc=N: this allocation fails as if the device were full.
+    npuSimFault fault;
+    if (npuSimFaultTick(npuSimOnAlloc, device, &fault) == npuSuccess &&
+        fault.kind == npuSimFaultOom) {
+      throwOutOfMemory(lock, roundSize(request, config));
+    }
+  }
   if (pending_count != 0) processEvents();
   const size_t size = roundSize(request, config);
   BlockPool& pool = poolFor(stream, size);

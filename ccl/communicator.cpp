@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "reduce.h"
 
@@ -115,6 +116,7 @@ std::string Communicator::describe(const char* api, const std::string& what,
 HcclResult Communicator::enqueue(npuStream_t stream, const char* api,
                                  std::unique_ptr<PendingOp> op) {
   op->comm = this;
+  if (npuStreamGetDevice(stream, &op->device) != npuSuccess) (void)npuGetDevice(&op->device);
   PendingOp* raw = op.release();
   {
     std::lock_guard<std::mutex> lock(pendingMutex_);
@@ -162,7 +164,8 @@ void Communicator::runOp(void* arg) {
                                           c->asyncErrorMessage());
   } else if (op->collective) {
     std::lock_guard<std::mutex> lock(c->collectiveMutex_);
-    s = op->body(ctx);
+    s = c->injectedLinkFault(op->device, ctx);
+    if (s.ok()) s = op->body(ctx);
   } else {
     s = op->body(ctx);
   }
@@ -170,6 +173,34 @@ void Communicator::runOp(void* arg) {
     c->fail(s);
     npuTaskFail(s.message.c_str());
   }
+}
+
+// NPU_SIM_FAULTS link_down@collective=N: the link fails under this collective. mode=error fails
+// it at once (the peers learn it through the broken communicator); mode=hang keeps the rank away
+// until the collective's deadline (HCCL_EXEC_TIMEOUT), so the peers time out as on a dead link.
+Status Communicator::injectedLinkFault(int device, OpContext& ctx) {
+  static const bool armed = npuSimFaultsArmed() != 0;
+  npuSimFault fault;
+  if (!armed || npuSimFaultTick(npuSimOnCollective, device, &fault) != npuSuccess ||
+      fault.kind != npuSimFaultLinkDown) {
+    return Status();
+  }
+  const std::string peer =
+      fault.peer >= 0 ? "rank " + std::to_string(fault.peer) : std::string("its peers");
+  if (fault.hang) {
+    while (!ctx.expired(Clock::now()) && !ctx.aborted->load(std::memory_order_acquire)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return Status::error(HCCL_E_TIMEOUT,
+                         ctx.description + ": HCCS LINK ERROR: the link to " + peer +
+                             " is down and the collective hung until its deadline (" +
+                             std::to_string(ctx.timeoutSeconds) +
+                             " s, HCCL_EXEC_TIMEOUT), error code is 507056 (NPU_SIM_FAULTS '" +
+                             fault.text + "')");
+  }
+  return Status::error(HCCL_E_NETWORK, ctx.description + ": HCCS LINK ERROR: the link to " + peer +
+                                           " is down, error code is 507056 (NPU_SIM_FAULTS '" +
+                                           fault.text + "')");
 }
 
 void Communicator::fail(const Status& s) {

@@ -34,6 +34,7 @@ struct PendingOp {
   uint64_t sequence = 0;
   std::function<Status(OpContext&)> body;
   bool collective = true;  // false for send/recv, which may run beside a collective
+  int device = 0;          // the launching stream's (NPU_SIM_FAULTS counts collectives per device)
 };
 
 class Communicator {
@@ -79,6 +80,7 @@ class Communicator {
   Communicator() = default;
   static void runOp(void* arg);
   void fail(const Status& s);
+  Status injectedLinkFault(int device, OpContext& ctx);  // NPU_SIM_FAULTS link_down
 
   // The collective-mismatch check of the call about to run (see communicator.cpp).
   Status expectCall(const CallPrint& call, OpContext& ctx);

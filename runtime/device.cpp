@@ -102,6 +102,21 @@ Config loadConfig() {
   } else {
     for (int i = 0; i < cfg.physical_count; ++i) cfg.visible.push_back(i);
   }
+  if (const char* v = std::getenv("NPU_SIM_FAULTS")) {
+    std::string why;
+    if (!parseFaultPlan(v, faultPlanRank(), &cfg.faults, &why)) {
+      cfg.init_error = env::quoted("NPU_SIM_FAULTS", v) + " is invalid: " + why +
+                       " (the grammar: docs/faults.md)";
+      cfg.faults.clear();
+    }
+    for (const FaultSpec& f : cfg.faults) {
+      if (f.device >= static_cast<int>(cfg.visible.size()) && cfg.init_error.empty()) {
+        cfg.init_error = env::quoted("NPU_SIM_FAULTS", v) + " is invalid: '" + f.text +
+                         "' names device " + std::to_string(f.device) + " but this process sees " +
+                         std::to_string(cfg.visible.size()) + " device(s)";
+      }
+    }
+  }
   return cfg;
 }
 

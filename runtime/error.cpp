@@ -87,6 +87,9 @@ const char* npuGetErrorName(npuError_t error) {
     case npuErrorStreamCaptureUnsupported: return "npuErrorStreamCaptureUnsupported";
     case npuErrorStreamCaptureInvalidated: return "npuErrorStreamCaptureInvalidated";
     case npuErrorStreamCaptureUnjoined: return "npuErrorStreamCaptureUnjoined";
+    case npuErrorDeviceTaskAbort: return "npuErrorDeviceTaskAbort";
+    case npuErrorDeviceMemError: return "npuErrorDeviceMemError";
+    case npuErrorDeviceLost: return "npuErrorDeviceLost";
     case npuErrorUnknown: return "npuErrorUnknown";
   }
   return "npuErrorUnrecognized";
@@ -109,6 +112,9 @@ const char* npuGetErrorString(npuError_t error) {
     case npuErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case npuErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case npuErrorStreamCaptureUnjoined: return "capture ended with a forked stream not joined back";
+    case npuErrorDeviceTaskAbort: return "FORCE STOP: the device was stopped";
+    case npuErrorDeviceMemError: return "UCE ERROR: uncorrectable device memory error";
+    case npuErrorDeviceLost: return "the device was lost";
     case npuErrorUnknown: return "unknown error";
   }
   return "unrecognized error code";

@@ -21,6 +21,26 @@ struct npuEvent_st;
 namespace npu::rt {
 
 // ---- configuration (environment, read once) --------------------------------------------------
+// One fault of the NPU_SIM_FAULTS plan (npu/runtime.h gives the grammar).
+struct FaultSpec {
+  std::string text;  // as written
+  npuSimFaultKind kind = npuSimFaultNone;
+  npuSimFaultTrigger trigger = npuSimOnLaunch;
+  uint64_t at = 0;   // the count, or seconds for time=
+  int rank = -1, device = -1, peer = -1;
+  int restart = 0;   // the torchrun attempt it belongs to (TORCHELASTIC_RESTART_COUNT)
+  bool hang = false;
+  double factor = 2.0;
+  std::string target;
+};
+// Parses `plan`; on error returns false with *why naming the bad part. Keeps the faults whose
+// rank= matches `rank` (-1: RANK unset, keeps every fault).
+bool parseFaultPlan(const char* plan, int rank, std::vector<FaultSpec>* out, std::string* why);
+int faultPlanRank();  // RANK, or -1 when unset
+struct Device;
+// npuSuccess on a healthy device; otherwise the error its health gives (message set).
+npuError_t deviceFault(Device* dev);
+
 struct Config {
   int physical_count = 8;           // NPU_SIM_DEVICE_COUNT
   size_t hbm_bytes = 64ull << 30;   // NPU_SIM_HBM_GB
@@ -33,6 +53,7 @@ struct Config {
   npuSchedule schedule = npuScheduleNormal;  // NPU_SIM_SCHEDULE (schedule.cpp)
   uint64_t schedule_seed = 0;                // chaos: the seed of the delays
   bool shadow = false;              // NPU_SIM_SHADOW=1: shadow execution (see runtime.h)
+  std::vector<FaultSpec> faults;    // NPU_SIM_FAULTS, this process's part (faults.cpp)
 };
 const Config& config();
 
@@ -66,6 +87,14 @@ struct Device {
   npuStream_st* default_stream = nullptr;  // created on first use
   std::atomic<int> next_stream_id{1};      // npuStreamGetId of the next non-default stream
   std::vector<npuStream_st*> streams;      // every live stream of the device, default included
+
+  // Faults (faults.cpp): npuDeviceHealth, why, and what they left behind. `health` is read on
+  // every launch; the rest under fault_mutex.
+  std::atomic<int> health{npuDeviceHealthy};
+  std::atomic<double> slow_factor{1.0};  // straggler: kernels take this many times as long
+  std::mutex fault_mutex;
+  std::string fault_message;              // the error text of the current health
+  std::vector<npuMemUceInfo> uce;         // recorded memory errors, until repaired
 
   std::mutex util_mutex;  // utilization sampling
   uint64_t util_last_wall_ns = 0;
@@ -169,6 +198,8 @@ bool completeRecordIfIdle(npuStream_st* s, npuEvent_st* event);
 // Waits until every stream of `dev` is idle, without consuming their errors (used before
 // memory is unmapped, so that no queued task can touch it afterwards).
 void waitDeviceIdle(Device* dev);
+// Forgets the errors of every stream of `dev` (npuDeviceRepair: they belong to the fault).
+void clearStreamErrors(Device* dev);
 
 // Events are reference counted: the user's handle and every queued task that names the event.
 void eventRetain(npuEvent_st* event);

@@ -167,7 +167,9 @@ void runShadowed(npuStream_st* s, Task& task) {
     std::atomic<uint64_t>& free = s->dev->sim_compute_free_ns;
     uint64_t busy = free.load(std::memory_order_relaxed), end = 0;
     do {
-      end = std::max(busy, streamSimNs(s)) + task.payload[0];
+      end = std::max(busy, streamSimNs(s)) +
+            static_cast<uint64_t>(static_cast<double>(task.payload[0]) *
+                                  s->dev->slow_factor.load(std::memory_order_relaxed));
     } while (!free.compare_exchange_weak(busy, end, std::memory_order_relaxed));
     streamSimAtLeast(s, end);
     return;
@@ -229,6 +231,18 @@ void runTask(npuStream_st* s, Task& task) {
     }
   }
   if (failed) return;
+  if (__builtin_expect(s->dev->health.load(std::memory_order_acquire) != npuDeviceHealthy, 0)) {
+    // A stopped, faulty or lost device runs nothing: the task fails with the device's error.
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(s->dev->fault_mutex);
+      why = s->dev->fault_message;
+    }
+    if (!why.empty()) {
+      recordFailure(s, task, why);
+      return;
+    }
+  }
   const uint64_t t0 = nowNs();
   std::string failure;
   t_task_failure = &failure;
@@ -250,7 +264,14 @@ void runTask(npuStream_st* s, Task& task) {
     if (failure.empty()) failure = "unknown exception";
   }
   t_task_failure = nullptr;
-  const uint64_t t1 = nowNs();
+  uint64_t t1 = nowNs();
+  const double slow = s->dev->slow_factor.load(std::memory_order_relaxed);
+  if (__builtin_expect(slow > 1.0, 0) && task.kernel && !config().shadow) {
+    // NPU_SIM_FAULTS straggler: the kernel takes `slow` times as long.
+    std::this_thread::sleep_for(std::chrono::nanoseconds(
+        static_cast<uint64_t>(static_cast<double>(t1 - t0) * (slow - 1.0))));
+    t1 = nowNs();
+  }
   s->dev->busy_ns->fetch_add(t1 - t0, std::memory_order_relaxed);
   if (!task.untimed && profilerWants(task)) profilerRecord(task, s->dev->index, s->id, t0, t1);
   if (!failure.empty()) recordFailure(s, task, failure);
@@ -578,6 +599,10 @@ npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRel
   if (!fn) return fail(npuErrorInvalidValue, "npuLaunchTask: fn is NULL");
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
+  if (__builtin_expect(kernel && !config().faults.empty(), 0)) {
+    (void)npuSimFaultTick(npuSimOnLaunch, s->dev->index, nullptr);
+  }
+  if (npuError_t e = deviceFault(s->dev)) return e;
   Task task = workTask(name, fn, release, replayable, arg);
   task.kernel = kernel;
   NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "launch %s on stream %p (device %d)", task.name,
@@ -602,6 +627,17 @@ void waitDeviceIdle(Device* dev) {
 }
 
 void waitForStreamPosition(npuStream_st* s, uint64_t position) { waitFor(s, position); }
+
+void clearStreamErrors(Device* dev) {
+  std::lock_guard<std::mutex> streams_lock(dev->streams_mutex);
+  for (npuStream_st* s : dev->streams) {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    s->failed = false;
+    s->skipped = 0;
+    s->error_message.clear();
+    s->untold.clear();
+  }
+}
 
 uint64_t streamSimNs(npuStream_st* s) { return s->sim_ns.load(std::memory_order_relaxed); }
 

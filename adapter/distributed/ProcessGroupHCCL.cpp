@@ -339,18 +339,6 @@ HcclResult glooRecv(void* ctx, void* buf, uint64_t bytes, uint32_t peer, char* e
   return glooTransfer(ctx, buf, bytes, peer, error, errorLen, false);
 }
 
-std::string timestamp() {
-  const auto now = std::chrono::system_clock::now();
-  const auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  std::tm tm{};
-  localtime_r(&seconds, &tm);
-  std::ostringstream out;
-  out << std::put_time(&tm, "%Y-%m-%d-%H:%M:%S") << '.' << std::setw(3) << std::setfill('0')
-      << (micros / 1000) % 1000 << '.' << std::setw(3) << std::setfill('0') << micros % 1000;
-  return out.str();
-}
 
 }  // namespace
 
@@ -359,7 +347,7 @@ std::string distErrorCode(int code, int rank) {
   (void)npuGetDevice(&device);
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "ERR02%03d DIST ", code);
-  return c10::str("\n[ERROR] ", timestamp(), " (PID:", getpid(), ", Device:", device,
+  return c10::str("\n[ERROR] ", errorTimestamp(), " (PID:", getpid(), ", Device:", device,
                   ", RankID:", rank, "). ", buffer, errCodeText(code));
 }
 
@@ -673,8 +661,13 @@ milliseconds ProcessGroupHCCL::timeoutOf(milliseconds requested) const {
 
 HcclComm ProcessGroupHCCL::createComm(c10::DeviceIndex device) {
   // Every rank creates its communicators in the same order, so the n-th key names the same
-  // communicator everywhere.
-  const std::string key = c10::str("hccl_root_info/", commCounter_++);
+  // communicator everywhere. torchrun's restarts (--max-restarts) may keep the agent's store,
+  // which still holds the failed attempt's keys: the attempt is part of the key.
+  static const std::string attempt = [] {
+    const char* v = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    return std::string(v && *v ? v : "0");
+  }();
+  const std::string key = c10::str("hccl_root_info/", attempt, "/", commCounter_++);
   HcclRootInfo info{};
   if (rank_ == 0) {
     HCCL_CALL(rank_, HcclGetRootInfo(&info));

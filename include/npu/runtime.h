@@ -66,6 +66,9 @@ typedef enum npuError_t {
   npuErrorStreamCaptureUnsupported = 12, /* not allowed while a stream captures a graph */
   npuErrorStreamCaptureInvalidated = 13, /* the capture was invalidated by an earlier error */
   npuErrorStreamCaptureUnjoined = 14,    /* a forked stream did not rejoin the origin stream */
+  npuErrorDeviceTaskAbort = 15, /* the device was stopped (npuDeviceTaskAbort): CANN's 107022 */
+  npuErrorDeviceMemError = 16,  /* an uncorrectable HBM error (UCE): CANN's 507053 */
+  npuErrorDeviceLost = 17,      /* the device stopped answering: CANN's 507010 (lost heartbeat) */
   npuErrorUnknown = 99
 } npuError_t;
 
@@ -257,6 +260,80 @@ NPU_API int npuSimPeekShadow(void);
  * part of the simulator's own bookkeeping (the caching allocator scrubs a small fresh block):
  * no simulated time, no profiler record. */
 NPU_API npuError_t npuSimScrubAsync(void* ptr, size_t count, npuStream_t stream);
+
+/* ---- faults on demand (NPU_SIM_FAULTS, docs/faults.md) and recovery -------------------------
+ * NPU_SIM_FAULTS holds a fault plan, read and validated when the runtime starts (a bad plan fails
+ * initialisation naming the bad part, as a bad NPU_SIM_* variable does):
+ *
+ *   PLAN    := FAULT [';' FAULT]...
+ *   FAULT   := KIND '@' TRIGGER [',' OPTION]...
+ *   KIND    := device_lost | hbm_uce | link_down | straggler | oom | kill
+ *   TRIGGER := launch=N | alloc=N | collective=N | step=N | time=SECONDS
+ *   OPTION  := rank=R | device=D | restart=K | factor=F | peer=R | mode=error|hang | target=TARGET
+ *
+ * Counts are per device and 1-based: launch=N fires at the N-th kernel launched on the device,
+ * alloc=N at the caching allocator's N-th allocation, collective=N at the N-th collective run on
+ * the device, step=N after the N-th optimizer step (torch_npu counts them), time=S at the first
+ * launch S seconds or more after the runtime started. rank= (the RANK variable; default any) and
+ * device= (default any) choose where; restart= the torchrun attempt (TORCHELASTIC_RESTART_COUNT,
+ * default 0: a restarted job does not meet the fault again). Each fault fires once. The runtime applies device_lost,
+ * straggler and kill itself; the others are returned to the component that must act (oom to the
+ * allocator, link_down to ccl, hbm_uce to torch_npu, which finds the TARGET tensor). */
+typedef enum npuSimFaultKind {
+  npuSimFaultNone = 0,
+  npuSimFaultDeviceLost = 1, /* every later call and task on the device fails (lost) */
+  npuSimFaultHbmUce = 2,     /* npuSimInjectMemError on the target's memory */
+  npuSimFaultLinkDown = 3,   /* this collective fails on the link (mode=error) or hangs (hang) */
+  npuSimFaultStraggler = 4,  /* the device's kernels take `factor` times as long from now on */
+  npuSimFaultOom = 5,        /* this allocation fails as out of memory */
+  npuSimFaultKill = 6        /* the process dies (SIGKILL) */
+} npuSimFaultKind;
+typedef enum npuSimFaultTrigger {
+  npuSimOnLaunch = 0,
+  npuSimOnAlloc = 1,
+  npuSimOnCollective = 2,
+  npuSimOnStep = 3,
+  npuSimOnTime = 4 /* in a plan only: checked at launches */
+} npuSimFaultTrigger;
+typedef struct npuSimFault {
+  int kind;           /* npuSimFaultKind */
+  int device;         /* where it fired */
+  int peer;           /* link_down: the rank at the other end (-1: any) */
+  int hang;           /* link_down: 1 to hang until the collective's deadline */
+  double factor;      /* straggler */
+  char target[64];    /* hbm_uce: param[I], grad[I] or state[I].KEY (torch_npu resolves it) */
+  char text[160];     /* the fault as the plan wrote it, for messages */
+} npuSimFault;
+NPU_API int npuSimFaultsArmed(void); /* 1 when NPU_SIM_FAULTS holds a plan for this process */
+/* Counts one `trigger` event on `device` and fires the faults due. A fault the caller must apply
+ * is returned in *fault (kind npuSimFaultNone when there is none); the runtime has announced it
+ * on stderr. Cheap enough for every launch; a no-op without a plan. */
+NPU_API npuError_t npuSimFaultTick(npuSimFaultTrigger trigger, int device, npuSimFault* fault);
+
+/* Device health, as npu-smi shows it and the recovery API changes it. */
+typedef enum npuDeviceHealth {
+  npuDeviceHealthy = 0,
+  npuDeviceStopped = 1,  /* npuDeviceTaskAbort: launches fail with FORCE STOP */
+  npuDeviceMemError = 2, /* an uncorrectable memory error: launches fail with UCE ERROR */
+  npuDeviceLostState = 3 /* lost: nothing on it works again in this process */
+} npuDeviceHealth;
+NPU_API npuError_t npuDeviceGetHealth(int device, int* health);
+/* torch_npu.npu.stop_device: stops the device. Queued tasks and later launches fail with FORCE
+ * STOP until npuDeviceRepair. */
+NPU_API npuError_t npuDeviceTaskAbort(int device);
+/* torch_npu.npu.restart_device: repairs the recorded memory errors, clears the streams' errors and
+ * makes the device work again. A lost device cannot be repaired (npuErrorDeviceLost). */
+NPU_API npuError_t npuDeviceRepair(int device);
+/* An uncorrectable error in [ptr, ptr + bytes) of `device`'s memory: recorded (npuGetMemUceInfo)
+ * and the device's later launches fail with UCE ERROR until npuDeviceRepair. */
+NPU_API npuError_t npuSimInjectMemError(int device, const void* ptr, size_t bytes);
+typedef struct npuMemUceInfo {
+  void* addr;
+  size_t len;
+} npuMemUceInfo;
+/* The recorded memory errors of `device`: writes up to `max` into `out`, returns how many there
+ * are (aclrtGetMemUceInfo's role). */
+NPU_API size_t npuGetMemUceInfo(int device, npuMemUceInfo* out, size_t max);
 
 /* ---- the simulated clock of shadow execution ----------------------------------------------
  * Under shadow execution each stream keeps a simulated device clock, in nanoseconds, that only

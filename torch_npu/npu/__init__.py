@@ -119,6 +119,12 @@ from ._backends import (  # noqa: F401
 )
 from ._legacy_types import *  # noqa: F401,F403  (FloatTensor, ..., FloatStorage, ...)
 from .shadow import shadow_mode  # noqa: F401  (SimNPU: NPU_SIM_SHADOW)
+from ._recovery import (  # noqa: F401
+    _get_uce_addr,
+    check_uce_in_memory,
+    restart_device,
+    stop_device,
+)
 from . import utils  # noqa: F401
 from .utils import (  # noqa: F401
     can_device_access_peer,
@@ -162,6 +168,8 @@ __all__ = [
     "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
     "MemPool", "use_mem_pool", "empty_virt_addr_cache", "host_memory_stats", "host_memory_stats_as_nested_dict",
     "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats",
+    # fault recovery (_recovery.py)
+    "check_uce_in_memory", "restart_device", "stop_device",
 ] + _legacy_types_all
 
 
