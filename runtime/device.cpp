@@ -113,7 +113,8 @@ Config loadConfig() {
       if (f.device >= static_cast<int>(cfg.visible.size()) && cfg.init_error.empty()) {
         cfg.init_error = env::quoted("NPU_SIM_FAULTS", v) + " is invalid: '" + f.text +
                          "' names device " + std::to_string(f.device) + " but this process sees " +
-                         std::to_string(cfg.visible.size()) + " device(s)";
+                         std::to_string(cfg.visible.size()) +
+                         " device(s) (the grammar: docs/faults.md)";
       }
     }
   }

@@ -251,12 +251,11 @@ bool parseFaultPlan(const char* plan, int rank, std::vector<FaultSpec>* out, std
   }
   const std::vector<std::string> faults = split(plan, ';');
   for (size_t i = 0; i < faults.size(); ++i) {
-    if (faults[i].empty() && (i + 1 == faults.size() || faults.size() == 1)) continue;
+    if (faults[i].empty()) continue;  // "a;;b" and a trailing ';' are harmless
     FaultSpec f;
     std::string reason;
-    if (faults[i].empty() || !parseFault(faults[i], &f, &reason)) {
-      *why = "fault " + std::to_string(i + 1) + " '" + faults[i] + "': " +
-             (faults[i].empty() ? std::string("empty") : reason);
+    if (!parseFault(faults[i], &f, &reason)) {
+      *why = "fault " + std::to_string(i + 1) + " '" + faults[i] + "': " + reason;
       return false;
     }
     if ((f.rank < 0 || rank < 0 || f.rank == rank) && f.restart == attempt) out->push_back(f);
