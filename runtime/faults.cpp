@@ -201,6 +201,11 @@ int rankFromEnvironment() {
   return v && env::parseInteger(v, 0, 1 << 30, &n) ? static_cast<int>(n) : -1;
 }
 
+void storeHealth(Device* dev, int health) {  // caller holds dev->fault_mutex
+  dev->health.store(health, std::memory_order_release);
+  if (std::atomic<uint64_t>* mirror = dev->health_mirror.load()) mirror->store(health);
+}
+
 void setHealth(Device* dev, npuDeviceHealth health, const std::string& message) {
   std::lock_guard<std::mutex> lock(dev->fault_mutex);
   // A lost device stays lost; stop_device overrides a memory error (torch_npu then says FORCE
@@ -209,7 +214,7 @@ void setHealth(Device* dev, npuDeviceHealth health, const std::string& message) 
   const int rank_of[] = {0, 2, 1, 3};  // healthy, stopped, memory error, lost
   if (rank_of[health] <= rank_of[now]) return;
   dev->fault_message = message;
-  dev->health.store(health, std::memory_order_release);
+  storeHealth(dev, health);
 }
 
 void announce(const FaultSpec& f, int device) {
@@ -357,7 +362,7 @@ npuError_t npuDeviceRepair(int index) {
     std::lock_guard<std::mutex> lock(dev->fault_mutex);
     dev->uce.clear();  // aclrtMemUceRepair: the memory can be used again
     dev->fault_message.clear();
-    dev->health.store(npuDeviceHealthy, std::memory_order_release);
+    storeHealth(dev, npuDeviceHealthy);
   }
   clearStreamErrors(dev);
   return npuSuccess;

@@ -23,7 +23,7 @@ namespace npu::rt {
 namespace {
 
 constexpr uint32_t kMagic = 0x4e505552;  // "NPUR"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: health
 constexpr uint64_t kMaxBytes = uint64_t{1} << 50;  // NPU_SIM_HBM_GB's limit: 1 PiB per device
 constexpr time_t kCreationGraceSeconds = 5;        // a record younger than this may be half-made
 
@@ -38,6 +38,7 @@ struct Record {
   char name[64];
   std::atomic<uint64_t> memory[NPU_REGISTRY_MAX_DEVICES];
   std::atomic<uint64_t> busy[NPU_REGISTRY_MAX_DEVICES];
+  std::atomic<uint64_t> health[NPU_REGISTRY_MAX_DEVICES];  // npuDeviceHealth
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
@@ -53,10 +54,12 @@ struct RecordCopy {
   char name[64];
   uint64_t memory[NPU_REGISTRY_MAX_DEVICES];
   uint64_t busy[NPU_REGISTRY_MAX_DEVICES];
+  uint64_t health[NPU_REGISTRY_MAX_DEVICES];
 };
 static_assert(sizeof(RecordCopy) == sizeof(Record));
 static_assert(offsetof(RecordCopy, memory) == offsetof(Record, memory));
 static_assert(offsetof(RecordCopy, busy) == offsetof(Record, busy));
+static_assert(offsetof(RecordCopy, health) == offsetof(Record, health));
 
 Record* g_record = nullptr;
 std::string g_record_path;
@@ -187,6 +190,8 @@ void registryAttach(std::vector<Device*>& devices) {
     rec->busy[dev->physical_id].store(dev->busy_ns->load());
     dev->used_bytes = &rec->memory[dev->physical_id];
     dev->busy_ns = &rec->busy[dev->physical_id];
+    rec->health[dev->physical_id].store(static_cast<uint64_t>(dev->health.load()));
+    dev->health_mirror.store(&rec->health[dev->physical_id]);
   }
   __atomic_store_n(&rec->magic, kMagic, __ATOMIC_RELEASE);  // readers skip half-written files
   g_record = rec;
@@ -275,6 +280,7 @@ npuError_t npuRegistryList(npuProcessInfo* out, int capacity, int* count) {
       for (int i = 0; i < NPU_REGISTRY_MAX_DEVICES; ++i) {
         info.memory_bytes[i] = rec.memory[i];
         info.busy_ns[i] = rec.busy[i];
+        info.health[i] = static_cast<int>(rec.health[i]);
       }
     }
     ++*count;

@@ -91,6 +91,7 @@ struct Device {
   // Faults (faults.cpp): npuDeviceHealth, why, and what they left behind. `health` is read on
   // every launch; the rest under fault_mutex.
   std::atomic<int> health{npuDeviceHealthy};
+  std::atomic<std::atomic<uint64_t>*> health_mirror{nullptr};  // the registry's copy (npu-smi)
   std::atomic<double> slow_factor{1.0};  // straggler: kernels take this many times as long
   std::mutex fault_mutex;
   std::string fault_message;              // the error text of the current health

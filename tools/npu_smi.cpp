@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,7 @@ struct DeviceView {
   int id = 0;
   uint64_t hbm_used = 0;
   int aicore_pct = 0;
+  int health = npuDeviceHealthy;  // the worst any process reports
   std::vector<std::pair<const npuProcessInfo*, uint64_t>> procs;  // process, bytes on device
 };
 
@@ -73,6 +75,7 @@ std::vector<DeviceView> sampleDevices(std::vector<npuProcessInfo>& procs, bool m
     uint64_t pct = measure ? delta * 100 / (uint64_t(kSampleMs) * 1'000'000) : 0;
     v.aicore_pct = static_cast<int>(pct > 100 ? 100 : pct);
     for (const auto& p : procs) {
+      v.health = std::max(v.health, p.health[d]);
       if (p.memory_bytes[d] > 0) {
         v.hbm_used += p.memory_bytes[d];
         v.procs.emplace_back(&p, p.memory_bytes[d]);
@@ -107,7 +110,9 @@ void printDevice(const DeviceView& v) {
   std::snprintf(hbm, sizeof(hbm), "%llu / %llu", (unsigned long long)mb(v.hbm_used),
                 (unsigned long long)mb(total));
   std::snprintf(power, sizeof(power), "%.1f", powerW(v.aicore_pct));
-  std::printf("| %-5d %-19s | %-13s | %-11s %-17d %-21s|\n", v.id, "910B2", "OK", power,
+  // npu-smi's health words: a stopped device warns, a memory error alarms, a lost one is critical.
+  static const char* const kHealth[] = {"OK", "Warning", "Alarm", "Critical"};
+  std::printf("| %-5d %-19s | %-13s | %-11s %-17d %-21s|\n", v.id, "910B2", kHealth[std::clamp(v.health, 0, 3)], power,
               tempC(v.aicore_pct), "0    / 0");
   std::printf("| %-25d | %-13s | %-11d %-17s %-21s|\n", 0, bus, v.aicore_pct, "0    / 0", hbm);
   std::printf("%s\n", kDoubleRule);

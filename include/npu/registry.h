@@ -32,6 +32,7 @@ typedef struct npuProcessInfo {
   int device_count;                              /* physical devices the process knew */
   uint64_t memory_bytes[NPU_REGISTRY_MAX_DEVICES]; /* by physical device id */
   uint64_t busy_ns[NPU_REGISTRY_MAX_DEVICES];      /* stream busy time, monotonic */
+  int health[NPU_REGISTRY_MAX_DEVICES];            /* npuDeviceHealth, as this process sees it */
 } npuProcessInfo;
 
 /* Directory holding the registry files. */

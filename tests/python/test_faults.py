@@ -304,3 +304,36 @@ def test_link_down_is_a_clear_error_on_every_rank(tmp_path, mode):
         assert "hung until its deadline (3 s, HCCL_EXEC_TIMEOUT)" in text0
         assert "rank 0 did not arrive" in text1  # at its own deadline, or told by rank 0
         assert float(seconds0) < 30 and float(seconds1) < 30
+
+
+def test_npu_smi_shows_a_faulty_device_s_health(python):
+    # npu-smi reads the process registry: Warning while stopped, Alarm after a memory error,
+    # Critical when lost, OK again after restart_device.
+    r = faulted(python, "device_lost@launch=1,device=1", """
+        import os, subprocess, sys, torch, torch_npu
+        NPU_SMI = os.path.join(os.path.dirname(sys.executable), "npu-smi")
+
+        def health(device):
+            out = subprocess.run([NPU_SMI, "info"], capture_output=True, text=True).stdout
+            row = next(line for line in out.splitlines()
+                       if line.startswith(f"| {device} ") and "910B2" in line)
+            return row.split("|")[2].strip()
+
+        x = torch.ones(1, device="npu:0")
+        try:
+            torch.ones(1, device="npu:1")
+        except RuntimeError:
+            pass
+        print("lost", health(0), health(1))
+        torch_npu.npu.stop_device(0)
+        print("stopped", health(0))
+        torch_npu.npu.restart_device(0)
+        storage = x.untyped_storage()
+        torch_npu._C._npu_injectUce(0, storage.data_ptr(), storage.nbytes())
+        print("uce", health(0))
+        torch_npu.npu.restart_device(0)
+        print("restarted", health(0))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["lost OK Critical", "stopped Warning", "uce Alarm",
+                                     "restarted OK"]

@@ -25,16 +25,17 @@ std::string freshDir() {
   return dir;
 }
 
-// The record layout of runtime/registry.cpp (version 1), for writing hostile files.
+// The record layout of runtime/registry.cpp (version 2), for writing hostile files.
 struct RecordBytes {
   uint32_t magic = 0x4e505552;
-  uint32_t version = 1;
+  uint32_t version = 2;
   int32_t pid = 0;
   int32_t device_count = 8;
   uint64_t start_time = 0;
   char name[64] = "forged";
   uint64_t memory[NPU_REGISTRY_MAX_DEVICES] = {};
   uint64_t busy[NPU_REGISTRY_MAX_DEVICES] = {};
+  uint64_t health[NPU_REGISTRY_MAX_DEVICES] = {};
 };
 
 void writeFile(const std::string& path, const void* data, size_t size) {
