@@ -119,6 +119,7 @@ from ._backends import (  # noqa: F401
 )
 from ._legacy_types import *  # noqa: F401,F403  (FloatTensor, ..., FloatStorage, ...)
 from .shadow import shadow_mode  # noqa: F401  (SimNPU: NPU_SIM_SHADOW)
+from .strict import set_strict_mode, strict_mode  # noqa: F401  (SimNPU: NPU_SIM_STRICT)
 from . import utils  # noqa: F401
 from .utils import (  # noqa: F401
     can_device_access_peer,
