@@ -200,7 +200,9 @@ bool initStrictModeFromEnvironment() {
                                       "0 or 1 (1: strict card mode: an op or dtype the 910B does "
                                       "not support fails or falls back to the CPU as on the "
                                       "card; see docs/strict_mode.md)"));
-  g_strict.store(*from_env, std::memory_order_relaxed);
+  // The start value: applied once, so set_strict_mode's choice stands after it.
+  static std::once_flag applied;
+  std::call_once(applied, [] { g_strict.store(*from_env, std::memory_order_relaxed); });
   return *from_env;
 }
 

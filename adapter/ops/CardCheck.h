@@ -134,7 +134,8 @@ c10::ScalarType firstDtype(const torch::jit::Stack& stack, size_t begin);
 // ---- the mode and the table (Python: torch_npu/npu/strict.py) ------------------------------
 
 // NPU_SIM_STRICT: "0" or "1"; unset is 0. Raises ValueError naming the variable and the values it
-// takes. Reads the environment once; later calls return the first answer.
+// takes. Reads the environment once and sets the mode from it at the first call; later calls
+// return the first answer and leave the mode alone.
 bool initStrictModeFromEnvironment();
 void setStrictMode(bool strict);
 bool strictMode();

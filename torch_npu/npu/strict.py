@@ -11,9 +11,11 @@ mode runs everything as before and warns once per op what the card would do.
 docs/strict_mode.md has the details.
 
 The facts come from torch_npu/data/card_910B.toml (torch_npu.utils.card_support). At import,
-install_card_rules() hands the adapter's card check (adapter/ops/CardCheck.h) a rule for each
-row that is not native on every dtype, with the names of the ops that reach the row in SimNPU's
-dispatcher. Only those ops pay for a check; every other op costs a null pointer test.
+_init() reads NPU_SIM_STRICT, and install_card_rules() hands the adapter's card check
+(adapter/ops/CardCheck.h) a rule for each row that is not native on every dtype, with the names
+of the ops that reach the row in SimNPU's dispatcher. Only those ops pay for a check; every
+other op costs a null pointer test.
+install_card_rules() may be called again (tests do, to re-arm the once-per-op warnings).
 """
 
 from __future__ import annotations
@@ -131,12 +133,20 @@ def card_rules(card) -> list[tuple]:
 
 
 def install_card_rules(target: str = TARGET) -> None:
-    """Reads NPU_SIM_STRICT (ValueError for a value other than 0 or 1) and installs the card
-    check's rules for `target`. Called once by `import torch_npu`."""
+    """Installs the card check's rules for `target` (a fresh table: the once-per-op warnings are
+    given again). The mode is left as it is."""
     from torch_npu import _C
     from torch_npu.utils import card_support
 
-    _C._npu_strictModeFromEnvironment()
     card = card_support.load(target)
     names = {d: str(d).removeprefix("torch.") for d in _all_dtypes()}
     _C._npu_installCardRules(card.target, names, card_rules(card))
+
+
+def _init() -> None:
+    """`import torch_npu`: the mode from NPU_SIM_STRICT (ValueError for a value other than 0 or
+    1), then the rules."""
+    from torch_npu import _C
+
+    _C._npu_strictModeFromEnvironment()
+    install_card_rules()
