@@ -7,6 +7,7 @@ op's call on that device and returns its tensors; or, when no call can be made, 
 NO_CALL with the reason. test_strict_mode.py fails for an acting row that is in neither.
 
     python tests/python/card_invocations.py strict|permissive   # prints one JSON object
+(test_strict_mode.py runs it from the repository root, so that it tests this tree's torch_npu.)
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from torch_npu.npu import strict
 from torch_npu.utils import card_support
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import card_invocations  # noqa: E402
+import card_invocations  # noqa: E402  (the calls, tests/python/card_invocations.py)
 
 CARD = card_support.load("910B")
 ACTING_ROWS = [r["name"] for r in CARD.data["op"]
@@ -48,10 +48,16 @@ SIMNPU_OUTCOMES = {
 }
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
 def run_child(mode: str) -> tuple[dict, str]:
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "card_invocations.py")
-    r = subprocess.run([sys.executable, script, mode], capture_output=True, text=True,
-                       timeout=300)
+    # From the repository root, as the other tests' child processes: the torch_npu of this tree.
+    code = (f"import sys; sys.path.insert(1, {HERE!r}); import card_invocations, json; "
+            f"print(json.dumps(card_invocations.run({mode!r})))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(r.stdout.splitlines()[-1]), r.stderr
 
