@@ -43,10 +43,13 @@ std::vector<Site*>& sites() {
   return *s;
 }
 
-// Boxed calls: each operator bound at its first call after an install.
+// Boxed calls: each operator bound at its first call, and again at its first call after an
+// install (its generation is older). Entries are never erased, so a binding handed out stays
+// valid while another thread installs.
+std::atomic<uint64_t> g_generation{1};
 std::shared_mutex g_boxed_mutex;
-std::unordered_map<const c10::OperatorName*, const OpRule*>& boxedRules() {
-  static auto* m = new std::unordered_map<const c10::OperatorName*, const OpRule*>();
+std::unordered_map<const c10::OperatorName*, BoxedBinding>& boxedBindings() {
+  static auto* m = new std::unordered_map<const c10::OperatorName*, BoxedBinding>();
   return *m;
 }
 
@@ -151,21 +154,28 @@ Site::Site(std::string_view op) : op_(op) {
   sites().push_back(this);
 }
 
-const OpRule* ruleFor(const c10::OperatorHandle& op) {
+const BoxedBinding& bindingFor(const c10::OperatorHandle& op) {
   const c10::OperatorName* key = &op.operator_name();
+  const uint64_t generation = g_generation.load(std::memory_order_acquire);
   {
     std::shared_lock<std::shared_mutex> lock(g_boxed_mutex);
-    const auto& bound = boxedRules();
-    if (auto it = bound.find(key); it != bound.end()) return it->second;
+    const auto& bound = boxedBindings();
+    if (auto it = bound.find(key);
+        it != bound.end() && it->second.generation.load(std::memory_order_acquire) == generation) {
+      return it->second;
+    }
   }
+  std::unique_lock<std::shared_mutex> lock(g_boxed_mutex);
+  BoxedBinding& binding = boxedBindings()[key];
+  if (binding.op.empty()) binding.op = opKey(*key);
   const Table* table = g_table.load(std::memory_order_acquire);
   const OpRule* rule = nullptr;
   if (table != nullptr) {
-    if (auto it = table->by_op.find(opKey(*key)); it != table->by_op.end()) rule = it->second;
+    if (auto it = table->by_op.find(binding.op); it != table->by_op.end()) rule = it->second;
   }
-  std::unique_lock<std::shared_mutex> lock(g_boxed_mutex);
-  boxedRules()[key] = rule;
-  return rule;
+  binding.rule.store(rule, std::memory_order_release);
+  binding.generation.store(generation, std::memory_order_release);
+  return binding;
 }
 
 c10::ScalarType firstDtype(const torch::jit::Stack& stack, size_t begin) {
@@ -243,8 +253,7 @@ void installCardRules(const std::string& target,
       site->bind(it == published->by_op.end() ? nullptr : it->second);
     }
   }
-  std::unique_lock<std::shared_mutex> lock(g_boxed_mutex);
-  boxedRules().clear();
+  g_generation.fetch_add(1, std::memory_order_acq_rel);  // boxed bindings rebind at next use
 }
 
 std::vector<std::string> siteOps() {

@@ -11,8 +11,8 @@
 //    every kernel of ours (NPU_IMPL, DeviceCheck.h) and the boxed global fallback for ops without
 //    one (Dispatch.cpp). Each NPU_IMPL registration owns a Site whose rule is bound when rules are
 //    installed, and stays null for the ops the card runs natively on every dtype (nearly all):
-//    a call then costs one relaxed load and a branch. The boxed path binds an operator once, by
-//    the address of its OperatorName.
+//    a call then costs one acquire load and a branch. The boxed path binds an operator once, by
+//    the address of its OperatorName (and again after an install).
 //  - A call with a rule is judged by the dtype of its first tensor argument (the first element
 //    of a tensor list), as the readiness report files it (torch_npu/utils/op_report.py):
 //      strict:     unsupported  -> RuntimeError with torch_npu's text (aclnn's dtype error);
@@ -97,8 +97,15 @@ class Site {
   std::atomic<const OpRule*> rule_{nullptr};
 };
 
-// The rule of a boxed call's operator, bound at its first call after an install (nullptr: none).
-const OpRule* ruleFor(const c10::OperatorHandle& op);
+// A boxed call's operator as the check knows it: its name as the table spells it ("mm.out")
+// and its rule (null: none), bound at its first call after an install.
+struct BoxedBinding {
+  std::string op;
+  std::atomic<const OpRule*> rule{nullptr};
+  std::atomic<uint64_t> generation{0};
+  const OpRule* get() const { return rule.load(std::memory_order_acquire); }
+};
+const BoxedBinding& bindingFor(const c10::OperatorHandle& op);
 
 // ---- the dtype a call is judged by --------------------------------------------------------
 

@@ -224,7 +224,6 @@ struct Checked<kName, c10::CompileTimeFunctionPointer<Ret(Args...), kKernel>> {
 // The boxed form for the host-kernel path and the CPU fallback: the rule of op's own name.
 void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t begin);
 
-
 }  // namespace torch_npu
 
 // Registers `fn` for aten::<name> on the npu device behind its device check (see above).

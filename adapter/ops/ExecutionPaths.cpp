@@ -453,11 +453,10 @@ void runByCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void runUnregistered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (const card_check::OpRule* rule = card_check::ruleFor(op); C10_UNLIKELY(rule != nullptr)) {
+  const card_check::BoxedBinding& binding = card_check::bindingFor(op);
+  if (const card_check::OpRule* rule = binding.get(); C10_UNLIKELY(rule != nullptr)) {
     const size_t begin = stack->size() - op.schema().arguments().size();
-    const std::string name = c10::toString(op.operator_name());
-    if (card_check::judge(*rule, card_check::firstDtype(*stack, begin),
-                          std::string_view(name).substr(name.find("::") + 2)) ==
+    if (card_check::judge(*rule, card_check::firstDtype(*stack, begin), binding.op) ==
         card_check::Route::kCpuFallback) {
       runByCpuFallback(op, stack);
       return;
