@@ -444,6 +444,11 @@ void runShadowed(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool m
 }  // namespace
 
 void runByCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // Shadow execution has no data to copy to the host: the op is sized as runOnHost sizes it.
+  if (shadowExecution()) {
+    runOnHost(op, stack);
+    return;
+  }
   const size_t begin = stack->size() - op.schema().arguments().size();
   checkDevices(op, *stack, begin);
   const c10::DeviceIndex device = npuDeviceOf(*stack, begin);

@@ -32,7 +32,8 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Runs `op` by path 3, whatever paths 1 and 2 could do: how strict card mode runs an op that
 // torch_npu has no NPU kernel for (CardCheck.h), with its warning and its
-// TORCH_NPU_FALLBACK_CPU_DISABLE check.
+// TORCH_NPU_FALLBACK_CPU_DISABLE check. (Under shadow execution, which has no data to copy, it
+// is runOnHost.)
 void runByCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // The global fallback's entry (Dispatch.cpp): an op without an npu kernel of ours. The card

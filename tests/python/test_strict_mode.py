@@ -299,3 +299,37 @@ def test_the_environment_variable(python, value, ok):
     else:
         assert r.returncode != 0
         assert f"NPU_SIM_STRICT='{value}' is invalid: expected 0 or 1" in r.stderr, r.stderr[-2000:]
+
+
+def test_the_test_models_train_unchanged_in_strict_mode(python):
+    # Everything the MLP, CNN and GPT-style models run is native on the 910B: strict mode neither
+    # refuses nor falls back, and their losses are those of the permissive mode, exactly.
+    r = python("""
+import json, warnings
+import torch, torch_npu
+from torch_npu.testing import models
+warnings.simplefilter("error")
+out = {k: models.train(k, "npu", "adamw", steps=3) for k in ("mlp", "cnn", "gpt")}
+torch_npu.npu.set_strict_mode(False)
+loose = {k: models.train(k, "npu", "adamw", steps=3) for k in ("mlp", "cnn", "gpt")}
+print(json.dumps([out, loose, torch_npu._C._fallback_ops()]))
+""", env={"NPU_SIM_STRICT": "1"}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    strict_losses, permissive_losses, fallback = json.loads(r.stdout.strip().splitlines()[-1])
+    assert fallback == {}
+    assert strict_losses == permissive_losses
+
+
+def test_strict_fallback_honours_torch_npu_fallback_cpu_disable(python):
+    r = python("""
+import torch, torch_npu
+try:
+    torch.mode(torch.tensor([1.0, 2.0, 2.0]).npu())
+    print("ran")
+except NotImplementedError as e:
+    print(str(e).splitlines()[0])
+""", env={"NPU_SIM_STRICT": "1", "TORCH_NPU_FALLBACK_CPU_DISABLE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith("The operator [aten::mode] is not supported on NPU and "
+                                       "TORCH_NPU_FALLBACK_CPU_DISABLE=1 forbids"), r.stdout
+    assert "CAUTION" not in r.stderr
