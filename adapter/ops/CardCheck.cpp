@@ -75,7 +75,8 @@ std::string opKey(const c10::OperatorName& name) {
 // ---- messages -----------------------------------------------------------------------------
 
 void replaceAll(std::string* text, std::string_view from, const std::string& to) {
-  for (size_t at = text->find(from); at != std::string::npos; at = text->find(from, at + to.size())) {
+  for (size_t at = text->find(from); at != std::string::npos;
+       at = text->find(from, at + to.size())) {
     text->replace(at, from.size(), to);
   }
 }

@@ -269,7 +269,9 @@ TEST_P(GemmIsa, Hf32RoundsTheOperandsAndNothingElse) {
       ASSERT_EQ(got.buf, want.buf);
       HostTensor plain = c;  // and HF32 did change the result
       nk::gemm(plain.desc(), a.desc(), b.desc(), 1.5, 0.5);
-      if (s[2] > 1) EXPECT_NE(got.buf, plain.buf);
+      if (s[2] > 1) {
+        EXPECT_NE(got.buf, plain.buf);
+      }
     }
   }
   // double is not a cube dtype: HF32 leaves it alone
