@@ -118,16 +118,14 @@ def test_conv_backward_reads_its_operands_as_hf32():
         assert rel_err(got, fp32) > HF32_APART
 
 
-def test_hf32_leaves_16_bit_convs_alone():
+def test_hf32_leaves_16_bit_convs_alone(flags):
     # float16 values are HF32 values already: the flag changes nothing for them.
     x, w = randn(1, 4, 7, 7, seed=0).half(), randn(3, 4, 3, 3, seed=1).half()
     on = F.conv2d(x.npu(), w.npu()).cpu()
     torch.npu.conv.allow_hf32 = False
-    try:
-        off = F.conv2d(x.npu(), w.npu()).cpu()
-    finally:
-        torch.npu.conv.allow_hf32 = True
+    off = F.conv2d(x.npu(), w.npu()).cpu()
     assert torch.equal(on, off)
+    torch.testing.assert_close(on.float(), F.conv2d(x.float(), w.float()), rtol=2e-3, atol=2e-3)
 
 
 # ---- matmul: off by default -------------------------------------------------------------------
@@ -201,3 +199,18 @@ def test_the_readiness_report_sees_the_current_flags(flags):
 
     torch.npu.conv.allow_hf32 = False
     assert _current_flag("torch.npu.conv.allow_hf32", True) is False
+
+
+def test_hf32_is_honoured_in_strict_mode_too(flags):
+    x, w = randn(2, 4, 9, 9, seed=0), randn(5, 4, 3, 3, seed=1)
+    a, b = randn(6, 40, seed=0), randn(40, 5, seed=1)
+    before = torch_npu.npu.strict_mode()
+    torch_npu.npu.set_strict_mode(True)
+    try:
+        conv = F.conv2d(x.npu(), w.npu()).cpu()
+        torch.npu.matmul.allow_hf32 = True
+        mm = (a.npu() @ b.npu()).cpu()
+    finally:
+        torch_npu.npu.set_strict_mode(before)
+    assert rel_err(conv, F.conv2d(hf32(x).double(), hf32(w).double())) < SAME
+    assert rel_err(mm, hf32(a).double() @ hf32(b).double()) < SAME
