@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include <torch/csrc/Dtype.h>
@@ -26,6 +27,8 @@
 #include "Profiler.h"
 #include "Recovery.h"
 #include "distributed/Init.h"
+#include "ops/CardCheck.h"
+#include "ops/KernelBridge.h"
 #include "ops/OpStats.h"
 #include "npu/caching_allocator.h"
 #include "npu/runtime.h"
@@ -511,6 +514,42 @@ uint64_t simDeviceClock(int64_t device) {
   return ns;
 }
 
+// ---- bodies: card fidelity (strict card mode, HF32) ------------------------------------------
+
+native::CubeFamily cubeFamily(const std::string& family) {
+  if (family == "matmul") return native::CubeFamily::kMatmul;
+  TORCH_CHECK_VALUE(family == "conv", "HF32 family must be 'matmul' or 'conv', got '", family, "'");
+  return native::CubeFamily::kConv;
+}
+
+c10::ScalarType scalarTypeOf(const py::handle& dtype) {
+  TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "card rules: expected a torch.dtype key, got ",
+                   py::str(dtype).cast<std::string>());
+  return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+}
+
+std::map<c10::ScalarType, std::string> byDtype(const py::dict& d) {
+  std::map<c10::ScalarType, std::string> out;
+  for (const auto& [key, value] : d) out[scalarTypeOf(key)] = value.cast<std::string>();
+  return out;
+}
+
+// rules: [(row, other kind, {dtype: kind}, {dtype: refusal}, {dtype: what the card does},
+//          what the card does without a tensor, [ops])]; dtype_names: {dtype: "float64"}.
+void installCardRulesBody(const std::string& target, const py::dict& dtype_names,
+                          const py::list& rules) {
+  std::vector<card_check::RuleSpec> specs;
+  for (const py::handle& item : rules) {
+    const py::tuple r = py::reinterpret_borrow<py::tuple>(item);
+    TORCH_CHECK_VALUE(r.size() == 7, "card rules: each rule is a 7-tuple");
+    specs.push_back({r[0].cast<std::string>(), r[1].cast<std::string>(),
+                     byDtype(r[2].cast<py::dict>()), byDtype(r[3].cast<py::dict>()),
+                     byDtype(r[4].cast<py::dict>()), r[5].cast<std::string>(),
+                     r[6].cast<std::vector<std::string>>()});
+  }
+  card_check::installCardRules(target, byDtype(dtype_names), specs);
+}
+
 }  // namespace
 }  // namespace torch_npu
 
@@ -592,6 +631,16 @@ PYBIND11_MODULE(_C, m) {
     const auto t = OpStats::instance().totals();
     return py::make_tuple(t[0], t[1], t[2]);
   });
+  m.def("_npu_setAllowHF32", [](const std::string& family, bool allow) {
+    native::setAllowHF32(cubeFamily(family), allow);
+  });
+  m.def("_npu_allowHF32",
+        [](const std::string& family) { return native::allowHF32(cubeFamily(family)); });
+  m.def("_npu_strictModeFromEnvironment", &card_check::initStrictModeFromEnvironment);
+  m.def("_npu_setStrictMode", &card_check::setStrictMode);
+  m.def("_npu_strictMode", &card_check::strictMode);
+  m.def("_npu_installCardRules", &installCardRulesBody);
+  m.def("_npu_cardCheckSites", &card_check::siteOps);
   m.def("_npu_launchCompiledKernel", &launchCompiledKernelFromPython);
   m.def("_npu_graphPoolHandle", &graphPoolHandle);
   m.def("_npu_createMemPool", &createMemPool);

@@ -401,6 +401,7 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
     for (int64_t gr = 0; gr < g.G; ++gr) {
       ImplicitGemm ig;
       ig.M = g.Og, ig.N = g.L, ig.K = g.K, ig.batch = nb;
+      ig.math = g.p.math;
       ig.a = wm.group(gr, g);
       ig.c = out_data + n0 * out.strides[0] + gr * g.Og * out.strides[1];
       ig.ldc = out.strides[1], ig.c_batch_stride = out.strides[0];
@@ -485,7 +486,7 @@ void conv2d_typed(const TensorDesc& out, const TensorDesc& input, const TensorDe
             copy(c, bb);
             beta = 1;
           }
-          gemm(c, wm.group(gr, g), b, 1.0, beta);
+          gemm(c, wm.group(gr, g), b, 1.0, beta, g.p.math);
           if (staged) {
             const int64_t sizes[3] = {g.Og, g.OH, g.OW};
             copy(o3, TensorDesc::make(obuf.data(), ct, sizes, 3));
@@ -530,16 +531,16 @@ void conv2d_backward_typed(const TensorDesc* grad_input, const TensorDesc* grad_
               xm = matrix(col.data(), ct, g.K, g.L, g.L, 1);
             }
             const TensorDesc gw = matrix(acc->data() + gr * g.Og * g.K, ct, g.Og, g.K, g.K, 1);
-            gemm(gw, gom, transposed(xm), 1.0, first ? 0.0 : 1.0);
+            gemm(gw, gom, transposed(xm), 1.0, first ? 0.0 : 1.0, g.p.math);
           }
           if (want_gi) {
             const TensorDesc gi3 = sample_channels(*grad_input, n, gr * g.Cg, g.Cg);
             const TensorDesc wt = transposed(wm.group(gr, g));
             TensorDesc gim;
             if (g.pointwise && as_matrix(gi3, &gim)) {
-              gemm(gim, wt, gom, 1.0, 0.0);
+              gemm(gim, wt, gom, 1.0, 0.0, g.p.math);
             } else {
-              gemm(matrix(col.data(), ct, g.K, g.L, g.L, 1), wt, gom, 1.0, 0.0);
+              gemm(matrix(col.data(), ct, g.K, g.L, g.L, 1), wt, gom, 1.0, 0.0, g.p.math);
               gibuf.assign(static_cast<size_t>(g.Cg * g.H * g.W), T(0));
               col2im(col.data(), gibuf.data(), g);
               const int64_t sizes[3] = {g.Cg, g.H, g.W};

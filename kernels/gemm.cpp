@@ -121,12 +121,20 @@ T* scratch(int slot, size_t n) {
   return static_cast<T*>(b.p);
 }
 
-// Source matrix: element (r, c) at data[r * rs + c * cs], of storage type S.
+// Source matrix: element (r, c) at data[r * rs + c * cs], of storage type S. hf32: the cube
+// reads it in HF32 (CubeMath::HF32): its packed float panels are rounded once packed.
 struct MatRef {
   const void* data;
   DType dtype;
   int64_t rs, cs;
+  bool hf32 = false;
 };
+
+// Rounds n packed floats to HF32 in place (round_to_hf32, npu/kernels/matmul.h). One extra pass
+// over a panel that was just written, so it is still in cache; zero padding stays zero.
+void round_panel_to_hf32(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = round_to_hf32(p[i]);
+}
 
 // 8x8 float transpose in registers: r[j] becomes column j.
 inline void transpose8x8(__m256 r[8]) {
@@ -395,6 +403,9 @@ void pack_a_any(const MatRef& a, int64_t r0, int64_t k0, int64_t mc, int64_t kc,
       if constexpr (std::is_floating_point_v<compute_t<S>>) {
         const S* base = static_cast<const S*>(a.data) + r0 * a.rs + k0 * a.cs;
         pack_a<P>(base, a.rs, a.cs, mc, kc, mr, p0, p1, dst);
+        if constexpr (std::is_same_v<P, float>) {
+          if (a.hf32) round_panel_to_hf32(dst + p0 * kc * mr, (p1 - p0) * kc * mr);
+        }
       } else {
         NPU_KERNEL_ASSERT(false, "integer GEMM operands");
       }
@@ -413,6 +424,9 @@ void pack_b_any(const MatRef& b, int64_t k0, int64_t c0, int64_t kc, int64_t nc,
       if constexpr (std::is_floating_point_v<compute_t<S>>) {
         const S* base = static_cast<const S*>(b.data) + k0 * b.rs + c0 * b.cs;
         pack_b<P>(base, b.rs, b.cs, kc, nc, nr, dst);
+        if constexpr (std::is_same_v<P, float>) {
+          if (b.hf32) round_panel_to_hf32(dst, (nc + nr - 1) / nr * nr * kc);
+        }
       } else {
         NPU_KERNEL_ASSERT(false, "integer GEMM operands");
       }
@@ -535,6 +549,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
           if constexpr (std::is_same_v<P, float>) {
             if (imp) {
               imp->pack_b(item, pc, kc, jc, nc, nr, bp);
+              if (imp->math == CubeMath::HF32) round_panel_to_hf32(bp, n_panels * nr * kc);
             } else {
               pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
             }
@@ -605,22 +620,25 @@ void scale_c(const TensorDesc& c, double beta) {
 
 template <class T>
 void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double alpha,
-                double beta) {
+                double beta, CubeMath math) {
   int64_t M = c.sizes[0], N = c.sizes[1], K = a.sizes[1];
-  MatRef ma{a.data, a.dtype, a.strides[0], a.strides[1]};
-  MatRef mb{b.data, b.dtype, b.strides[0], b.strides[1]};
+  // HF32 is a float32 format: double GEMMs keep their dtype.
+  const bool hf32 = math == CubeMath::HF32 && std::is_same_v<T, float>;
+  MatRef ma{a.data, a.dtype, a.strides[0], a.strides[1], hf32};
+  MatRef mb{b.data, b.dtype, b.strides[0], b.strides[1], hf32};
   int64_t crs = c.strides[0], ccs = c.strides[1];
   if (N == 1) ccs = 1;  // the stride of a size-1 dimension is meaningless
   if (M == 1) crs = N;
   // A column-major C is a row-major C^T = B^T A^T.
   if (ccs != 1 && crs == 1) {
     std::swap(M, N);
-    MatRef at{mb.data, mb.dtype, mb.cs, mb.rs};
-    MatRef bt{ma.data, ma.dtype, ma.cs, ma.rs};
+    MatRef at{mb.data, mb.dtype, mb.cs, mb.rs, mb.hf32};
+    MatRef bt{ma.data, ma.dtype, ma.cs, ma.rs, ma.hf32};
     ma = at, mb = bt;
     std::swap(crs, ccs);
   }
-  // Two bfloat16 operands take the vdpbf16ps kernel where the CPU has it.
+  // Two bfloat16 operands take the vdpbf16ps kernel where the CPU has it (HF32 changes nothing
+  // there: a bfloat16 value has 7 mantissa bits, so it is an HF32 value already).
   auto run = [&](T al, T be, T* out, int64_t ld, const BlockDone* done) {
     if constexpr (std::is_same_v<T, float>) {
       if (ma.dtype == DType::BFloat16 && mb.dtype == DType::BFloat16 && use_avx512_bf16()) {
@@ -681,7 +699,8 @@ void gemm_implicit(const ImplicitGemm& g) {
                     "gemm_implicit takes a [M, K] float32 A and a B packer");
   if (g.M == 0 || g.N == 0 || g.batch == 0) return;
   NPU_KERNEL_ASSERT(g.K > 0, "gemm_implicit needs K > 0");
-  const gemm::MatRef ma{g.a.data, g.a.dtype, g.a.strides[0], g.a.strides[1]};
+  const gemm::MatRef ma{g.a.data, g.a.dtype, g.a.strides[0], g.a.strides[1],
+                        g.math == CubeMath::HF32};
   gemm::driver<float, float>(g.M, g.N, g.K, 1.0f, ma, ma, 0.0f, g.c, g.ldc, nullptr, &g);
 }
 }  // namespace detail
@@ -695,7 +714,7 @@ bool gemm_supports(DType a, DType b, DType c) {
 }
 
 void gemm(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double alpha,
-          double beta) {
+          double beta, CubeMath math) {
   NPU_KERNEL_ASSERT(c.ndim == 2 && a.ndim == 2 && b.ndim == 2, "gemm takes 2-D descriptors");
   NPU_KERNEL_ASSERT(a.sizes[0] == c.sizes[0] && b.sizes[1] == c.sizes[1] &&
                         a.sizes[1] == b.sizes[0],
@@ -706,12 +725,12 @@ void gemm(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double 
     detail::gemm::scale_c(c, beta);
     return;
   }
-  if (c.dtype == DType::Float64) detail::gemm::gemm_typed<double>(c, a, b, alpha, beta);
-  else detail::gemm::gemm_typed<float>(c, a, b, alpha, beta);
+  if (c.dtype == DType::Float64) detail::gemm::gemm_typed<double>(c, a, b, alpha, beta, math);
+  else detail::gemm::gemm_typed<float>(c, a, b, alpha, beta, math);
 }
 
 void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double alpha,
-                  double beta) {
+                  double beta, CubeMath math) {
   NPU_KERNEL_ASSERT(c.ndim == 3 && a.ndim == 3 && b.ndim == 3, "gemm_batched takes 3-D descriptors");
   NPU_KERNEL_ASSERT(a.sizes[0] == c.sizes[0] && b.sizes[0] == c.sizes[0], "batch sizes differ");
   const int64_t batch = c.sizes[0];
@@ -729,7 +748,9 @@ void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
   double flops = 2.0 * c.sizes[1] * c.sizes[2] * a.sizes[2];
   int64_t grain = flops >= 4e6 ? batch : 1;
   parallel_for(0, batch, grain, [&](int64_t b0, int64_t b1) {
-    for (int64_t i = b0; i < b1; ++i) gemm(slice(c, i), slice(a, i), slice(b, i), alpha, beta);
+    for (int64_t i = b0; i < b1; ++i) {
+      gemm(slice(c, i), slice(a, i), slice(b, i), alpha, beta, math);
+    }
   });
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "npu/kernels/matmul.h"
 #include "npu/kernels/tensor_desc.h"
 
 namespace npu::kernels::detail {
@@ -25,6 +26,7 @@ struct ImplicitGemm {
   // Optional: called once per block of C_n (rows [r0, r1) x columns [c0, c1)) when it is final,
   // on the thread that computed it.
   std::function<void(int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1)> epilogue;
+  CubeMath math = CubeMath::KeepDtype;  // HF32: A and the packed B are rounded to HF32
 };
 
 // C_n = A @ B_n for every n in [0, batch).

@@ -127,6 +127,7 @@ def _init() -> None:
     _check_torch_version()                    # before loading an extension built for another torch
     import torch_npu._C  # noqa: F401         # registers guard, hooks, allocators, kernels
     _register_backend()                       # "npu" in torch: device module, Tensor.npu(), ...
+    torch_npu.npu.strict._init()              # NPU_SIM_STRICT and the card check's rules
     import atexit
 
     atexit.register(_drain_devices_at_exit)

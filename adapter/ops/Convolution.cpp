@@ -4,6 +4,8 @@
 // registered here. conv1d and conv2d run our conv2d kernel (conv1d with a height of 1);
 // transposed convolutions, 3-D convolutions, unusual dtypes and invalid parameters hand the call
 // to ATen's CPU kernel on the stream (ExecutionPaths.h), which also gives PyTorch's messages.
+// float32 convolutions read their operands as HF32 while torch.npu.conv.allow_hf32 is set (the
+// default, as on the card; KernelBridge.h), in the forward and the backward.
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
@@ -46,6 +48,7 @@ std::optional<Conv2d> planConv(const at::Tensor& input, const at::Tensor& weight
   Conv2d c;
   c.one_d = spatial == 1;
   c.p.groups = groups;
+  c.p.math = cubeMath(CubeFamily::kConv, input.scalar_type());  // torch.npu.conv.allow_hf32
   for (int64_t i = 0; i < spatial; ++i) {
     const int d = c.one_d ? 1 : static_cast<int>(i);
     if (stride[i] <= 0 || padding[i] < 0 || dilation[i] <= 0) return {};

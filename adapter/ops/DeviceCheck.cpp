@@ -2,7 +2,10 @@
 
 #include <ATen/core/op_registration/adaption.h>
 
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 namespace torch_npu {
 namespace device_check {
@@ -25,6 +28,25 @@ void reportMismatch(std::string_view op, DeviceRule rule, size_t argument, c10::
   const std::string method = "aten::" + std::string(op);
   c10::impl::common_device_check_failure(common, tensor, method.c_str(), argument_name.c_str());
   TORCH_INTERNAL_ASSERT(false, "common_device_check_failure returned");  // it always throws
+}
+
+const c10::OperatorHandle& operatorHandle(std::string_view registered) {
+  static std::mutex mutex;
+  static auto* handles = new std::unordered_map<std::string, c10::OperatorHandle>();
+  const std::string key(registered);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = handles->find(key); it != handles->end()) return it->second;
+  const std::string base(baseName(registered));
+  const std::string overload(registered.size() > base.size() ? registered.substr(base.size() + 1)
+                                                             : "");
+  std::optional<c10::OperatorHandle> handle;
+  for (const char* ns : {"aten::", "npu::"}) {
+    handle = c10::Dispatcher::singleton().findSchema({ns + base, overload});
+    if (handle) break;
+  }
+  TORCH_INTERNAL_ASSERT(handle.has_value(), "no operator registered as '", key,
+                        "' (a bug: NPU_IMPL registered it)");
+  return handles->emplace(key, *handle).first->second;
 }
 
 }  // namespace device_check

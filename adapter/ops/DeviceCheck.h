@@ -1,6 +1,10 @@
-// The device check of every npu op: its tensor arguments must be on one device, as CUDA demands,
-// so no kernel of ours reads another device's memory (or host memory) while that device's stream
-// may still be writing it.
+// The checks every npu kernel registration goes through (NPU_IMPL):
+//  - the device check: its tensor arguments must be on one device, as CUDA demands, so no kernel
+//    of ours reads another device's memory (or host memory) while that device's stream may still
+//    be writing it (below);
+//  - the card check: what the card does with the call's (op, dtype), and strict card mode's
+//    refusal or CPU fallback (CardCheck.h; a null pointer test for the ops the card runs
+//    natively).
 //
 // How it works:
 //  - Each op is registered with NPU_IMPL(m, "mm", mm) instead of m.impl("mm", TORCH_FN(mm)). The
@@ -29,6 +33,8 @@
 #include <string_view>
 #include <utility>
 
+#include "CardCheck.h"
+#include "ExecutionPaths.h"
 #include "NoCheckOps.h"  // generated: kNoCheckOps
 
 namespace torch_npu {
@@ -163,6 +169,10 @@ struct Walk {
   void visit(size_t, const T&) {}  // not a tensor
 };
 
+// The handle of a registration's op ("mm.out": aten::mm.out; npu ops by their own namespace),
+// looked up once per op name (the slow path of the card check only).
+const c10::OperatorHandle& operatorHandle(std::string_view registered);
+
 // A string literal as a template argument: the op's name travels in the wrapper's type.
 template <size_t N>
 struct OpName {
@@ -184,8 +194,25 @@ struct Checked<kName, c10::CompileTimeFunctionPointer<Ret(Args...), kKernel>> {
     (walk.visit(I, args), ...);
   }
 
+  // The card check's binding for this registration (CardCheck.h): null unless the card treats
+  // some dtype of this op differently from a native kernel.
+  static inline card_check::Site site{kName.view()};
+
   static Ret call(Args... args) {
     if constexpr (kRule != DeviceRule::kNone) check(std::index_sequence_for<Args...>{}, args...);
+    if (const card_check::OpRule* rule = site.rule(); C10_UNLIKELY(rule != nullptr)) {
+      if (card_check::judge(*rule, card_check::firstDtype(args...), kName.view()) ==
+          card_check::Route::kCpuFallback) {
+        if constexpr (card_check::kCanFallBack<Ret, Args...>) {
+          return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
+              c10::BoxedKernel::makeFromFunction<&runByCpuFallback>(),
+              operatorHandle(kName.view()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+              std::forward<Args>(args)...);
+        } else {
+          card_check::cannotFallBack(*rule, kName.view());
+        }
+      }
+    }
     return (*kKernel)(std::forward<Args>(args)...);
   }
 

@@ -2,7 +2,7 @@
 // kernels beside their bodies, with NPU_IMPL):
 //  - the global PrivateUse1 fallback: an aten op without an npu kernel (and not decomposed by
 //    PyTorch into ops with one) runs ATen's CPU kernel on the stream, or the CPU fallback
-//    (runOnHost, ExecutionPaths.h);
+//    (runUnregistered: the card check, then runOnHost; ExecutionPaths.h);
 //  - the Conjugate and Negative fallthroughs of our copies.
 #include <torch/library.h>
 
@@ -11,7 +11,7 @@
 namespace torch_npu {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&runOnHost>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&runUnregistered>());
 }
 
 // Our copies honour the conj / neg bits themselves (Copy.cpp resolves them while copying). Left

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -13,6 +14,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "CardCheck.h"
 #include "DeviceCheck.h"
 #include "NPUGenerator.h"
 #include "NPUStream.h"
@@ -440,6 +442,33 @@ void runShadowed(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool m
 }
 
 }  // namespace
+
+void runByCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // Shadow execution has no data to copy to the host: the op is sized as runOnHost sizes it.
+  if (shadowExecution()) {
+    runOnHost(op, stack);
+    return;
+  }
+  const size_t begin = stack->size() - op.schema().arguments().size();
+  checkDevices(op, *stack, begin);
+  const c10::DeviceIndex device = npuDeviceOf(*stack, begin);
+  std::optional<c10::DeviceGuard> guard;
+  if (device >= 0) guard.emplace(c10::Device(c10::DeviceType::PrivateUse1, device));
+  cpuFallback(op, stack);
+}
+
+void runUnregistered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const card_check::BoxedBinding& binding = card_check::bindingFor(op);
+  if (const card_check::OpRule* rule = binding.get(); C10_UNLIKELY(rule != nullptr)) {
+    const size_t begin = stack->size() - op.schema().arguments().size();
+    if (card_check::judge(*rule, card_check::firstDtype(*stack, begin), binding.op) ==
+        card_check::Route::kCpuFallback) {
+      runByCpuFallback(op, stack);
+      return;
+    }
+  }
+  runOnHost(op, stack);
+}
 
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t begin = stack->size() - op.schema().arguments().size();

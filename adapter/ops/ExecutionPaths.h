@@ -14,7 +14,8 @@
 //  3. CPU fallback: anything else (no meta kernel, a non-tensor result, a view) is copied to the
 //     host, run there and copied back, with torch_npu's warning once per op;
 //     TORCH_NPU_FALLBACK_CPU_DISABLE=1 turns it into an error naming the op.
-// An op with no npu registration reaches runOnHost through the global fallback (Dispatch.cpp).
+// An op with no npu registration reaches runOnHost through the global fallback (Dispatch.cpp),
+// after the card check (runUnregistered).
 // Each call of paths 2 and 3 is counted in OpStats, which the op report reads
 // (python -m torch_npu.utils.op_report).
 #pragma once
@@ -28,6 +29,16 @@ namespace torch_npu {
 
 // Runs `op` by path 2a, 2b or 3 above.
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Runs `op` by path 3, whatever paths 1 and 2 could do: how strict card mode runs an op that
+// torch_npu has no NPU kernel for (CardCheck.h), with its warning and its
+// TORCH_NPU_FALLBACK_CPU_DISABLE check. (Under shadow execution, which has no data to copy, it
+// is runOnHost.)
+void runByCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The global fallback's entry (Dispatch.cpp): an op without an npu kernel of ours. The card
+// check first (CardCheck.h), then runOnHost or runByCpuFallback.
+void runUnregistered(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Runs aten::<name>.<overload> through path 2 (or 3) with the given arguments: how a kernel of
 // ours hands a call it does not cover to ATen's CPU kernel.

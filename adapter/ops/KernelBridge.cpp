@@ -1,5 +1,6 @@
 #include "KernelBridge.h"
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -8,6 +9,26 @@
 #include "NPUStream.h"
 
 namespace torch_npu::native {
+namespace {
+// torch_npu's defaults (LazyInitAclops.cpp: matmul off, conv on).
+std::atomic<bool> g_allow_hf32_matmul{false};
+std::atomic<bool> g_allow_hf32_conv{true};
+
+std::atomic<bool>& hf32Flag(CubeFamily family) {
+  return family == CubeFamily::kMatmul ? g_allow_hf32_matmul : g_allow_hf32_conv;
+}
+}  // namespace
+
+void setAllowHF32(CubeFamily family, bool allow) {
+  hf32Flag(family).store(allow, std::memory_order_relaxed);
+}
+
+bool allowHF32(CubeFamily family) { return hf32Flag(family).load(std::memory_order_relaxed); }
+
+nk::CubeMath cubeMath(CubeFamily family, c10::ScalarType dtype) {
+  return dtype == c10::kFloat && allowHF32(family) ? nk::CubeMath::HF32
+                                                   : nk::CubeMath::KeepDtype;
+}
 
 std::optional<nk::DType> toKernelDType(c10::ScalarType type) {
   switch (type) {

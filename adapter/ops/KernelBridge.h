@@ -78,4 +78,15 @@ std::optional<std::vector<Operand>> iterOperandsRounded(const at::TensorIterator
 // The current stream of `t`'s device: where a kernel on `t` is queued.
 NPUStream streamOf(const at::Tensor& t);
 
+// The cube unit's float32 precision, torch_npu's two switches: torch.npu.matmul.allow_hf32
+// (default false: mm, addmm, bmm, baddbmm and what decomposes into them) and
+// torch.npu.conv.allow_hf32 (default true: convolutions, forward and backward). Set from Python
+// (torch_npu/npu/npu_config.py) whichever way the user sets them; read at each launch, so a
+// change applies to the ops launched after it. Honoured in every mode, as on the card.
+enum class CubeFamily { kMatmul, kConv };
+void setAllowHF32(CubeFamily family, bool allow);
+bool allowHF32(CubeFamily family);
+// How a cube kernel of `family` on `dtype` operands reads them: HF32 for float32 when allowed.
+nk::CubeMath cubeMath(CubeFamily family, c10::ScalarType dtype);
+
 }  // namespace torch_npu::native

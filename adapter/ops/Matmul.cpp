@@ -1,5 +1,6 @@
 // mm, addmm, bmm, baddbmm (and so matmul, linear, einsum's paths) on the library's GEMM.
 // Transposed operands need no copy: a descriptor with swapped strides is a transposed matrix.
+// float32 operands are read as HF32 when torch.npu.matmul.allow_hf32 is set (KernelBridge.h).
 // Integer matmul, mismatched dtypes and bad shapes go to ATen's CPU kernel, which computes the
 // former and reports the latter with PyTorch's messages (dtype errors at the call, see
 // raiseDtypeErrorNow).
@@ -68,16 +69,18 @@ void launchGemm(const at::Tensor& out, const at::Tensor* self, const at::Tensor&
   std::optional<nk::TensorDesc> result;
   if (aliased) result = describe(out);
   if (self == nullptr) beta = 0.0;
+  // torch.npu.matmul.allow_hf32, as it is when the op is called.
+  const nk::CubeMath math = cubeMath(CubeFamily::kMatmul, a.scalar_type());
   // Work in elementwise-op units: a multiply-add of a vectorised GEMM costs ~1/32 of one.
   const int64_t work = out.numel() * a.size(-1) / 32;
   launchKernelTask(getCurrentNPUStream(out.device().index()), name, work,
                    [c = describe(target), x = describe(a), y = describe(b), init, result, alpha,
-                    beta, batched] {
+                    beta, batched, math] {
                      if (init) nk::copy(c, *init);
                      if (batched) {
-                       nk::gemm_batched(c, x, y, alpha, beta);
+                       nk::gemm_batched(c, x, y, alpha, beta, math);
                      } else {
-                       nk::gemm(c, x, y, alpha, beta);
+                       nk::gemm(c, x, y, alpha, beta, math);
                      }
                      if (result) nk::copy(*result, c);
                    });

@@ -4,7 +4,8 @@ reason) when run as a script:
 
     .venv/bin/python tests/python/opinfo_sweep.py [--samples N] [--write docs/opinfo.md]
 
-An op passes when all its samples agree with the CPU (random ops: same shapes and dtypes).
+An op passes when all its samples agree with the CPU (random ops: same shapes and dtypes),
+with torch.npu.conv.allow_hf32 off (float32 is the reference).
 "No fallback" counts the passing ops none of whose samples used the copying CPU fallback
 (our kernels and ATen host kernels on the stream are not fallbacks).
 """
@@ -176,6 +177,10 @@ def main():
     ap.add_argument("--write", default=None, help="write the markdown report here")
     ap.add_argument("--json", default=None, help="write the raw results here")
     ns = ap.parse_args()
+    # The comparison is with float32 on the CPU: convolutions in full float32, not in HF32 (the
+    # card's default, which test_hf32.py checks), as PyTorch's own suite turns TF32 off for its
+    # CUDA comparisons.
+    torch.npu.conv.allow_hf32 = False
     results = sweep(ns.samples)
     if ns.write:
         write_markdown(results, ns.write, ns.samples)

@@ -59,6 +59,7 @@ def restore_npu_options():
     npu_config._options.clear()
     npu_config._options.update(saved[0])
     npu_config._mm_bmm_format_nd = saved[1]
+    npu_config._sync_hf32()  # the adapter's copy of the HF32 flags follows
 
 
 def test_compile_mode_defaults_to_binary_ops_and_switches(restore_npu_options):

@@ -125,6 +125,7 @@ from ._recovery import (  # noqa: F401
     restart_device,
     stop_device,
 )
+from .strict import set_strict_mode, strict_mode  # noqa: F401  (SimNPU: NPU_SIM_STRICT)
 from . import utils  # noqa: F401
 from .utils import (  # noqa: F401
     can_device_access_peer,

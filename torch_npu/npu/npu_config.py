@@ -1,16 +1,20 @@
 """torch_npu's run-time switches: set_option, set_compile_mode / is_jit_compile_false, the ND
 format of mm / bmm, and the HF32 flags (torch.npu.matmul.allow_hf32, torch.npu.conv.allow_hf32).
 
-On a real NPU these select how CANN compiles and runs operators. SimNPU's kernels are compiled
-ahead of time and compute float32 in full float32, so none of them changes a result here; each
-is still stored and read back with torch_npu's names, defaults and checks, so code that sets
-them runs unchanged and code that reads them sees what it set:
+On a real NPU these select how CANN compiles and runs operators. Each is stored and read back
+with torch_npu's names, defaults and checks, so code that sets them runs unchanged and code that
+reads them sees what it set:
 
 - jit_compile: False by default, as torch_npu's default on Atlas A2 (910B) devices, which use
   the binary operator packages; our kernels are "binary" too, so is_jit_compile_false() is True
-  until set_compile_mode(jit_compile=True).
-- allow_hf32: matmul False, conv True by default (torch_npu's defaults). HF32 permits lower
-  precision; computing in full float32 is within what it permits.
+  until set_compile_mode(jit_compile=True). It changes no result.
+- allow_hf32: matmul False, conv True by default (torch_npu's defaults), set through
+  torch.npu.matmul.allow_hf32 / torch.npu.conv.allow_hf32 or set_option's ALLOW_MATMUL_HF32 /
+  ALLOW_CONV_HF32 ("enable" / "disable"). These do change results, as on the card: while a flag
+  is on, float32 operands of that family's kernels (mm, addmm, bmm, baddbmm and what decomposes
+  into them; conv1d / conv2d forward and backward) are rounded to HF32 (10 mantissa bits, to
+  nearest even) before the float32-accumulating product. The adapter reads them at each launch
+  (_sync_hf32 hands every change over; docs/strict_mode.md).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ def set_option(option: dict) -> None:
     if checked.get("MM_BMM_ND_ENABLE") in ("enable", "disable"):
         set_mm_bmm_format_nd(checked["MM_BMM_ND_ENABLE"] == "enable")
     _options.update(checked)
+    _sync_hf32()
 
 
 def get_option(name: str) -> str | None:
@@ -116,6 +121,7 @@ class _HF32Flag:
             raise AttributeError(f"torch.npu.{self._name} has no setting {name!r}; the one it "
                                  "has is allow_hf32")
         _options[self._option] = "enable" if value else "disable"
+        _sync_hf32()
 
     def __repr__(self) -> str:
         return f"torch.npu.{self._name}(allow_hf32={self.allow_hf32})"
@@ -123,3 +129,11 @@ class _HF32Flag:
 
 matmul = _HF32Flag("ALLOW_MATMUL_HF32", "matmul")
 conv = _HF32Flag("ALLOW_CONV_HF32", "conv")
+
+
+def _sync_hf32() -> None:
+    """Hands the HF32 flags, as _options holds them, to the adapter's kernels (KernelBridge.h)."""
+    from torch_npu import _C
+
+    _C._npu_setAllowHF32("matmul", matmul.allow_hf32)
+    _C._npu_setAllowHF32("conv", conv.allow_hf32)

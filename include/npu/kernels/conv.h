@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "npu/kernels/matmul.h"  // CubeMath
 #include "npu/kernels/tensor_desc.h"
 
 namespace npu::kernels {
@@ -36,6 +37,10 @@ struct Conv2dParams {  // [0] along H, [1] along W
   int64_t dilation[2] = {1, 1};
   int64_t groups = 1;
   bool fuse_relu = false;  // conv2d only: out = relu(conv2d(...)), applied as out is written
+  // HF32: float32 input, weight and grad_output are read as HF32 by every GEMM of the forward
+  // and the backward (bias and accumulation stay float32), as the cube does under
+  // torch.npu.conv.allow_hf32.
+  CubeMath math = CubeMath::KeepDtype;
 };
 
 // (in + 2 pad - dilation (kernel - 1) - 1) / stride + 1, rounded down.

@@ -1,9 +1,35 @@
 // Matrix multiplication: C = alpha * A @ B + beta * C, plain and batched.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+
 #include "npu/kernels/tensor_desc.h"
 
 namespace npu::kernels {
+
+// How the cube unit reads float32 operands (aclnn's cubeMathType): as they are, or rounded to
+// HF32, the cube's 19-bit float (float32's sign and 8 exponent bits, 10 explicit mantissa bits),
+// before products are formed; accumulation stays float32. torch_npu picks HF32 for float32
+// matmuls when torch.npu.matmul.allow_hf32 is set (default False) and for convolutions when
+// torch.npu.conv.allow_hf32 is (default True). Other dtypes are unaffected (float16 and bfloat16
+// values are HF32 values already; double is not a cube dtype).
+enum class CubeMath : uint8_t { KeepDtype, HF32 };
+
+// float32 -> HF32 (returned as the float32 of the same value): the 13 low mantissa bits are
+// rounded away to nearest, ties to even, the default of the Ascend cube's float32-to-HF32
+// conversion (Ascend C Matmul::SetHF32, transMode 0, and SetHF32TransMode). Carries propagate
+// into the exponent (the largest float32 values round to infinity); infinities are kept,
+// NaNs stay NaN (quiet), subnormals are rounded like normal numbers (not flushed).
+inline float round_to_hf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t rounded = (u + 0x0FFFu + ((u >> 13) & 1u)) & 0xFFFFE000u;
+  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  u = nan ? ((u | 0x00400000u) & 0xFFFFE000u) : rounded;
+  std::memcpy(&x, &u, sizeof u);
+  return x;
+}
 
 // Supported: all of A, B, C in {Float32, Float16, BFloat16} (math in float32, one rounding
 // of C at the end), or all Float64. Two BFloat16 operands use AVX512-BF16 dot products where
@@ -13,13 +39,14 @@ bool gemm_supports(DType a, DType b, DType c);
 // A: [M, K], B: [K, N], C: [M, N] as 2-D descriptors with any strides: a transposed operand
 // is just a descriptor with swapped strides (no copy needed). beta == 0 means C is not read
 // (NaN in C does not propagate), as in BLAS and PyTorch's addmm. K == 0 gives C = beta * C.
+// math = HF32: A and B are read as round_to_hf32 of their values (float32 math otherwise).
 void gemm(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double alpha = 1.0,
-          double beta = 0.0);
+          double beta = 0.0, CubeMath math = CubeMath::KeepDtype);
 
 // bmm / baddbmm: 3-D descriptors [batch, rows, cols]; a batch stride of 0 broadcasts that
 // operand over the batch (e.g. matmul of a batch by one matrix).
 void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
-                  double alpha = 1.0, double beta = 0.0);
+                  double alpha = 1.0, double beta = 0.0, CubeMath math = CubeMath::KeepDtype);
 
 }  // namespace npu::kernels
 

@@ -172,6 +172,45 @@ TEST(Conv2d, ImplicitGemmPath) {
   check_conv(empty_k);
 }
 
+// HF32 convolution == float32 convolution of input and weight rounded beforehand, bit for bit,
+// on the implicit-GEMM forward, the im2col forward (a column-major output) and the backward
+// (grad_output rounded too).
+TEST(Conv2d, Hf32ReadsInputWeightAndGradOutputAsHf32) {
+  auto rounded = [](const HostTensor& t) {
+    HostTensor r = t;
+    for (int64_t i = 0; i < r.numel(); ++i) *r.at<float>(i) = nk::round_to_hf32(*t.at<float>(i));
+    return r;
+  };
+  for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+    SCOPED_TRACE(int(layout));
+    nk::Conv2dParams p, hf;
+    p.padding[0] = p.padding[1] = 1;
+    hf = p;
+    hf.math = nk::CubeMath::HF32;
+    HostTensor x(DType::Float32, {2, 5, 9, 8}, layout), w(DType::Float32, {4, 5, 3, 3}, layout),
+        b(DType::Float32, {4}), g(DType::Float32, {2, 4, 9, 8}, layout);
+    fill_uniform(x, -1, 1);
+    fill_uniform(w, -1, 1);
+    fill_uniform(b, -1, 1);
+    fill_uniform(g, -1, 1);
+    const HostTensor xr = rounded(x), wr = rounded(w), gr = rounded(g);
+    HostTensor got(DType::Float32, {2, 4, 9, 8}, layout), want = got, plain = got;
+    const TensorDesc bd = b.desc();
+    nk::conv2d(got.desc(), x.desc(), w.desc(), &bd, hf);
+    nk::conv2d(want.desc(), xr.desc(), wr.desc(), &bd, p);
+    nk::conv2d(plain.desc(), x.desc(), w.desc(), &bd, p);
+    EXPECT_EQ(got.buf, want.buf);
+    EXPECT_NE(got.buf, plain.buf);
+    HostTensor gi(DType::Float32, {2, 5, 9, 8}, layout), gw(DType::Float32, {4, 5, 3, 3}, layout);
+    HostTensor gi_want = gi, gw_want = gw;
+    const TensorDesc gid = gi.desc(), gwd = gw.desc(), giw = gi_want.desc(), gww = gw_want.desc();
+    nk::conv2d_backward(&gid, &gwd, nullptr, g.desc(), x.desc(), w.desc(), hf);
+    nk::conv2d_backward(&giw, &gww, nullptr, gr.desc(), xr.desc(), wr.desc(), p);
+    EXPECT_EQ(gi.buf, gi_want.buf);
+    EXPECT_EQ(gw.buf, gw_want.buf);
+  }
+}
+
 TEST(Conv2d, HalfDtypesLargeSampleAndEmptyBatch) {
   ConvCase k{2, 3, 6, 6, 4, 3, 3, 1, 1, 1, 1};
   k.dtype = DType::Float16;

@@ -4,6 +4,8 @@
 // (AVX512-BF16 dot products, AVX-512 float, AVX2) forced in turn on one machine.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "kernel_test_util.h"
@@ -211,6 +213,76 @@ TEST_P(GemmIsa, BFloat16StridedOperands) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, GemmIsa, ::testing::Values("auto", "avx512", "avx2"));
+
+// ---- HF32 (CubeMath::HF32: torch.npu.matmul.allow_hf32 / conv.allow_hf32) --------------------
+
+float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+TEST(RoundToHf32, NearestEvenOnThe13DroppedBits) {
+  const float step = std::ldexp(1.0f, -10);  // HF32's step at 1
+  EXPECT_EQ(nk::round_to_hf32(1.0f + step / 2), 1.0f);                // tie: down to even
+  EXPECT_EQ(nk::round_to_hf32(1.0f + 3 * step / 2), 1.0f + 2 * step);  // tie: up to even
+  EXPECT_EQ(nk::round_to_hf32(1.0f + step / 2 + std::ldexp(1.0f, -20)), 1.0f + step);
+  EXPECT_EQ(nk::round_to_hf32(-(1.0f + 3 * step / 2)), -(1.0f + 2 * step));
+  EXPECT_EQ(nk::round_to_hf32(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(nk::round_to_hf32(-0.0f)));
+  EXPECT_EQ(nk::round_to_hf32(INFINITY), INFINITY);
+  EXPECT_EQ(nk::round_to_hf32(3.4028235e38f), INFINITY);  // carries into the exponent
+  EXPECT_TRUE(std::isnan(nk::round_to_hf32(bits_to_float(0x7F800001u))));  // payload below
+  // every result has its 13 low bits clear; every HF32 value is a fixed point
+  for (uint32_t u = 0x3F800000u; u < 0x3F800000u + (1u << 16); u += 7) {
+    const float r = nk::round_to_hf32(bits_to_float(u));
+    uint32_t rb;
+    std::memcpy(&rb, &r, sizeof rb);
+    ASSERT_EQ(rb & 0x1FFFu, 0u);
+    ASSERT_EQ(nk::round_to_hf32(r), r);
+  }
+}
+
+// A copy of t with every float32 value rounded to HF32.
+HostTensor rounded(const HostTensor& t) {
+  HostTensor r = t;
+  for (int64_t i = 0; i < r.numel(); ++i) *r.at<float>(i) = nk::round_to_hf32(*t.at<float>(i));
+  return r;
+}
+
+// HF32 GEMM == float32 GEMM of operands rounded beforehand, bit for bit: the rounding happens
+// where the operands are packed, and nothing else changes. C (beta) is not rounded.
+TEST_P(GemmIsa, Hf32RoundsTheOperandsAndNothingElse) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {15, 33, 17}, {131, 257, 385}, {40, 7, 900}};
+  for (auto& s : shapes) {
+    for (bool ta : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << s[0] << "x" << s[1] << "x" << s[2] << " ta=" << ta);
+      HostTensor a(DType::Float32, {s[0], s[2]}, ta ? Layout::Transposed : Layout::Contiguous);
+      HostTensor b(DType::Float32, {s[2], s[1]});
+      HostTensor c(DType::Float32, {s[0], s[1]});
+      fill_uniform(a, -1, 1);
+      fill_uniform(b, -1, 1);
+      fill_uniform(c, -1, 1);
+      HostTensor got = c, want = c;
+      nk::gemm(got.desc(), a.desc(), b.desc(), 1.5, 0.5, nk::CubeMath::HF32);
+      nk::gemm(want.desc(), rounded(a).desc(), rounded(b).desc(), 1.5, 0.5);
+      ASSERT_EQ(got.buf, want.buf);
+      HostTensor plain = c;  // and HF32 did change the result
+      nk::gemm(plain.desc(), a.desc(), b.desc(), 1.5, 0.5);
+      if (s[2] > 1) {
+        EXPECT_NE(got.buf, plain.buf);
+      }
+    }
+  }
+  // double is not a cube dtype: HF32 leaves it alone
+  HostTensor a(DType::Float64, {9, 9}), b(DType::Float64, {9, 9}), c1(DType::Float64, {9, 9});
+  fill_uniform(a, -1, 1);
+  fill_uniform(b, -1, 1);
+  HostTensor c2 = c1;
+  nk::gemm(c1.desc(), a.desc(), b.desc(), 1.0, 0.0, nk::CubeMath::HF32);
+  nk::gemm(c2.desc(), a.desc(), b.desc());
+  EXPECT_EQ(c1.buf, c2.buf);
+}
 
 TEST(Gemm, ReportsTheInstructionSetItUses) {
   const bool bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
