@@ -141,9 +141,10 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
   // No device has this much; rounding it up would overflow.
   if (request > kMaxRequest) throwOutOfMemory(lock, request);
   static const bool faults = npuSimFaultsArmed() != 0;
+  npuSimFault fault;
+  fault.kind = npuSimFaultNone;
   if (__builtin_expect(faults, 0)) {
     // NPU_SIM_FAULTS oom@alloc=N: this allocation fails as if the device were full.
-    npuSimFault fault;
     if (npuSimFaultTick(npuSimOnAlloc, device, &fault) == npuSuccess &&
         fault.kind == npuSimFaultOom) {
       throwOutOfMemory(lock, roundSize(request, config));
@@ -190,6 +191,11 @@ void* DeviceState::malloc(size_t request, npuStream_t stream) {
   }
   Block* used = useBlock(block, size, request);
   registerPointer(used);
+  if (__builtin_expect(fault.kind == npuSimFaultHbmUce, 0)) {
+    // NPU_SIM_FAULTS hbm_uce@alloc=N: the memory this allocation was given is faulty (an
+    // activation, a KV cache block: whatever the program allocates N-th).
+    (void)npuSimInjectMemError(device, used->ptr, request);
+  }
   return used->ptr;
 }
 

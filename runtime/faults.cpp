@@ -174,8 +174,17 @@ bool parseFault(const std::string& text, FaultSpec* f, std::string* why) {
     return impossible("happens in a collective: use link_down@collective=N");
   }
   if (f->kind == npuSimFaultHbmUce) {
-    if (f->trigger != npuSimOnStep) return impossible("names a tensor of the optimizer: use hbm_uce@step=N,target=...");
-    if (f->target.empty()) return impossible("needs target=param[I], grad[I] or state[I].KEY");
+    // At a step it hits a tensor of the optimizer (target=); at an allocation, the memory that
+    // allocation is given.
+    if (f->trigger == npuSimOnStep && f->target.empty()) {
+      return impossible("at a step needs target=param[I], grad[I] or state[I].KEY");
+    }
+    if (f->trigger == npuSimOnAlloc && !f->target.empty()) {
+      return impossible("at an allocation hits that allocation's memory: it takes no target");
+    }
+    if (f->trigger != npuSimOnStep && f->trigger != npuSimOnAlloc) {
+      return impossible("hits a tensor: use hbm_uce@step=N,target=... or hbm_uce@alloc=N");
+    }
   } else if (!f->target.empty()) {
     return impossible("takes no target (only hbm_uce does)");
   }

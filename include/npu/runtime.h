@@ -277,12 +277,13 @@ NPU_API npuError_t npuSimScrubAsync(void* ptr, size_t count, npuStream_t stream)
  * launch S seconds or more after the runtime started. rank= (the RANK variable; default any) and
  * device= (default any) choose where; restart= the torchrun attempt (TORCHELASTIC_RESTART_COUNT,
  * default 0: a restarted job does not meet the fault again). Each fault fires once. The runtime applies device_lost,
- * straggler and kill itself; the others are returned to the component that must act (oom to the
- * allocator, link_down to ccl, hbm_uce to torch_npu, which finds the TARGET tensor). */
+ * straggler and kill itself; the others are returned to the component that must act (oom and
+ * hbm_uce@alloc to the allocator, link_down to ccl, hbm_uce@step to torch_npu, which finds the
+ * TARGET tensor). */
 typedef enum npuSimFaultKind {
   npuSimFaultNone = 0,
   npuSimFaultDeviceLost = 1, /* every later call and task on the device fails (lost) */
-  npuSimFaultHbmUce = 2,     /* npuSimInjectMemError on the target's memory */
+  npuSimFaultHbmUce = 2,     /* npuSimInjectMemError on the target's (or the allocation's) memory */
   npuSimFaultLinkDown = 3,   /* this collective fails on the link (mode=error) or hangs (hang) */
   npuSimFaultStraggler = 4,  /* the device's kernels take `factor` times as long from now on */
   npuSimFaultOom = 5,        /* this allocation fails as out of memory */

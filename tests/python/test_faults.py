@@ -31,7 +31,9 @@ def faulted(python, plan, code, **env):
     ("straggler@launch=1", "straggler needs factor=F"),
     ("kill@step=1,factor=2", "kill takes no factor"),
     ("hbm_uce@step=2,target=weights", "target=weights: expected param[I], grad[I] or state[I].KEY"),
-    ("hbm_uce@launch=2,target=param[0]", "hbm_uce names a tensor of the optimizer"),
+    ("hbm_uce@launch=2,target=param[0]", "hbm_uce hits a tensor: use hbm_uce@step=N"),
+    ("hbm_uce@alloc=2,target=param[0]", "hbm_uce at an allocation hits that allocation's memory"),
+    ("hbm_uce@step=2", "hbm_uce at a step needs target="),
     ("link_down@collective=2,mode=sometimes", "mode=sometimes: expected error or hang"),
     ("device_lost@launch=1,device=9", "names device 9 but this process sees 8 device(s)"),
     ("kill@step=1,colour=red", "unknown option 'colour'"),
@@ -161,6 +163,26 @@ def test_hbm_uce_in_a_freed_gradient_is_temporary_memory(python):
     lines = r.stdout.splitlines()
     assert lines[:4] == ["step 1 ok", "step 2 UCE", "kind 2", "addr True"]
     assert lines[-1] == "step 3 ok"
+
+
+def test_hbm_uce_at_an_allocation_hits_that_activation(python):
+    # The third allocation is a + b's result: the kernel that writes it is the first to fail.
+    r = faulted(python, "hbm_uce@alloc=3", """
+        import torch, torch_npu
+        a = torch.ones(64, device="npu")         # allocation 1
+        b = torch.ones(64, device="npu")         # allocation 2
+        try:
+            c = a + b                            # allocation 3: the faulty one
+        except RuntimeError as e:
+            print("UCE" if "UCE ERROR" in str(e) else str(e))
+        addr = torch_npu.npu._get_uce_addr()
+        print("addr", len(addr), addr[0]["size"])
+        print("kind", torch_npu.npu.check_uce_in_memory(0))
+        torch_npu.npu.restart_device(0)
+        print("after", (a + b).sum().item())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["UCE", "addr 1 256", "kind 3", "after 128.0"]
 
 
 def test_hbm_uce_naming_a_missing_state_says_what_exists(python):
