@@ -250,6 +250,17 @@ npuError_t npuRegistryList(npuProcessInfo* out, int capacity, int* count) {
     const ssize_t got = st.st_size == static_cast<off_t>(sizeof(Record))
                             ? pread(fd, &rec, sizeof(rec), 0)
                             : -1;
+    // A record written by another SimNPU version (its size differs with the layout) is named
+    // as such, not taken for a half-made one: both installs may run side by side.
+    uint32_t header[2] = {0, 0};
+    if (got < 0 && st.st_size >= static_cast<off_t>(sizeof(header)) &&
+        pread(fd, header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header)) &&
+        header[0] == kMagic && header[1] != kVersion) {
+      close(fd);
+      note(path, "version " + std::to_string(header[1]) + ", expected " +
+                     std::to_string(kVersion) + " (written by another SimNPU version)");
+      continue;
+    }
     close(fd);
     const bool complete = got == static_cast<ssize_t>(sizeof(rec)) && rec.magic == kMagic;
     if (!complete) {

@@ -17,10 +17,11 @@ def npu_smi(env, *args) -> subprocess.CompletedProcess:
                           env={**os.environ, **env})
 
 
-def record(pid: int) -> bytes:
-    """A version-1 record (runtime/registry.cpp) claiming `pid`."""
-    head = struct.pack("<IIiiQ64s", 0x4E505552, 1, pid, 8, 0, b"forged")
-    return head + b"\0" * (8 * 64 * 2)
+def record(pid: int, version: int = 2) -> bytes:
+    """A record (runtime/registry.cpp's layout) claiming `pid`: version 1 holds memory and busy
+    counters for 64 devices, version 2 adds their health."""
+    head = struct.pack("<IIiiQ64s", 0x4E505552, version, pid, 8, 0, b"forged")
+    return head + b"\0" * (8 * 64 * (2 if version == 1 else 3))
 
 
 def test_npu_smi_skips_bad_records_with_a_note():
@@ -33,16 +34,20 @@ def test_npu_smi_skips_bad_records_with_a_note():
         with open(truncated, "wb") as f:
             f.write(record(os.getpid())[:100])
         os.utime(truncated, (1_000_000_000, 1_000_000_000))
+        with open(os.path.join(d, "proc-1.reg"), "wb") as f:    # an older SimNPU's record
+            f.write(record(1, version=1))
         r = npu_smi({"NPU_SIM_RUNTIME_DIR": d}, "info")
         assert r.returncode == 0, r.stderr
         assert "No running processes found in NPU 0" in r.stdout
         assert "forged" not in r.stdout
         notes = [l for l in r.stderr.splitlines() if l.startswith("npu-smi: note: skipped ")]
-        assert len(notes) == 4, r.stderr
+        assert len(notes) == 5, r.stderr
         assert any("proc-4242.reg: not a regular file" in n for n in notes)
         assert any("proc-0.reg: pid 0 (must be positive" in n for n in notes)
         assert any("proc--1.reg: pid -1 (must be positive" in n for n in notes)
         assert any("not a complete record (100 bytes" in n for n in notes)
+        assert any("proc-1.reg: version 1, expected 2 (written by another SimNPU" in n
+                   for n in notes)
 
 
 @pytest.mark.parametrize("kind", ["file", "under_a_file"])
