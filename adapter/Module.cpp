@@ -26,6 +26,7 @@
 #include "NPUStream.h"
 #include "Profiler.h"
 #include "Recovery.h"
+#include "Sanitizer.h"
 #include "distributed/Init.h"
 #include "ops/CardCheck.h"
 #include "ops/KernelBridge.h"
@@ -668,4 +669,5 @@ PYBIND11_MODULE(_C, m) {
   profiler::initProfilerBindings(m);
   initDistributedBindings(m);
   initRecoveryBindings(m);
+  initSanitizerBindings(m);
 }

@@ -566,6 +566,9 @@ void* CachingAllocator::allocate(size_t size, int device, npuStream_t stream) {
   DeviceState& state = impl_->state(device);
   if (stream == nullptr) stream = state.default_stream;
   void* ptr = state.malloc(size, stream);
+  // The stream sanitizer's uninitialised-read check (NPU_SIM_SANITIZER_UNINIT) starts these bytes
+  // unwritten; a no-op unless the sanitizer is on.
+  npuSanAlloc(ptr, size, 0);
   // Shadow execution: a small fresh block reads as zero, not as the bytes of the metadata that
   // last lived there (kernels, which would overwrite it, do not run). In stream order, after
   // the block's previous use.

@@ -175,6 +175,7 @@ npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream) {
   if (Capture* c = streamCapture(s).load(std::memory_order_acquire)) {
     return captureRecord(c, s, event);  // numbered when the graph is launched
   }
+  if (sanOn()) sanEventRecord(event, s);
   if (completeRecordIfIdle(s, event)) return npuSuccess;  // nothing ahead of it to wait for
   Task task;
   task.kind = Task::kRecord;
@@ -193,6 +194,7 @@ npuError_t npuStreamWaitEvent(npuStream_t stream, npuEvent_t event, unsigned int
   npuStream_st* s = nullptr;
   if (npuError_t e = resolveStream(stream, &s)) return e;
   if (npuError_t result; captureWait(s, event, &result)) return result;
+  if (sanOn()) sanStreamWait(s, event);
   Task task;
   task.kind = Task::kWait;
   task.event = event;
@@ -224,6 +226,7 @@ npuError_t npuEventQuery(npuEvent_t event) {
     return npuErrorNotReady;  // a moment: the stream is counting the record as done
   }
   if (!event->error.empty()) return recordError("npuEventQuery", event->error);
+  if (sanOn()) sanHostJoinEvent(event);
   return npuSuccess;
 }
 
@@ -238,6 +241,7 @@ npuError_t npuEventSynchronize(npuEvent_t event) {
   if (target == 0) return npuSuccess;  // never recorded
   std::string error = eventWait(event, target);
   if (!error.empty()) return recordError("npuEventSynchronize", error);
+  if (sanOn()) sanHostJoinEvent(event);
   return npuSuccess;
 }
 

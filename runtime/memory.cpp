@@ -248,6 +248,7 @@ npuError_t npuFree(void* ptr) {
   }
   // As cudaFree, wait for queued work first: a task must never touch unmapped memory.
   waitDeviceIdle(a.dev);
+  if (sanOn()) sanForget(ptr, a.size);
   munmap(ptr, pageRound(a.size));
   releaseCapacity(a.dev, a.size);
   NPU_LOG(NPU_LOG_INFO, "RUNTIME", "device %d: freed %zu bytes at %p", a.dev->index, a.size, ptr);
@@ -293,6 +294,7 @@ npuError_t npuFreeHost(void* ptr) {
     size = it->second.size;
     table().erase(it);
   }
+  if (sanOn()) sanForget(ptr, size);
   munmap(ptr, pageRound(size));
   return npuSuccess;
 }
@@ -396,6 +398,7 @@ npuError_t npuMemUnmap(void* ptr, size_t size) {
   Allocation* a = nullptr;
   size_t first = 0;
   if (npuError_t e = findReservation("npuMemUnmap", ptr, size, &a, &first)) return e;
+  if (sanOn()) sanForget(ptr, size);
   madvise(ptr, size, MADV_DONTNEED);  // give the pages back to the OS
   mprotect(ptr, size, PROT_NONE);
   for (size_t g = first; g < first + size / kGranularity; ++g) a->mapped_pages[g] = false;
@@ -418,6 +421,7 @@ npuError_t npuMemAddressFree(void* ptr) {
     table().erase(it);
   }
   waitDeviceIdle(a.dev);
+  if (sanOn()) sanForget(ptr, a.size);
   munmap(ptr, a.size);
   releaseCapacity(a.dev, a.mapped_bytes);
   return npuSuccess;
@@ -430,6 +434,10 @@ npuError_t npuMemcpyAsync(void* dst, const void* src, size_t count, npuMemcpyKin
   Task task;
   if (npuError_t e = prepareCopy("npuMemcpyAsync", dst, src, count, kind, &task)) return e;
   if (count == 0) return npuSuccess;
+  if (sanOn() && streamCapture(s).load(std::memory_order_acquire) == nullptr) {
+    npuSanAccess(s, src, count, 0, sanCurrentTag());
+    npuSanAccess(s, dst, count, 1, sanCurrentTag());
+  }
   return enqueue(s, task);
 }
 
@@ -448,6 +456,9 @@ npuError_t npuMemsetAsync(void* ptr, int value, size_t count, npuStream_t stream
   Task task;
   if (npuError_t e = prepareMemset("npuMemsetAsync", ptr, value, count, &task)) return e;
   if (count == 0) return npuSuccess;
+  if (sanOn() && streamCapture(s).load(std::memory_order_acquire) == nullptr) {
+    npuSanAccess(s, ptr, count, 1, sanCurrentTag());
+  }
   return enqueue(s, task);
 }
 

@@ -260,6 +260,21 @@ bool profilerWants(const Task& task);
 void profilerRecord(const Task& task, int device, int stream_id, uint64_t start_ns,
                     uint64_t end_ns);
 
+// ---- the sanitizer's engine (sanitizer.cpp) ---------------------------------------------
+// The runtime's ordering calls tell the engine what they order; each call site checks sanOn()
+// (one relaxed load) first.
+extern std::atomic<bool> g_san_on;
+inline bool sanOn() { return g_san_on.load(std::memory_order_relaxed); }
+void sanEventRecord(npuEvent_st* event, npuStream_st* s);  // npuEventRecord
+void sanStreamWait(npuStream_st* s, npuEvent_st* event);   // npuStreamWaitEvent
+void sanHostJoinEvent(npuEvent_st* event);  // the host saw the event's record complete
+void sanHostJoinStream(npuStream_st* s);    // the host saw the stream's work complete
+void sanHostJoinDevice(Device* dev);        // ... every stream of the device
+// Memory the runtime unmaps (npuFree, npuFreeHost, npuMemUnmap, npuMemAddressFree): its
+// history ends, since the OS may hand the addresses to anyone next.
+void sanForget(const void* ptr, size_t bytes);
+uint64_t sanCurrentTag();  // this thread's tag for the runtime's own accesses (copies, memsets)
+
 // ---- registry --------------------------------------------------------------------------------
 // Publishes this process in the registry (idempotent) and points each device's counters into
 // its record.

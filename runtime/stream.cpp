@@ -573,6 +573,7 @@ npuError_t enqueueAndWait(const char* api, npuStream_st* s, const Task& task) {
   // The caller waits anyway: on an idle stream it does the work itself (no hand-off).
   Task here = task;
   if (!runInline(s, here)) waitFor(s, push(s, task));
+  if (sanOn()) sanHostJoinStream(s);
   return takeError(s, Reader::kStream);
 }
 
@@ -714,6 +715,7 @@ npuError_t npuStreamSynchronize(npuStream_t stream) {
   if (npuError_t e = resolveStream(stream, &s)) return e;
   if (npuError_t e = captureCheckStreamSync("npuStreamSynchronize", s)) return e;
   waitFor(s, s->submitted.load(std::memory_order_acquire));
+  if (sanOn()) sanHostJoinStream(s);
   return takeError(s, Reader::kStream);
 }
 
@@ -748,6 +750,7 @@ npuError_t npuStreamQuery(npuStream_t stream) {
   if (s->completed.load(std::memory_order_acquire) < s->submitted.load(std::memory_order_acquire)) {
     return npuErrorNotReady;
   }
+  if (sanOn()) sanHostJoinStream(s);
   return npuSuccess;
 }
 
@@ -815,6 +818,7 @@ npuError_t npuDeviceSynchronize(void) {
       first_message = npuGetLastErrorMessage();
     }
   }
+  if (sanOn()) sanHostJoinDevice(dev);
   return first == npuSuccess ? npuSuccess : fail(first, first_message);
 }
 
@@ -878,6 +882,8 @@ npuError_t npuSimDeviceClock(int device, uint64_t* ns) {
   *ns = latest;
   return npuSuccess;
 }
+
+int npuSimInTask(void) { return t_running_stream != nullptr ? 1 : 0; }
 
 uint64_t npuSimTaskClock(void) { return t_running_stream ? streamSimNs(t_running_stream) : 0; }
 

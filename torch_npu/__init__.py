@@ -140,6 +140,9 @@ def _init() -> None:
     _profiling_mode.enable_from_environment()  # TORCH_NPU_PROFILING_MODE / PROFILING_MODE=true
     torch_npu.npu.shadow.install_cost_model()  # NPU_SIM_SHADOW=1: the card's simulated clock
     torch_npu.npu._recovery.install_fault_hooks()  # NPU_SIM_FAULTS: step= triggers
+    import torch_npu.npu._sanitizer
+
+    torch_npu.npu._sanitizer._enable_from_environment()  # TORCH_NPU_SANITIZER=1
     _transfer_to_npu_from_env()
 
 

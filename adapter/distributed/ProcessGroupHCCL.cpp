@@ -23,6 +23,7 @@
 #include "NPUAllocator.h"
 #include "NPUException.h"
 #include "NPUFunctions.h"
+#include "Sanitizer.h"
 
 namespace torch_npu {
 namespace {
@@ -881,6 +882,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
   // then busy for the collective, which for these sizes is shorter than a launch round trip.
   // Not for point-to-point (a send may wait for a receive the caller has yet to post) nor
   // across nodes (their hops block on Gloo).
+  if (npuSanEnabled()) sanitizeCollective(stream.handle(), opName(opType), inputs, outputs);
   HostRun host_run(small && stream == comm_stream ? stream.handle() : nullptr);
   {
     c10::StreamGuard on_comm_stream(stream.unwrap());
@@ -1558,6 +1560,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::endCoalescing() {
 // ---- the watchdog ----------------------------------------------------------------------------
 
 void ProcessGroupHCCL::watchdogLoop() {
+  // Its polls of the works' events order nothing the program does (the stream sanitizer).
+  npuSanSetThreadObserver(1);
   std::unique_lock<std::mutex> lock(workMutex_);
   while (true) {
     if (stopping_ && inFlight_.empty()) return;

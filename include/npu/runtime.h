@@ -364,6 +364,9 @@ NPU_API npuError_t npuSimCharge(npuStream_t stream, const char* name, uint64_t n
 /* A stream's clock as of the tasks it has run; a device's is the latest of its streams'. */
 NPU_API npuError_t npuSimStreamClock(npuStream_t stream, uint64_t* ns);
 NPU_API npuError_t npuSimDeviceClock(int device, uint64_t* ns);
+/* 1 on a thread that is running a task (a stream worker, or a launcher running one inline):
+ * the ATen calls a host-kernel task makes are the task's own work, not new launches. */
+NPU_API int npuSimInTask(void);
 /* From inside a running task (a collective): its stream's clock, and moving it forward. */
 NPU_API uint64_t npuSimTaskClock(void);
 NPU_API void npuSimTaskClockAdvanceTo(uint64_t ns);
@@ -384,6 +387,69 @@ NPU_API npuSchedule npuSimSchedule(void);
 /* A scheduling point of another library (the collectives' arrivals): under chaos, waits the
  * delay that the seed draws for (site, key); returns at once otherwise. */
 NPU_API void npuSimSchedulePoint(uint32_t site, uint64_t key);
+
+/* ---- the stream sanitizer's engine (sanitizer.cpp) --------------------------------------
+ * A happens-before checker over the order in which work is launched, the engine behind
+ * TORCH_NPU_SANITIZER (the adapter feeds it the byte ranges each op reads and writes). The host
+ * and every stream carry a vector clock; what orders them is what orders them on a card:
+ * a launch comes after everything the host has seen complete, an event record snapshots its
+ * stream, npuStreamWaitEvent joins the event's snapshot into the waiting stream, and
+ * npuStreamSynchronize / npuEventSynchronize / npuDeviceSynchronize, a successful
+ * npuStreamQuery / npuEventQuery and the blocking calls (npuMemcpy, npuLaunchTaskSync) join a
+ * stream into the host. An access that meets an earlier access of another stream (or of the
+ * host) to the same bytes, one of them a write, with neither ordered before the other, is a race.
+ * Ranges are byte-exact: disjoint views of one block never conflict. Off (the default) it costs
+ * one relaxed load at each of those calls. Work launched into a capture is not seen (a graph's
+ * replay is ordered as a whole by its stream). */
+typedef enum {
+  npuSanRace = 1,         /* unsynchronized read/write or write/write of the same bytes */
+  npuSanFreeInUse = 2,    /* a block freed while another stream, not recorded on it
+                             (record_stream), may still use it: its reuse would race */
+  npuSanUninitRead = 3    /* a read of allocated bytes that nothing wrote (opt-in) */
+} npuSanKind;
+/* The stream npuSanAccess calls "the host" (CPU code touching host memory a task also touches). */
+#define NPU_SAN_HOST ((npuStream_t)(intptr_t)-1)
+typedef struct npuSanSide {
+  int device;      /* -1 for the host */
+  int stream_id;   /* npuStreamGetId; -1 for the host */
+  int write;       /* 1: a write, 0: a read */
+  uint64_t tag;    /* the caller's tag of the access (npuSanAccess), 0 when there is none */
+} npuSanSide;
+typedef struct npuSanReport {
+  npuSanKind kind;
+  uintptr_t begin, end;    /* the bytes in conflict (the first conflicting segment) */
+  npuSanSide previous;     /* the earlier access (npuSanUninitRead: the allocation) */
+  npuSanSide current;      /* the access (npuSanFreeInUse: the free) that found it */
+} npuSanReport;
+/* Turns the engine on or off (off forgets everything it tracked); `uninit` also tracks which
+ * allocated bytes were written (npuSanAlloc). */
+NPU_API void npuSanEnable(int on, int uninit);
+NPU_API int npuSanEnabled(void);
+/* The caller's tags (a stack, an op's name): the engine calls retain(tag) for each copy it keeps
+ * (a segment split in two keeps two) and release(tag) for each it forgets. */
+NPU_API void npuSanSetTagHooks(void (*retain)(uint64_t tag), void (*release)(uint64_t tag));
+/* The tag the runtime gives its own accesses on this thread (npuMemcpyAsync and
+ * npuMemsetAsync record theirs: the op that launched them sets its tag); returns the previous. */
+NPU_API uint64_t npuSanSetCurrentTag(uint64_t tag);
+/* Marks this thread as an observer (a watchdog polling for completions): its event queries and
+ * synchronizations order nothing the program's own threads do, so they teach the host nothing. */
+NPU_API void npuSanSetThreadObserver(int on);
+/* An access of [ptr, ptr + bytes) by the next work launched on `stream` (NULL: the current
+ * device's default stream; NPU_SAN_HOST: the host, which is checked but only tracked on bytes
+ * some stream touched). Returns how many reports it added (npuSanTakeReports). The engine keeps
+ * `tag` while the access is the latest of its kind on those bytes. */
+NPU_API int npuSanAccess(npuStream_t stream, const void* ptr, size_t bytes, int write,
+                         uint64_t tag);
+/* The caching allocator's side: bytes handed out (uninit tracking starts them unwritten; a
+ * `tag` of 0 names the thread's current tag, npuSanSetCurrentTag), and bytes given back by
+ * their allocation stream `stream` with the streams recorded on the block (record_stream),
+ * which the allocator itself waits for before reuse. */
+NPU_API void npuSanAlloc(const void* ptr, size_t bytes, uint64_t tag);
+NPU_API int npuSanFree(const void* ptr, size_t bytes, npuStream_t stream,
+                       const npuStream_t* recorded, size_t recorded_count, uint64_t tag);
+/* Moves up to `max` of this thread's reports into `out`; returns how many. Each report's
+ * non-zero tags were retained for the reader, who releases them when done with the report. */
+NPU_API size_t npuSanTakeReports(npuSanReport* out, size_t max);
 
 /* ---- events ---------------------------------------------------------------------------- */
 #define npuEventDefault 0x0u

@@ -28,3 +28,19 @@ def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subp
 @pytest.fixture
 def python():
     return run_python
+
+
+@pytest.fixture(autouse=True)
+def _no_sanitizer_reports():
+    """Under TORCH_NPU_SANITIZER=1 (`make test-sanitized`), a test whose own process made the
+    stream sanitizer report fails, showing the reports."""
+    if os.environ.get("TORCH_NPU_SANITIZER") != "1":
+        yield
+        return
+    from torch_npu.npu import _sanitizer
+
+    _sanitizer.clear_reports()
+    yield
+    found = _sanitizer.reports()
+    _sanitizer.clear_reports()
+    assert not found, "the stream sanitizer reported:\n" + "\n".join(found)

@@ -47,6 +47,7 @@ before = acc.memory_allocated(1)
 x = torch.ones(1024, 256, device=dev)             # 1 MiB
 allocated = acc.memory_allocated(1) - before
 s = acc.Stream(device=dev)
+s.wait_stream(acc.current_stream(dev))           # x is written on npu:1's default stream
 with acc.stream(s):
     y = x * 2
 e = acc.Event()

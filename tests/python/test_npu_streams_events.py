@@ -46,6 +46,7 @@ def test_events_time_work_and_order_streams():
 
     side = torch.npu.Stream()
     x = torch.zeros(1000, device="npu")
+    side.wait_stream(torch.npu.current_stream())  # the zeros are written on the default stream
     with torch.npu.stream(side):
         torch.npu._sleep(100)
         x.fill_(3.0)
@@ -58,6 +59,7 @@ def test_events_time_work_and_order_streams():
 def test_wait_stream():
     side = torch.npu.Stream()
     x = torch.zeros(10, device="npu")
+    side.wait_stream(torch.npu.current_stream())
     with torch.npu.stream(side):
         torch.npu._sleep(100)
         x.fill_(7.0)
