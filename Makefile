@@ -4,7 +4,7 @@ PY := .venv/bin/python
 CPP_BUILD := build/cpp
 CMAKE := .venv/bin/cmake
 
-.PHONY: setup demo test test-cpp test-python bench sanitize-address sanitize-thread clean
+.PHONY: setup demo test test-cpp test-python test-sanitized bench sanitize-address sanitize-thread clean
 
 setup:
 	@JOBS=$(JOBS) bash scripts/setup.sh
@@ -26,6 +26,22 @@ test-python: setup
 	@if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then \
 	  $(PY) -m pytest -q tests/python; \
 	else echo "no Python tests yet"; fi
+
+# The project's model, AMP, compile, NPU graph, stream and DDP/FSDP2 tests again under the stream
+# sanitizer (TORCH_NPU_SANITIZER=1, docs/sanitizer.md): a report in the pytest process fails its
+# test (tests/python/conftest.py); every process of the run, torchrun's ranks included, also
+# appends its reports to one log, and a non-empty log fails the run.
+SANITIZED_TESTS := test_models.py test_models_amp.py test_amp_kernels.py test_compile.py \
+  test_compile_graph_policy.py test_npu_graphs.py test_npu_streams_events.py \
+  test_distributed_training.py
+SANITIZER_LOG := build/sanitizer-reports.log
+test-sanitized: setup
+	@mkdir -p build && rm -f $(SANITIZER_LOG)
+	TORCH_NPU_SANITIZER=1 NPU_SIM_SANITIZER_LOG=$(CURDIR)/$(SANITIZER_LOG) \
+	  $(PY) -m pytest -q $(addprefix tests/python/,$(SANITIZED_TESTS))
+	@if [ -s $(SANITIZER_LOG) ]; then cat $(SANITIZER_LOG); \
+	  echo "test-sanitized: the stream sanitizer reported (above, $(SANITIZER_LOG))"; exit 1; fi
+	@echo "test-sanitized: no sanitizer report"
 
 bench: setup $(CPP_BUILD)/build.ninja
 	.venv/bin/ninja -C $(CPP_BUILD) -j $(JOBS)

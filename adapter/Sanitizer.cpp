@@ -20,6 +20,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <unistd.h>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -91,6 +94,23 @@ std::string formatStack(const py::object& frames) {
 
 // One report per earlier access, range and stream: the same conflict seen again (an op nested
 // in the one reported, the next step of a loop) adds nothing.
+// NPU_SIM_SANITIZER_LOG=FILE: every process of a job (each torchrun rank) also appends its
+// reports there, whole and one after another, so a job's reports are in one place (a CI run
+// fails on a non-empty file).
+void appendToLog(const std::string& report) {
+  static const char* path = std::getenv("NPU_SIM_SANITIZER_LOG");
+  if (path == nullptr || *path == '\0') return;
+  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    std::fprintf(stderr, "NPU sanitizer: cannot append to NPU_SIM_SANITIZER_LOG=%s\n", path);
+    return;
+  }
+  // One write with O_APPEND: the processes' reports do not interleave.
+  const std::string line = "[pid " + std::to_string(::getpid()) + "] " + report;
+  (void)!::write(fd, line.data(), line.size());
+  ::close(fd);
+}
+
 bool firstOfItsKind(const npuSanReport& r) {
   static std::mutex mutex;
   static std::set<std::tuple<uint64_t, uintptr_t, uintptr_t, int, int>> seen;
@@ -160,6 +180,7 @@ void publishReports() {
     {
       std::lock_guard<std::mutex> lock(g_reports_mutex);
       g_reports.push_back(s);
+      appendToLog(s);
     }
     if (now != nullptr) releaseTag(r.current.tag);  // the engine retained them for us
     if (before != nullptr) releaseTag(r.previous.tag);
@@ -196,8 +217,11 @@ bool uninitialisedFactory(const c10::FunctionSchema& schema) {
 bool skipped(const c10::FunctionSchema& schema) {
   const std::string& name = schema.name();
   // Collectives run on the communicator's stream, ordered by its own events (the engine sees
-  // those); views and metadata touch no bytes.
-  if (name.rfind("c10d::", 0) == 0) return true;
+  // those; sanitizeCollective records their bytes there), functional collectives and their
+  // wait_tensor included; views and metadata touch no bytes.
+  for (const char* ns : {"c10d::", "_c10d_functional::", "c10d_functional::"}) {
+    if (name.rfind(ns, 0) == 0) return true;
+  }
   static const char* kNoAccess[] = {
       "aten::record_stream", "aten::set_", "aten::resize_",
       "aten::detach",       "aten::alias",         "aten::lift_fresh", "aten::_has_compatible_shallow_copy_type",

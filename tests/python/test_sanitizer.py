@@ -216,3 +216,26 @@ def test_a_collective_output_read_before_wait_is_reported_on_every_rank(tmp_path
     for name in ["c10d::ALLREDUCE", "on the communicator's stream", "aten::mul.Tensor",
                  "stream 0 on npu:", "line 10", "line 8"]:
         assert name in report, (name, report)
+
+
+def test_the_readme_race_that_chaos_exposes_is_named(python):
+    """README's worked example (NPU_SIM_SCHEDULE=chaos): mostly right in a normal run, named by
+    the sanitizer in any run, with the lines of both accesses."""
+    r = python("""
+        import torch, torch_npu
+        side = torch.npu.Stream()
+        x = torch.zeros(4096, device="npu")
+        wrong = 0
+        for i in range(5):
+            x.fill_(i + 1)                # default stream
+            with torch.npu.stream(side):  # BUG: no side.wait_stream(...)
+                y = x * 2                 # side stream
+            side.synchronize()
+            wrong += not bool((y.cpu() == 2 * (i + 1)).all())
+        print("wrong", wrong)
+        """, env={"TORCH_NPU_SANITIZER": "1"})
+    assert r.returncode == 0, r.stderr
+    report = r.stderr[r.stderr.index(BANNER):]
+    for name in ["aten::mul.Tensor", "aten::fill_.Scalar", "line 9", "line 7",
+                 "Previous access by stream 0 on npu:0"]:
+        assert name in report, (name, report)

@@ -3,18 +3,20 @@
 
 It finds the bugs a card hides, in the run that has them: an op that reads or writes bytes another
 stream wrote (or read) with nothing ordering the two (an event record and wait, a synchronize),
-and host code reading a non-blocking device-to-host copy's destination before the copy's stream
-or event was synchronized. Each report names both accesses: the streams, the ops' schemas, which
-arguments, and the Python stack of each. Reports go to stderr at once and are kept for
-`reports()`.
+a block reused while another stream still reads it (a missing record_stream), a collective's
+output read before its work was waited for, and host code reading a non-blocking device-to-host
+copy's destination before the copy's stream or event was synchronized; with
+NPU_SIM_SANITIZER_UNINIT=1 also reads of device memory nothing wrote. Each report names both
+accesses: the streams, the ops' schemas, which arguments, and the Python stack of each. Reports
+go to stderr at once, are kept for `reports()`, and with NPU_SIM_SANITIZER_LOG=FILE are appended
+to FILE by every process of a job.
 
 Unlike the CUDA sanitizer, which sees op arguments from Python, it checks the byte ranges of the
 work the simulator runs: the runtime's engine (npu/runtime.h, npuSanAccess) orders the streams by
 the runtime's own event, wait and synchronize calls, ops are seen in C++ (so autograd's backward
-and C++ ops are covered) and the runtime's copies and memsets record their own bytes.
-
-NPU_SIM_SANITIZER_UNINIT=1 and the allocator's free-without-record_stream check are wired in the
-engine (npuSanAlloc / npuSanFree) but not yet called by the caching allocator; see docs/sanitizer.md.
+and C++ ops are covered), the runtime's copies and memsets record their own bytes, collectives
+record theirs on the communicator's stream, and the caching allocator marks fresh blocks
+unwritten. Details and limits: docs/sanitizer.md.
 """
 
 from __future__ import annotations
