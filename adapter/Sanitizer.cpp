@@ -15,6 +15,7 @@
 #include <ATen/record_function.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 
 #include <algorithm>
@@ -336,7 +337,6 @@ std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& fn) {
   if (!schema || skipped(*schema)) return nullptr;
   const auto inputs = fn.inputs();
   const npuStream_t stream = executor(inputs);
-  if (capturing(stream)) return nullptr;
   auto ctx = std::make_unique<OpContext>();
   ctx->stream = stream;
   ctx->active = true;
@@ -363,6 +363,8 @@ std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& fn) {
   bool fresh_output = false;
   for (const c10::Argument& ret : schema->returns()) fresh_output |= ret.alias_info() == nullptr;
   if (fresh_output) what += (what.empty() ? "" : ", and ") + std::string("writing to the output");
+  // Captured work runs at each replay of the graph (the engine makes its accesses then).
+  if (capturing(stream)) what += " (captured into an NPU graph: at its replay)";
   std::ostringstream op;
   op << *schema;
   ctx->tag = newTag(op.str(), what, stack);
@@ -453,7 +455,48 @@ void sanitizeCollective(npuStream_t stream, const std::string& op,
   releaseTag(reinterpret_cast<uint64_t>(tag));
 }
 
+namespace {
+
+// A kernel torch.compile generated, queued by torch_npu._inductor.launch: Inductor's C++
+// signature says which buffers it writes (`float* out_ptr0`) and which it only reads
+// (`const float* in_ptr0`); `writes` has a 'w' or 'r' per argument, empty when unknown (then
+// every buffer counts as written).
+void sanitizeCompiledKernel(const std::string& name, const std::string& writes,
+                            const py::args& args) {
+  if (g_callback == 0) return;
+  std::vector<std::pair<at::Tensor, bool>> buffers;
+  std::string read_names, write_names;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!THPVariable_Check(args[i].ptr())) continue;
+    const at::Tensor& t = THPVariable_Unpack(args[i].ptr());
+    if (!t.is_privateuseone()) continue;
+    const bool write = i >= writes.size() || writes[i] == 'w';
+    std::string& names = write ? write_names : read_names;
+    names += (names.empty() ? "" : ", ") + std::to_string(i);
+    buffers.emplace_back(t, write);
+  }
+  if (buffers.empty()) return;
+  const npuStream_t stream = getCurrentNPUStream(buffers.front().first.device().index()).handle();
+  std::string what;
+  if (!write_names.empty()) what += "writing to argument(s) " + write_names;
+  if (!read_names.empty()) {
+    what += (what.empty() ? "" : ", ") + std::string("reading from argument(s) ") + read_names;
+  }
+  if (capturing(stream)) what += " (captured into an NPU graph: at its replay)";
+  Tag* tag = newTag("compiled kernel " + name + " (torch.compile, Inductor)", what, gatherStack());
+  for (const auto& [t, write] : buffers) {
+    if (!write) access(stream, t, false, tag);
+  }
+  for (const auto& [t, write] : buffers) {
+    if (write) access(stream, t, true, tag);
+  }
+  releaseTag(reinterpret_cast<uint64_t>(tag));
+}
+
+}  // namespace
+
 void initSanitizerBindings(py::module& m) {
+  m.def("_npu_sanitizer_compiled_kernel", &sanitizeCompiledKernel);
   m.def("_npu_sanitizer_enable", &enable, py::arg("uninit") = false);
   m.def("_npu_sanitizer_disable", &disable);
   m.def("_npu_sanitizer_enabled", [] { return g_callback != 0; });

@@ -119,6 +119,17 @@ npuError_t validateGraph(const char* api, npuGraph_t graph) {
   return npuSuccess;
 }
 
+}  // namespace
+
+npuGraph_st* captureGraphOf(npuStream_st* s) {
+  if (!streamCapture(s).load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Capture* c = streamCapture(s).load();
+  return c ? c->graph : nullptr;
+}
+
+namespace {
+
 // Ends `c` on every member stream and forgets it; the caller holds g_mutex.
 void detach(Capture* c) {
   for (Capture::Member& m : c->members) streamCapture(m.stream).store(nullptr);
@@ -349,6 +360,7 @@ npuError_t npuStreamEndCapture(npuStream_t stream, npuGraph_t* graph) {
     *graph = c->graph;
   } else {
     releaseTasks(c->graph->tasks);
+    if (sanOn()) sanGraphForget(c->graph);
     delete c->graph;  // never handed out
   }
   delete c;
@@ -399,6 +411,8 @@ npuError_t npuGraphLaunch(npuGraph_t graph, npuStream_t stream) {
   task.arg = launch;
   task.release = releaseLaunch;
   std::snprintf(task.name, sizeof(task.name), "graph (%zu tasks)", graph->tasks.size());
+  // The stream sanitizer: the replay makes the capture's accesses, on this stream, now.
+  if (sanOn()) sanGraphLaunch(graph, s);
   return enqueue(s, task);
 }
 
@@ -446,6 +460,7 @@ npuError_t npuGraphDestroy(npuGraph_t graph) {
   if (npuError_t e = validateGraph("npuGraphDestroy", graph)) return e;
   graph->magic.store(npuGraph_st::kDead);
   graphRelease(graph);  // queued launches keep the tasks until they ran
+  if (sanOn()) sanGraphForget(graph);
   static std::mutex graveyard_mutex;
   static auto* graveyard = new std::vector<npuGraph_st*>();  // keeps them reachable
   std::lock_guard<std::mutex> lock(graveyard_mutex);

@@ -434,7 +434,7 @@ npuError_t npuMemcpyAsync(void* dst, const void* src, size_t count, npuMemcpyKin
   Task task;
   if (npuError_t e = prepareCopy("npuMemcpyAsync", dst, src, count, kind, &task)) return e;
   if (count == 0) return npuSuccess;
-  if (sanOn() && streamCapture(s).load(std::memory_order_acquire) == nullptr) {
+  if (sanOn()) {  // in a capture, the engine keeps them for the graph's replays
     npuSanAccess(s, src, count, 0, sanCurrentTag());
     npuSanAccess(s, dst, count, 1, sanCurrentTag());
   }
@@ -456,7 +456,7 @@ npuError_t npuMemsetAsync(void* ptr, int value, size_t count, npuStream_t stream
   Task task;
   if (npuError_t e = prepareMemset("npuMemsetAsync", ptr, value, count, &task)) return e;
   if (count == 0) return npuSuccess;
-  if (sanOn() && streamCapture(s).load(std::memory_order_acquire) == nullptr) {
+  if (sanOn()) {  // in a capture, the engine keeps them for the graph's replays
     npuSanAccess(s, ptr, count, 1, sanCurrentTag());
   }
   return enqueue(s, task);

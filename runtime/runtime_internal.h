@@ -273,7 +273,12 @@ void sanHostJoinDevice(Device* dev);        // ... every stream of the device
 // Memory the runtime unmaps (npuFree, npuFreeHost, npuMemUnmap, npuMemAddressFree): its
 // history ends, since the OS may hand the addresses to anyone next.
 void sanForget(const void* ptr, size_t bytes);
-uint64_t sanCurrentTag();  // this thread's tag for the runtime's own accesses (copies, memsets)
+uint64_t sanCurrentTag();
+// NPU graphs: accesses made on a capturing stream are kept with the graph (graph.cpp's
+// captureGraphOf names it) and made on the replay stream at each npuGraphLaunch.
+npuGraph_st* captureGraphOf(npuStream_st* s);  // the graph `s` is capturing into, or nullptr
+void sanGraphLaunch(npuGraph_st* graph, npuStream_st* s);
+void sanGraphForget(npuGraph_st* graph);  // a failed capture, a destroyed graph  // this thread's tag for the runtime's own accesses (copies, memsets)
 
 // ---- registry --------------------------------------------------------------------------------
 // Publishes this process in the registry (idempotent) and points each device's counters into

@@ -51,6 +51,13 @@ struct Engine {
   std::map<uintptr_t, Segment> segments;           // by begin
   void (*retain)(uint64_t) = nullptr;
   void (*release)(uint64_t) = nullptr;
+  // What each NPU graph's capture accessed, made again on the replay stream at each launch.
+  struct Captured {
+    uintptr_t begin, end;
+    bool write;
+    uint64_t tag;  // retained while the graph keeps it
+  };
+  std::unordered_map<npuGraph_st*, std::vector<Captured>> graphs;
 };
 
 Engine& engine() {
@@ -228,6 +235,37 @@ void sanHostJoinStream(npuStream_st* s) {
   join(clockOf(e, 0), stream_clock);
 }
 
+void sanGraphLaunch(npuGraph_st* graph, npuStream_st* s) {
+  std::vector<Engine::Captured> list;
+  {
+    Engine& e = engine();
+    std::lock_guard<std::mutex> lock(e.mutex);
+    auto it = e.graphs.find(graph);
+    if (it == e.graphs.end()) return;
+    list = it->second;
+    for (const Engine::Captured& c : list) keep(Access{0, 0, false, c.tag});  // held for the calls
+  }
+  for (const Engine::Captured& c : list) {
+    npuSanAccess(s, reinterpret_cast<void*>(c.begin), c.end - c.begin, c.write ? 1 : 0, c.tag);
+    if (c.tag != 0) t_dropped.push_back(c.tag);
+  }
+  releaseDropped();
+}
+
+void sanGraphForget(npuGraph_st* graph) {
+  {
+    Engine& e = engine();
+    std::lock_guard<std::mutex> lock(e.mutex);
+    auto it = e.graphs.find(graph);
+    if (it == e.graphs.end()) return;
+    for (const Engine::Captured& c : it->second) {
+      if (c.tag != 0) t_dropped.push_back(c.tag);
+    }
+    e.graphs.erase(it);
+  }
+  releaseDropped();
+}
+
 void sanHostJoinDevice(Device* dev) {
   std::vector<npuStream_st*> streams;
   {
@@ -250,6 +288,12 @@ void npuSanEnable(int on, int uninit) {
       for (auto& [begin, seg] : e.segments) dropSegment(seg);
       e.segments.clear();
       e.events.clear();
+      for (auto& [graph, list] : e.graphs) {
+        for (const Engine::Captured& c : list) {
+          if (c.tag != 0) t_dropped.push_back(c.tag);
+        }
+      }
+      e.graphs.clear();
       for (Owner& o : e.owners) o.clock.clear();
     }
     g_san_on.store(on != 0, std::memory_order_relaxed);
@@ -282,6 +326,14 @@ int npuSanAccess(npuStream_t stream, const void* ptr, size_t bytes, int write, u
   const auto lo = reinterpret_cast<uintptr_t>(ptr);
   const uintptr_t hi = lo + bytes;
   Engine& e = engine();
+  if (!host) {
+    if (npuGraph_st* graph = captureGraphOf(s)) {  // runs at each replay, not now
+      std::lock_guard<std::mutex> lock(e.mutex);
+      if (tag != 0 && e.retain != nullptr) e.retain(tag);
+      e.graphs[graph].push_back(Engine::Captured{lo, hi, write != 0, tag});
+      return 0;
+    }
+  }
   const size_t before = t_reports.size();
   {
     std::lock_guard<std::mutex> lock(e.mutex);

@@ -67,6 +67,41 @@ BUGS = {
         """,
         fix="x.record_stream(torch.npu.current_stream())",
         names=["aten::zero_", "aten::mul.Tensor", "stream 0 on npu:0", "line 7", "line 11"]),
+    "graph_replay_output_read_on_another_stream": dict(  # an NPU graph's work, at its replay
+        code="""
+        import torch, torch_npu
+        static = torch.ones(1 << 16, device="npu")
+        g = torch.npu.NPUGraph()
+        with torch.npu.graph(g):
+            out = static * 2                         # captured: runs at each replay
+        side = torch.npu.Stream()
+        g.replay()                                   # the default stream writes out
+        {fix}
+        with torch.npu.stream(side):
+            z = out + 1                              # the side stream reads it
+        torch.npu.synchronize()
+        print("sum", z.sum().item())
+        """,
+        fix="side.wait_stream(torch.npu.current_stream())",
+        names=["aten::add.Tensor", "aten::mul.Tensor", "captured into an NPU graph", "line 11",
+               "line 6"]),
+    "compiled_kernel_output_read_on_another_stream": dict(  # torch.compile's own kernels
+        code="""
+        import torch, torch_npu
+        f = torch.compile(lambda x: x.sin() * 2 + 1)
+        x = torch.ones(1 << 16, device="npu")
+        f(x)                                         # compiles
+        side = torch.npu.Stream()
+        y = f(x)                                     # its kernel writes y on the default stream
+        {fix}
+        with torch.npu.stream(side):
+            z = y * 3                                # the side stream reads it
+        torch.npu.synchronize()
+        print("sum", round(z.sum().item(), 1))
+        """,
+        fix="side.wait_stream(torch.npu.current_stream())",
+        names=["compiled kernel", "(torch.compile, Inductor)", "writing to argument(s)",
+               "aten::mul.Tensor", "line 10", "line 7"]),
     "uninitialised_read": dict(  # opt-in: NPU_SIM_SANITIZER_UNINIT=1
         code="""
         import torch, torch_npu

@@ -57,9 +57,13 @@ def _kernel_address(kernel) -> int:
     return address
 
 
-def launch(kernel, name: str, *args) -> None:
+def launch(kernel, name: str, *args, writes: str = "") -> None:
     """Queues ``kernel(*args)`` on the current npu stream: tensors pass their device pointers,
-    Python ints their value (converted in C++: this runs once per kernel per call)."""
+    Python ints their value (converted in C++: this runs once per kernel per call). ``writes``
+    has a 'w' (or 'r') per argument the kernel writes (only reads), from its C++ signature: the
+    stream sanitizer's accesses."""
+    if _C._npu_sanitizer_enabled():
+        _C._npu_sanitizer_compiled_kernel(name, writes, *args)
     _C._npu_launchCompiledKernel(_kernel_address(kernel), name, *args)
 
 
@@ -86,7 +90,12 @@ class PythonWrapperCodegen(_PythonWrapperCodegen):
         device = device or V.graph.get_current_device_or_throw()
         if device.type == "npu" and not triton:
             args = ", ".join(call_args)
-            self.writeline(f"npu_launch({kernel_name}, {kernel_name!r}, {args})")
+            # 'w' for a buffer the C++ kernel takes as `T*`, 'r' for `const T*` and values.
+            types = kwargs.get("arg_types") or []
+            writes = "".join("w" if str(t).strip().endswith("*") and
+                             not str(t).strip().startswith("const") else "r" for t in types)
+            self.writeline(f"npu_launch({kernel_name}, {kernel_name!r}, {args}, "
+                           f"writes={writes!r})")
             return
         super()._generate_kernel_call_helper(kernel_name, call_args, device=device,
                                              triton=triton, **kwargs)

@@ -142,6 +142,26 @@ TEST_F(Sanitizer, AnAllocationWithoutATagIsTheCurrentOps) {
   EXPECT_EQ(r[0].previous.tag, 77u);
 }
 
+TEST_F(Sanitizer, AGraphsAccessesAreMadeAtEachReplayOnTheReplayStream) {
+  ASSERT_NPU_OK(npuStreamBeginCapture(a_, npuStreamCaptureModeGlobal));
+  const uint64_t before = npuSanSetCurrentTag(5);
+  ASSERT_NPU_OK(npuMemsetAsync(at(0), 1, 64, a_));  // captured: nothing is written yet
+  npuSanSetCurrentTag(before);
+  npuGraph_t graph = nullptr;
+  ASSERT_NPU_OK(npuStreamEndCapture(a_, &graph));
+  EXPECT_EQ(npuSanAccess(b_, at(0), 64, 0, 1), 0);  // no replay, no access
+  ASSERT_NPU_OK(npuStreamSynchronize(b_));          // (so that the replay's write is ordered)
+  ASSERT_NPU_OK(npuGraphLaunch(graph, a_));
+  EXPECT_EQ(npuSanAccess(b_, at(0), 64, 0, 2), 1);  // the replay wrote it, unordered with b
+  auto r = reports();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].previous.stream_id, id(a_));
+  EXPECT_EQ(r[0].previous.tag, 5u);
+  ASSERT_NPU_OK(npuStreamSynchronize(a_));
+  EXPECT_EQ(npuSanAccess(b_, at(0), 64, 0, 3), 0);
+  ASSERT_NPU_OK(npuGraphDestroy(graph));
+}
+
 TEST_F(Sanitizer, HostAccessesOfBytesNoStreamTouchedAreNotTracked) {
   std::vector<char> host(64);
   EXPECT_EQ(npuSanAccess(NPU_SAN_HOST, host.data(), 64, 1, 1), 0);
