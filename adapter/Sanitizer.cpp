@@ -93,8 +93,6 @@ std::string formatStack(const py::object& frames) {
   return out.str();
 }
 
-// One report per earlier access, range and stream: the same conflict seen again (an op nested
-// in the one reported, the next step of a loop) adds nothing.
 // NPU_SIM_SANITIZER_LOG=FILE: every process of a job (each torchrun rank) also appends its
 // reports there, whole and one after another, so a job's reports are in one place (a CI run
 // fails on a non-empty file).
@@ -112,6 +110,8 @@ void appendToLog(const std::string& report) {
   ::close(fd);
 }
 
+// One report per earlier access, range and stream: the same conflict seen again (an op nested
+// in the one reported, the next step of a loop) adds nothing.
 bool firstOfItsKind(const npuSanReport& r) {
   static std::mutex mutex;
   static std::set<std::tuple<uint64_t, uintptr_t, uintptr_t, int, int>> seen;
@@ -121,12 +121,8 @@ bool firstOfItsKind(const npuSanReport& r) {
       .second;
 }
 
-// Formats and publishes the reports the last engine call found (the caller holds the GIL or
-// may take it).
-void publishReports() {
-  npuSanReport reports[8];
-  size_t n = npuSanTakeReports(reports, 8);
-  if (n == 0) return;
+// Formats, prints and keeps a batch of the engine's reports (each first of its kind).
+void publishBatch(const npuSanReport* reports, size_t n) {
   py::gil_scoped_acquire gil;
   for (size_t i = 0; i < n; ++i) {
     const npuSanReport& r = reports[i];
@@ -186,6 +182,14 @@ void publishReports() {
     if (now != nullptr) releaseTag(r.current.tag);  // the engine retained them for us
     if (before != nullptr) releaseTag(r.previous.tag);
   }
+}
+
+// Formats and publishes the reports the last engine call found (the caller holds the GIL or
+// may take it).
+void publishReports() {
+  npuSanReport reports[8];
+  size_t n = 0;
+  while ((n = npuSanTakeReports(reports, 8)) != 0) publishBatch(reports, n);
 }
 
 // The bytes a tensor's view spans: from its lowest to its highest element.
