@@ -95,6 +95,7 @@ def test_stop_device_then_restart_device(python):
     r = python("""
         import torch, torch_npu
         x = torch.arange(8., device="npu")
+        torch.npu.synchronize()  # stop_device aborts queued tasks: x must be written first
         print("stop", torch_npu.npu.stop_device(0))
         try:
             x + 1
