@@ -154,6 +154,16 @@ void splitAt(Engine& e, uintptr_t at) {
   e.segments.emplace(at, std::move(tail));
 }
 
+// Forgets the history of [lo, hi) (the caller holds the engine's lock).
+void eraseRange(Engine& e, uintptr_t lo, uintptr_t hi) {
+  splitAt(e, lo);
+  splitAt(e, hi);
+  for (auto it = e.segments.lower_bound(lo); it != e.segments.end() && it->first < hi;) {
+    dropSegment(it->second);
+    it = e.segments.erase(it);
+  }
+}
+
 void report(npuSanKind kind, uintptr_t begin, uintptr_t end, npuSanSide previous,
             npuSanSide current) {
   npuSanReport r{};
@@ -191,12 +201,7 @@ void sanForget(const void* ptr, size_t bytes) {
     std::lock_guard<std::mutex> lock(e.mutex);
     const auto lo = reinterpret_cast<uintptr_t>(ptr);
     const uintptr_t hi = lo + bytes;
-    splitAt(e, lo);
-    splitAt(e, hi);
-    for (auto it = e.segments.lower_bound(lo); it != e.segments.end() && it->first < hi;) {
-      dropSegment(it->second);
-      it = e.segments.erase(it);
-    }
+    eraseRange(e, lo, hi);
   }
   releaseDropped();
 }
@@ -424,12 +429,7 @@ void npuSanAlloc(const void* ptr, size_t bytes, uint64_t tag) {
     if (!e.uninit) return;
     const auto lo = reinterpret_cast<uintptr_t>(ptr);
     const uintptr_t hi = lo + bytes;
-    splitAt(e, lo);
-    splitAt(e, hi);
-    for (auto it = e.segments.lower_bound(lo); it != e.segments.end() && it->first < hi;) {
-      dropSegment(it->second);
-      it = e.segments.erase(it);
-    }
+    eraseRange(e, lo, hi);
     Segment fresh;
     fresh.end = hi;
     fresh.unwritten = true;
