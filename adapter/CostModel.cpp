@@ -143,7 +143,15 @@ OpCost modelOp(const std::string& op, const std::vector<OpShape>& inputs,
   c.cube = c.flops > 0;
   double tflops = f.vector_tflops, efficiency = f.vector_efficiency;
   if (c.cube) {
-    const auto dtype = static_cast<c10::ScalarType>(inputs.empty() ? 0 : inputs.back().dtype);
+    // The operands' dtype: the first floating-point input's (an attention backward's last
+    // inputs are its random generator's int64 seed and offset).
+    auto dtype = c10::kFloat;
+    for (const OpShape& s : inputs) {
+      if (c10::isFloatingType(static_cast<c10::ScalarType>(s.dtype))) {
+        dtype = static_cast<c10::ScalarType>(s.dtype);
+        break;
+      }
+    }
     tflops = dtype == c10::kHalf       ? f.cube_tflops_fp16
              : dtype == c10::kBFloat16 ? f.cube_tflops_bf16
                                        : f.cube_tflops_fp32;

@@ -474,6 +474,7 @@ void setCostModel(const py::dict& d) {
   sim.intra_latency_us = figure(d, "intra_latency_us");
   sim.inter_gbps = figure(d, "inter_gbps");
   sim.inter_latency_us = figure(d, "inter_latency_us");
+  sim.host_dispatch_us = figure(d, "host_dispatch_us");
   NPU_CHECK(npuSimSetCostModel(&sim));
   OpCostFigures f;
   f.cube_tflops_fp16 = figure(d, "cube_tflops_fp16");

@@ -227,6 +227,7 @@ npuError_t npuEventQuery(npuEvent_t event) {
   }
   if (!event->error.empty()) return recordError("npuEventQuery", event->error);
   if (sanOn()) sanHostJoinEvent(event);
+  if (simClockOn()) simHostAtLeast(event->sim_ns);
   return npuSuccess;
 }
 
@@ -239,9 +240,11 @@ npuError_t npuEventSynchronize(npuEvent_t event) {
     target = event->recorded;
   }
   if (target == 0) return npuSuccess;  // never recorded
-  std::string error = eventWait(event, target);
+  uint64_t sim = 0;
+  std::string error = eventWait(event, target, &sim);
   if (!error.empty()) return recordError("npuEventSynchronize", error);
   if (sanOn()) sanHostJoinEvent(event);
+  if (simClockOn()) simHostAtLeast(sim);
   return npuSuccess;
 }
 

@@ -35,6 +35,12 @@ uint64_t g_dropped = 0;  // under g_buffer_mutex
 
 thread_local uint64_t t_correlation_id = 0;
 
+// Shadow execution's projected timeline: a session's device activities are placed at the
+// session's start plus the simulated time since then, per device (written at the start, before
+// the session is visible to launches).
+uint64_t g_anchor_host_ns = 0;
+uint64_t g_anchor_sim_ns[NPU_MAX_DEVICES] = {};
+
 int32_t systemThreadId() {
   thread_local const auto tid = static_cast<int32_t>(syscall(SYS_gettid));
   return tid;
@@ -52,6 +58,14 @@ npuActivityKind activityKind(Task::Kind kind) {
 }
 
 }  // namespace
+
+uint64_t profilerSimToHost(int device, uint64_t sim_ns) {
+  const uint64_t anchor =
+      device >= 0 && device < NPU_MAX_DEVICES ? g_anchor_sim_ns[device] : 0;
+  // Work of a stream that lags the device's latest clock may sit just before the anchor.
+  return sim_ns >= anchor ? g_anchor_host_ns + (sim_ns - anchor)
+                          : g_anchor_host_ns - std::min(g_anchor_host_ns, anchor - sim_ns);
+}
 
 void profilerStampLaunch(Task& task) {
   const uint32_t session = g_session.load(std::memory_order_relaxed);
@@ -106,6 +120,13 @@ npuError_t npuProfilerStart(void) {
   }
   buffer().clear();
   g_dropped = 0;
+  if (simClockOn()) {
+    for (int i = 0; i < deviceCount() && i < NPU_MAX_DEVICES; ++i) {
+      Device* dev = device(i);
+      g_anchor_sim_ns[i] = dev ? deviceSimNs(dev) : 0;
+    }
+    g_anchor_host_ns = nowNs();
+  }
   const uint32_t session = g_last_session.load(std::memory_order_relaxed) + 1;
   g_last_session.store(session, std::memory_order_relaxed);
   g_session.store(session, std::memory_order_release);

@@ -156,7 +156,7 @@ struct Task {
   enum Kind : uint8_t { kWork, kRecord, kWait, kCopy, kMemset, kGraph, kCharge };
   Kind kind = kWork;
   uintptr_t payload[3] = {};     // kCopy: dst, src, count; kMemset: ptr, value, count;
-                                 // kCharge: modeled ns
+                                 // kCharge: modeled ns, host issue ns
   npuTaskFn fn = nullptr;
   void* arg = nullptr;           // kGraph: the launch (graph.cpp)
   npuTaskRelease release = nullptr;  // run once after the task ran or was skipped
@@ -230,6 +230,15 @@ uint64_t simTransferNs(int memcpy_kind, size_t bytes);
 uint64_t streamSimNs(npuStream_st* s);
 // Moves the stream's clock to at least `ns` (a wait, a collective's end).
 void streamSimAtLeast(npuStream_st* s, uint64_t ns);
+// The latest clock of the device's streams.
+uint64_t deviceSimNs(Device* dev);
+// The host's clock (host_dispatch_us): an op's issue time (the clock moved on by one dispatch;
+// 0 when the host is not modeled), and a host wait that ended at `ns` on the device.
+uint64_t simHostIssue();
+void simHostAtLeast(uint64_t ns);
+// The profiler's time of simulated time `sim_ns` on `device`: the session's start plus the
+// simulated time since then (profiler.cpp).
+uint64_t profilerSimToHost(int device, uint64_t sim_ns);
 
 // ---- graphs (graph.cpp) ----------------------------------------------------------------------
 // A capture in progress. Streams point to the one they record into; a launch reads that pointer

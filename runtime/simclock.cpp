@@ -11,8 +11,23 @@ namespace {
 
 std::atomic<bool> g_on{false};
 npuSimCostModel g_model{};  // written once, before g_on is set
+uint64_t g_dispatch_ns = 0;  // likewise: host_dispatch_us in ns
+// The host's simulated clock (npu/runtime.h, host_dispatch_us): one per process, since the
+// threads that issue ops (the main one, autograd's) take turns rather than run side by side.
+std::atomic<uint64_t> g_host_ns{0};
 
 }  // namespace
+
+uint64_t simHostIssue() {
+  if (g_dispatch_ns == 0) return 0;
+  return g_host_ns.fetch_add(g_dispatch_ns, std::memory_order_relaxed) + g_dispatch_ns;
+}
+
+void simHostAtLeast(uint64_t ns) {
+  uint64_t now = g_host_ns.load(std::memory_order_relaxed);
+  while (now < ns && !g_host_ns.compare_exchange_weak(now, ns, std::memory_order_relaxed)) {
+  }
+}
 
 bool simClockOn() { return g_on.load(std::memory_order_acquire); }
 void simClockDisable() { g_on.store(false, std::memory_order_release); }
@@ -46,6 +61,10 @@ npuError_t npuSimSetCostModel(const npuSimCostModel* model) {
                                         "number of GB/s");
     }
   }
+  if (!(model->host_dispatch_us >= 0) || !std::isfinite(model->host_dispatch_us)) {
+    return fail(npuErrorInvalidValue, "npuSimSetCostModel: host_dispatch_us must be a number of "
+                                      "microseconds >= 0 (0: the host is not modeled)");
+  }
   static std::mutex once;
   std::lock_guard<std::mutex> lock(once);
   if (g_on.load()) {
@@ -53,7 +72,14 @@ npuError_t npuSimSetCostModel(const npuSimCostModel* model) {
                                       "(one per process, before the first launch)");
   }
   g_model = *model;
+  g_dispatch_ns = static_cast<uint64_t>(std::llround(model->host_dispatch_us * 1e3));
   g_on.store(true, std::memory_order_release);
+  return npuSuccess;
+}
+
+npuError_t npuSimHostClock(uint64_t* ns) {
+  if (!ns) return fail(npuErrorInvalidValue, "npuSimHostClock: ns is NULL");
+  *ns = g_host_ns.load(std::memory_order_relaxed);
   return npuSuccess;
 }
 

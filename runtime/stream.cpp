@@ -159,19 +159,24 @@ std::string errorForEvent(npuStream_st* s) {
 // Shadow execution (npu/runtime.h): a task's effect without the data. Kernels do not run; copies
 // and memsets up to NPU_SIM_SHADOW_CARRY_BYTES do (metadata), larger ones move nothing, except
 // that a large copy to the host writes the placeholder, zeros. Other work (the collectives' own
-// tasks) runs.
-void runShadowed(npuStream_st* s, Task& task) {
+// tasks) runs. [*sim_start, *sim_end] receives the task's span on the simulated clock (equal
+// ends for a task that took no modeled time).
+void runShadowed(npuStream_st* s, Task& task, uint64_t* sim_start, uint64_t* sim_end) {
   const size_t bytes = task.payload[2];
+  *sim_start = streamSimNs(s);
   if (task.kind == Task::kCharge) {
-    // The op starts when both its stream and the device's compute units are free.
+    // The op starts when its stream and the device's compute units are free and the host has
+    // issued it.
     std::atomic<uint64_t>& free = s->dev->sim_compute_free_ns;
-    uint64_t busy = free.load(std::memory_order_relaxed), end = 0;
+    uint64_t busy = free.load(std::memory_order_relaxed), start = 0, end = 0;
     do {
-      end = std::max(busy, streamSimNs(s)) +
-            static_cast<uint64_t>(static_cast<double>(task.payload[0]) *
-                                  s->dev->slow_factor.load(std::memory_order_relaxed));
+      start = std::max({busy, *sim_start, static_cast<uint64_t>(task.payload[1])});
+      end = start + static_cast<uint64_t>(static_cast<double>(task.payload[0]) *
+                                          s->dev->slow_factor.load(std::memory_order_relaxed));
     } while (!free.compare_exchange_weak(busy, end, std::memory_order_relaxed));
     streamSimAtLeast(s, end);
+    *sim_start = start;
+    *sim_end = end;
     return;
   }
   if (simClockOn() && !task.untimed && (task.kind == Task::kCopy || task.kind == Task::kMemset)) {
@@ -193,6 +198,7 @@ void runShadowed(npuStream_st* s, Task& task) {
   } else if (!task.kernel) {
     task.fn(task.arg);
   }
+  *sim_end = streamSimNs(s);
 }
 
 }  // namespace
@@ -244,11 +250,12 @@ void runTask(npuStream_st* s, Task& task) {
     }
   }
   const uint64_t t0 = nowNs();
+  uint64_t sim0 = 0, sim1 = 0;
   std::string failure;
   t_task_failure = &failure;
   try {
     if (__builtin_expect(config().shadow, 0)) {
-      runShadowed(s, task);
+      runShadowed(s, task, &sim0, &sim1);
     } else if (task.kind == Task::kCopy) {
       std::memmove(reinterpret_cast<void*>(task.payload[0]),
                    reinterpret_cast<const void*>(task.payload[1]), task.payload[2]);
@@ -273,7 +280,16 @@ void runTask(npuStream_st* s, Task& task) {
     t1 = nowNs();
   }
   s->dev->busy_ns->fetch_add(t1 - t0, std::memory_order_relaxed);
-  if (!task.untimed && profilerWants(task)) profilerRecord(task, s->dev->index, s->id, t0, t1);
+  if (!task.untimed && profilerWants(task)) {
+    if (!simClockOn()) {
+      profilerRecord(task, s->dev->index, s->id, t0, t1);
+    } else if (!task.kernel) {
+      // The projected timeline: an op's device activity is its charge (its kernels take no
+      // modeled time of their own), copies and collectives their modeled spans.
+      profilerRecord(task, s->dev->index, s->id, profilerSimToHost(s->dev->index, sim0),
+                     profilerSimToHost(s->dev->index, sim1));
+    }
+  }
   if (!failure.empty()) recordFailure(s, task, failure);
 }
 
@@ -574,6 +590,7 @@ npuError_t enqueueAndWait(const char* api, npuStream_st* s, const Task& task) {
   Task here = task;
   if (!runInline(s, here)) waitFor(s, push(s, task));
   if (sanOn()) sanHostJoinStream(s);
+  if (simClockOn()) simHostAtLeast(streamSimNs(s));
   return takeError(s, Reader::kStream);
 }
 
@@ -648,6 +665,13 @@ void streamSimAtLeast(npuStream_st* s, uint64_t ns) {
   }
 }
 
+uint64_t deviceSimNs(Device* dev) {
+  uint64_t latest = 0;
+  std::lock_guard<std::mutex> lock(dev->streams_mutex);
+  for (npuStream_st* s : dev->streams) latest = std::max(latest, streamSimNs(s));
+  return latest;
+}
+
 bool streamReached(npuStream_st* s, uint64_t position) {
   return s->completed.load(std::memory_order_acquire) >= position;
 }
@@ -716,6 +740,7 @@ npuError_t npuStreamSynchronize(npuStream_t stream) {
   if (npuError_t e = captureCheckStreamSync("npuStreamSynchronize", s)) return e;
   waitFor(s, s->submitted.load(std::memory_order_acquire));
   if (sanOn()) sanHostJoinStream(s);
+  if (simClockOn()) simHostAtLeast(streamSimNs(s));
   return takeError(s, Reader::kStream);
 }
 
@@ -751,6 +776,7 @@ npuError_t npuStreamQuery(npuStream_t stream) {
     return npuErrorNotReady;
   }
   if (sanOn()) sanHostJoinStream(s);
+  if (simClockOn()) simHostAtLeast(streamSimNs(s));
   return npuSuccess;
 }
 
@@ -819,6 +845,7 @@ npuError_t npuDeviceSynchronize(void) {
     }
   }
   if (sanOn()) sanHostJoinDevice(dev);
+  if (simClockOn()) simHostAtLeast(deviceSimNs(dev));
   return first == npuSuccess ? npuSuccess : fail(first, first_message);
 }
 
@@ -857,6 +884,8 @@ npuError_t npuSimCharge(npuStream_t stream, const char* name, uint64_t ns) {
   Task task = workTask(name, nullptr, nullptr, true, nullptr);
   task.kind = Task::kCharge;
   task.payload[0] = ns;
+  // Captured into a graph, the op is issued by the graph's launch, at its replay: no issue time.
+  task.payload[1] = s->capture.load(std::memory_order_acquire) ? 0 : simHostIssue();
   return enqueueShort(s, task);
 }
 
@@ -876,10 +905,7 @@ npuError_t npuSimDeviceClock(int device, uint64_t* ns) {
     return fail(npuErrorInvalidDevice, "npuSimDeviceClock: device " + std::to_string(device) +
                                            " is not visible");
   }
-  uint64_t latest = 0;
-  std::lock_guard<std::mutex> lock(dev->streams_mutex);
-  for (npuStream_st* s : dev->streams) latest = std::max(latest, streamSimNs(s));
-  *ns = latest;
+  *ns = deviceSimNs(dev);
   return npuSuccess;
 }
 

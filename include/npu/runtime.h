@@ -353,17 +353,28 @@ typedef struct npuSimCostModel {
   double intra_latency_us; /* per algorithm step inside a node */
   double inter_gbps;       /* collectives between nodes (RoCE), per device, GB/s */
   double inter_latency_us; /* per algorithm step between nodes */
+  double host_dispatch_us; /* the host's cost to issue one charged op (eager dispatch); 0: the
+                              host is not modeled. The host has a simulated clock of its own:
+                              each npuSimCharge moves it on by this much and the op cannot start
+                              on the device before it; a host wait (synchronize, a blocking
+                              copy, a successful query) moves it to the clock it waited for. So
+                              a job of many small ops is host-bound, as eager mode is on a card,
+                              and a graph replay (one launch for many ops) is not. */
 } npuSimCostModel;
 /* Installs the model (copied); npuErrorNotSupported unless shadow execution is on,
  * npuErrorInvalidValue for a bandwidth that is not positive. */
 NPU_API npuError_t npuSimSetCostModel(const npuSimCostModel* model);
 /* The installed model; npuErrorNotReady when none is. */
 NPU_API npuError_t npuSimGetCostModel(npuSimCostModel* model);
-/* Queues `ns` of modeled device time on `stream`, named `name` (an op), after its kernels. */
+/* Queues `ns` of modeled device time on `stream`, named `name` (an op), after its kernels; the
+ * op is issued at the host's clock after its dispatch (host_dispatch_us). While a profiling
+ * session is open, the charge is the op's device activity, timed on the simulated clock. */
 NPU_API npuError_t npuSimCharge(npuStream_t stream, const char* name, uint64_t ns);
 /* A stream's clock as of the tasks it has run; a device's is the latest of its streams'. */
 NPU_API npuError_t npuSimStreamClock(npuStream_t stream, uint64_t* ns);
 NPU_API npuError_t npuSimDeviceClock(int device, uint64_t* ns);
+/* The host's simulated clock (this process's; see host_dispatch_us). */
+NPU_API npuError_t npuSimHostClock(uint64_t* ns);
 /* 1 on a thread that is running a task (a stream worker, or a launcher running one inline):
  * the ATen calls a host-kernel task makes are the task's own work, not new launches. */
 NPU_API int npuSimInTask(void);

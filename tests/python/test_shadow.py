@@ -276,11 +276,82 @@ def test_events_measure_simulated_time_and_streams_share_the_compute_units(pytho
         torch.npu.current_stream().wait_stream(side)
         ev[3].record()
         torch.npu.synchronize()
-        print(mm_ns, ev[0].elapsed_time(ev[1]), ev[2].elapsed_time(ev[3]))
+        dispatch_ns = torch_npu.npu.shadow.installed_profile()["model"]["host_dispatch_us"] * 1e3
+        print(mm_ns, ev[0].elapsed_time(ev[1]), ev[2].elapsed_time(ev[3]), dispatch_ns)
     """, env=SHADOW)
-    mm_ns, one_stream_ms, two_streams_ms = map(float, r.stdout.split())
-    assert one_stream_ms == pytest.approx(6 * mm_ns / 1e6, rel=1e-6)
+    mm_ns, one_stream_ms, two_streams_ms, dispatch_ns = map(float, r.stdout.split())
+    # The first matmul starts once the host has issued it; the device is the bound after that.
+    assert one_stream_ms == pytest.approx((dispatch_ns + 6 * mm_ns) / 1e6, rel=1e-6)
     assert two_streams_ms == pytest.approx(6 * mm_ns / 1e6, rel=1e-6)
+
+
+def test_many_small_ops_are_host_bound_and_a_graph_replay_is_not(python):
+    r = run_ok(python, """
+        import torch, torch_npu
+        from torch_npu import _C
+        x = torch.zeros(16, device="npu")
+        meta = torch.empty(16, device="meta")
+        add_ns = _C._npu_modelOp("aten::add", [meta], [meta])[3]
+        dispatch_ns = torch_npu.npu.shadow.installed_profile()["model"]["host_dispatch_us"] * 1e3
+        torch.npu.synchronize()
+        ev = [torch.npu.Event(enable_timing=True) for _ in range(4)]
+        ev[0].record()
+        for _ in range(200):
+            x.add_(1)
+        ev[1].record()
+        g = torch.npu.NPUGraph()
+        s = torch.npu.Stream()
+        s.wait_stream(torch.npu.current_stream())
+        with torch.npu.stream(s):
+            with torch.npu.graph(g):
+                for _ in range(200):
+                    x.add_(1)
+        torch.npu.current_stream().wait_stream(s)
+        torch.npu.synchronize()
+        ev[2].record()
+        g.replay()
+        ev[3].record()
+        torch.npu.synchronize()
+        print(add_ns, dispatch_ns, ev[0].elapsed_time(ev[1]), ev[2].elapsed_time(ev[3]))
+    """, env=SHADOW)
+    add_ns, dispatch_ns, eager_ms, replay_ms = map(float, r.stdout.split())
+    assert dispatch_ns > add_ns  # the profile's figures make a 16-element add host-bound
+    # Eager: the device waits for the host to issue each op (the last one ends add_ns after it).
+    assert eager_ms == pytest.approx((200 * dispatch_ns + add_ns) / 1e6, rel=1e-6)
+    # A replay issues the whole graph at once: the device's own time, op after op.
+    assert replay_ms == pytest.approx(200 * add_ns / 1e6, rel=1e-6)
+
+
+def test_the_profiler_records_the_projected_device_timeline(python, tmp_path):
+    r = run_ok(python, f"""
+        import csv, glob, torch, torch_npu
+        from torch_npu import _C
+        a = torch.empty(2048, 2048, device="npu", dtype=torch.bfloat16)
+        meta = torch.empty(2048, 2048, device="meta", dtype=torch.bfloat16)
+        mm_ns = _C._npu_modelOp("aten::mm", [meta, meta], [meta])[3]
+        torch.npu.synchronize()
+        prof = torch_npu.profiler.profile(
+            activities=[torch_npu.profiler.ProfilerActivity.CPU,
+                        torch_npu.profiler.ProfilerActivity.NPU],
+            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler("{tmp_path}"))
+        with prof:
+            for _ in range(5):
+                b = a @ a
+            torch.npu.synchronize()
+        [path] = glob.glob("{tmp_path}/**/kernel_details.csv", recursive=True)
+        rows = [row for row in csv.DictReader(open(path)) if row["Name"] == "aten::mm"]
+        durations = [float(row["Duration(us)"]) for row in rows]
+        from decimal import Decimal  # epoch microseconds: more digits than a float holds
+        starts = [Decimal(row["Start Time(us)"]) for row in rows]
+        print(mm_ns, len(rows), min(durations), max(durations),
+              float(min(b - a for a, b in zip(starts, starts[1:]))))
+    """, env=SHADOW)
+    mm_ns, rows, shortest, longest, gap = map(float, r.stdout.split())
+    assert rows == 5
+    # Each matmul's device time is its modeled time, and they follow each other on the stream.
+    assert shortest == pytest.approx(mm_ns / 1e3, abs=2e-3)
+    assert longest == pytest.approx(mm_ns / 1e3, abs=2e-3)
+    assert gap == pytest.approx(mm_ns / 1e3, abs=2e-3)
 
 
 def test_collectives_meet_the_slowest_rank_and_take_their_modeled_time(tmp_path):
@@ -292,7 +363,8 @@ def test_collectives_meet_the_slowest_rank_and_take_their_modeled_time(tmp_path)
     n, size = 2, 64 * 2 ** 20
     # Ring all-reduce on HCCS: 2(n-1) steps of latency, 2(n-1)/n of the bytes over the link.
     allreduce_ns = 2 * (n - 1) * m["intra_latency_us"] * 1e3 + 2 * (n - 1) / n * size / m["intra_gbps"]
-    compute_ns = extra * ranks[0]["mm_ns"]
+    # Rank 0's first matmul starts once its host has issued it (the clocks met at the sync).
+    compute_ns = m["host_dispatch_us"] * 1e3 + extra * ranks[0]["mm_ns"]
     for rank in ranks:
         # Rank 1 computed nothing, but its collective could only end after rank 0 arrived.
         assert rank["elapsed_ms"] == pytest.approx((compute_ns + allreduce_ns) / 1e6, rel=1e-3)
@@ -328,10 +400,20 @@ def test_projection_reports_memory_step_time_and_throughput(tmp_path):
     assert report["tokens_per_second"] == pytest.approx(1024 / later[1])
     assert 0 < report["peak_allocated_bytes"] <= report["peak_reserved_bytes"]
     # One stream: the device's time is the ops' modeled times plus the copies and memsets
-    # (batches, AdamW's zeroed state), which the runtime times by their bytes.
+    # (batches, AdamW's zeroed state), which the runtime times by their bytes; this small
+    # model's ops are shorter than the host's dispatch, so the device also waits for the host.
     ops = sum(op["seconds"] for op in report["top_ops"])
-    assert ops <= sum(steps) <= 1.5 * ops
+    calls = sum(op["calls"] for op in report["top_ops"])
+    dispatch_s = torch_npu_profile()["figures"]["host_dispatch_overhead_us"] * 1e-6
+    assert max(ops, calls * dispatch_s) <= sum(steps) <= 1.5 * ops + calls * dispatch_s
     assert {"aten::addmm", "aten::mm"} & {op["op"] for op in report["top_ops"]}
+
+
+def torch_npu_profile():
+    import tomllib
+    from pathlib import Path
+    data = Path(__file__).resolve().parents[2] / "torch_npu" / "data" / "profile_910B2.toml"
+    return tomllib.loads(data.read_text())
 
 
 def test_importing_under_shadow_fixes_nothing_before_the_first_device_call(python):

@@ -70,6 +70,9 @@ def _create_process_group_hccl(dist_backend_opts, backend_options):
 def _register() -> None:
     if not dist.is_available() or "hccl" in dist.Backend.backend_list:
         return
+    from torch_npu.distributed import _dtensor_ops
+
+    _dtensor_ops.install()  # DTensor sharding rules of the fused ops (npu_rms_norm, ...)
     dist.Backend.register_backend("hccl", _create_process_group_hccl, extended_api=True,
                                   devices=["npu"])
     # torch_npu's spelling, beside torch's is_nccl_available and friends.

@@ -77,6 +77,9 @@ def cost_model(profile: dict) -> dict:
         "intra_latency_us": need("hccs_latency_us"),
         "inter_gbps": need("roce_gbps_per_card") * need("roce_efficiency"),
         "inter_latency_us": need("roce_latency_us"),
+        # Eager mode's host cost per op: the device cannot start an op before the host issued
+        # it, so a job of many small ops is host-bound (npu/runtime.h, host_dispatch_us).
+        "host_dispatch_us": need("host_dispatch_overhead_us"),
     }
 
 

@@ -22,6 +22,12 @@ Options:
                          the cube flops the cost model counted
   --top K                the K ops with the most modeled time (default 10)
   --json                 one JSON object per rank on stdout instead of the table
+  --plot DIR             also write pictures of the last complete step into DIR, per rank R:
+                         hbm_rank{R}.png (memory over the step, the largest tensors at its
+                         peak), time_rank{R}.png (the step's time split) and
+                         memory_snapshot_rank{R}.pickle (for PyTorch's memory_viz); needs
+                         matplotlib, and holds the profiler for the run (the script cannot
+                         profile itself). docs/projection.md, "Pictures: --plot".
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ def _parse(argv):
     ap.add_argument("--model-flops", type=float, default=None)
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--plot", metavar="DIR", default=None)
     ns = ap.parse_args(argv[:cut])
     script = argv[cut + 1:]
     if not script:
@@ -56,8 +63,9 @@ def _parse(argv):
 class _Steps:
     """Reads the simulated clock and the cost totals at the end of every optimizer step."""
 
-    def __init__(self, torch, torch_npu):
+    def __init__(self, torch, torch_npu, recorder=None):
         self.torch, self.torch_npu = torch, torch_npu
+        self.recorder = recorder  # --plot's PlotRecorder, told of every step's end
         self.marks = []  # (clock ns, cube flops so far)
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -69,7 +77,10 @@ class _Steps:
 
     def _mark(self, *_):
         self.torch.npu.synchronize()
-        self.marks.append((self.torch_npu.npu.shadow.simulated_time_ns(), self._cube_flops()))
+        clock = self.torch_npu.npu.shadow.simulated_time_ns()
+        self.marks.append((clock, self._cube_flops()))
+        if self.recorder is not None:
+            self.recorder.mark(clock)
 
 
 _CUBE = ("mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution", "convolution_backward",
@@ -139,6 +150,9 @@ def _print(r: dict) -> None:
             lines.append(f"throughput    {r['samples_per_second']:10.1f} samples/s")
         if r.get("mfu") is not None:
             lines.append(f"MFU           {r['mfu'] * 100:8.1f} % of the bf16 cube peak")
+    if "plot" in r:
+        lines.append(f"pictures      {r['plot']['dir']}: "
+                     + ", ".join(os.path.basename(f) for f in r["plot"]["files"]))
     lines.append("top ops by modeled time (whole run):")
     for op in r["top_ops"]:
         lines.append(f"  {op['op']:<44} {op['calls']:>7} calls {op['seconds'] * 1e3:10.2f} ms")
@@ -156,11 +170,18 @@ def main(argv=None) -> int:
         os.execve(sys.executable, [sys.executable, "-m", "torch_npu.utils.projection", *argv], env)
     if ns.profile:
         os.environ["NPU_SIM_PROFILE"] = ns.profile
+    if ns.plot:
+        from torch_npu.utils import _projection_plot
+        _projection_plot.require_matplotlib()
     import torch
 
     import torch_npu
 
-    steps = _Steps(torch, torch_npu)
+    recorder = None
+    if ns.plot:
+        recorder = _projection_plot.PlotRecorder(torch, torch_npu)
+        recorder.start()
+    steps = _Steps(torch, torch_npu, recorder)
     sys.argv = script
     sys.path.insert(0, os.path.dirname(os.path.abspath(script[0])))
     try:
@@ -171,6 +192,10 @@ def main(argv=None) -> int:
     finally:
         steps.handle.remove()
     report = _report(ns, steps, torch, torch_npu)
+    if recorder is not None:
+        torch.npu.synchronize()
+        recorder.finish(torch_npu.npu.shadow.simulated_time_ns())
+        report["plot"] = recorder.write(ns.plot, report)
     if ns.json:
         print(json.dumps(report), flush=True)
     else:
