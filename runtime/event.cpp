@@ -226,8 +226,7 @@ npuError_t npuEventQuery(npuEvent_t event) {
     return npuErrorNotReady;  // a moment: the stream is counting the record as done
   }
   if (!event->error.empty()) return recordError("npuEventQuery", event->error);
-  if (sanOn()) sanHostJoinEvent(event);
-  if (simClockOn()) simHostAtLeast(event->sim_ns);
+  hostJoinedEvent(event, event->sim_ns);
   return npuSuccess;
 }
 
@@ -243,8 +242,7 @@ npuError_t npuEventSynchronize(npuEvent_t event) {
   uint64_t sim = 0;
   std::string error = eventWait(event, target, &sim);
   if (!error.empty()) return recordError("npuEventSynchronize", error);
-  if (sanOn()) sanHostJoinEvent(event);
-  if (simClockOn()) simHostAtLeast(sim);
+  hostJoinedEvent(event, sim);
   return npuSuccess;
 }
 

@@ -279,6 +279,22 @@ void sanStreamWait(npuStream_st* s, npuEvent_st* event);   // npuStreamWaitEvent
 void sanHostJoinEvent(npuEvent_st* event);  // the host saw the event's record complete
 void sanHostJoinStream(npuStream_st* s);    // the host saw the stream's work complete
 void sanHostJoinDevice(Device* dev);        // ... every stream of the device
+
+// The host saw work complete (a synchronize, a blocking call, a successful query): what follows
+// on the host is ordered after it for the sanitizer, and the simulated host clock (shadow
+// execution) moves to the device time it waited for. Every host wait goes through one of these.
+inline void hostJoinedStream(npuStream_st* s) {
+  if (sanOn()) sanHostJoinStream(s);
+  if (simClockOn()) simHostAtLeast(streamSimNs(s));
+}
+inline void hostJoinedDevice(Device* dev) {
+  if (sanOn()) sanHostJoinDevice(dev);
+  if (simClockOn()) simHostAtLeast(deviceSimNs(dev));
+}
+inline void hostJoinedEvent(npuEvent_st* event, uint64_t sim_ns) {
+  if (sanOn()) sanHostJoinEvent(event);
+  if (simClockOn()) simHostAtLeast(sim_ns);
+}
 // Memory the runtime unmaps (npuFree, npuFreeHost, npuMemUnmap, npuMemAddressFree): its
 // history ends, since the OS may hand the addresses to anyone next.
 void sanForget(const void* ptr, size_t bytes);

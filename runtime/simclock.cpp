@@ -77,12 +77,6 @@ npuError_t npuSimSetCostModel(const npuSimCostModel* model) {
   return npuSuccess;
 }
 
-npuError_t npuSimHostClock(uint64_t* ns) {
-  if (!ns) return fail(npuErrorInvalidValue, "npuSimHostClock: ns is NULL");
-  *ns = g_host_ns.load(std::memory_order_relaxed);
-  return npuSuccess;
-}
-
 npuError_t npuSimGetCostModel(npuSimCostModel* model) {
   if (!model) return fail(npuErrorInvalidValue, "npuSimGetCostModel: model is NULL");
   if (!simClockOn()) return npuErrorNotReady;

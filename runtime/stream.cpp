@@ -589,8 +589,7 @@ npuError_t enqueueAndWait(const char* api, npuStream_st* s, const Task& task) {
   // The caller waits anyway: on an idle stream it does the work itself (no hand-off).
   Task here = task;
   if (!runInline(s, here)) waitFor(s, push(s, task));
-  if (sanOn()) sanHostJoinStream(s);
-  if (simClockOn()) simHostAtLeast(streamSimNs(s));
+  hostJoinedStream(s);
   return takeError(s, Reader::kStream);
 }
 
@@ -739,8 +738,7 @@ npuError_t npuStreamSynchronize(npuStream_t stream) {
   if (npuError_t e = resolveStream(stream, &s)) return e;
   if (npuError_t e = captureCheckStreamSync("npuStreamSynchronize", s)) return e;
   waitFor(s, s->submitted.load(std::memory_order_acquire));
-  if (sanOn()) sanHostJoinStream(s);
-  if (simClockOn()) simHostAtLeast(streamSimNs(s));
+  hostJoinedStream(s);
   return takeError(s, Reader::kStream);
 }
 
@@ -775,8 +773,7 @@ npuError_t npuStreamQuery(npuStream_t stream) {
   if (s->completed.load(std::memory_order_acquire) < s->submitted.load(std::memory_order_acquire)) {
     return npuErrorNotReady;
   }
-  if (sanOn()) sanHostJoinStream(s);
-  if (simClockOn()) simHostAtLeast(streamSimNs(s));
+  hostJoinedStream(s);
   return npuSuccess;
 }
 
@@ -844,8 +841,7 @@ npuError_t npuDeviceSynchronize(void) {
       first_message = npuGetLastErrorMessage();
     }
   }
-  if (sanOn()) sanHostJoinDevice(dev);
-  if (simClockOn()) simHostAtLeast(deviceSimNs(dev));
+  hostJoinedDevice(dev);
   return first == npuSuccess ? npuSuccess : fail(first, first_message);
 }
 

@@ -373,8 +373,6 @@ NPU_API npuError_t npuSimCharge(npuStream_t stream, const char* name, uint64_t n
 /* A stream's clock as of the tasks it has run; a device's is the latest of its streams'. */
 NPU_API npuError_t npuSimStreamClock(npuStream_t stream, uint64_t* ns);
 NPU_API npuError_t npuSimDeviceClock(int device, uint64_t* ns);
-/* The host's simulated clock (this process's; see host_dispatch_us). */
-NPU_API npuError_t npuSimHostClock(uint64_t* ns);
 /* 1 on a thread that is running a task (a stream worker, or a launcher running one inline):
  * the ATen calls a host-kernel task makes are the task's own work, not new launches. */
 NPU_API int npuSimInTask(void);
