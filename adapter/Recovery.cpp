@@ -64,6 +64,12 @@ py::object faultStep(int device) {
   return py::make_tuple(std::string(fault.target), std::string(fault.text));
 }
 
+struct UceRange {
+  int device;
+  void* ptr;
+  size_t bytes;
+};
+
 }  // namespace
 
 void initRecoveryBindings(py::module& m) {
@@ -81,8 +87,22 @@ void initRecoveryBindings(py::module& m) {
   });
   m.def("_npu_faultsArmed", [] { return npuSimFaultsArmed() != 0; });
   m.def("_npu_faultStep", &faultStep);
-  m.def("_npu_injectUce", [](int device, uintptr_t ptr, size_t bytes) {
-    NPU_CHECK(npuSimInjectMemError(device, reinterpret_cast<void*>(ptr), bytes));
+  // The memory error happens in stream order, where the optimizer step that names it ends:
+  // work queued before it (the step's own gradient all-reduce, still waiting for a slower
+  // peer) finishes as on a card, and only work after it meets the faulty device.
+  m.def("_npu_injectUce", [](int device, uintptr_t stream, uintptr_t ptr, size_t bytes) {
+    auto* range = new UceRange{device, reinterpret_cast<void*>(ptr), bytes};
+    const npuError_t err = npuLaunchTaskWithRelease(
+        reinterpret_cast<npuStream_t>(stream), "NPU_SIM_FAULTS hbm_uce",
+        [](void* arg) {
+          const auto* r = static_cast<const UceRange*>(arg);
+          if (npuSimInjectMemError(r->device, r->ptr, r->bytes) != npuSuccess) {
+            npuTaskFail(npuGetLastErrorMessage());
+          }
+        },
+        [](void* arg) { delete static_cast<UceRange*>(arg); }, range);
+    if (err != npuSuccess && err != npuErrorLaunchFailure) delete range;
+    NPU_CHECK(err);
   });
 }
 

@@ -352,7 +352,9 @@ def test_npu_smi_shows_a_faulty_device_s_health(python):
         print("stopped", health(0))
         torch_npu.npu.restart_device(0)
         storage = x.untyped_storage()
-        torch_npu._C._npu_injectUce(0, storage.data_ptr(), storage.nbytes())
+        stream = torch.npu.current_stream(0).npu_stream
+        torch_npu._C._npu_injectUce(0, stream, storage.data_ptr(), storage.nbytes())
+        torch.npu.synchronize(0)  # the error happens in stream order
         print("uce", health(0))
         torch_npu.npu.restart_device(0)
         print("restarted", health(0))

@@ -111,7 +111,8 @@ def _on_optimizer_step(optimizer, args, kwargs) -> None:
     if tensor.device.type != "npu":
         raise RuntimeError(f"NPU_SIM_FAULTS '{text}': {target} is on {tensor.device}, not on npu")
     storage = tensor.untyped_storage()
-    _C._npu_injectUce(tensor.device.index, storage.data_ptr(), storage.nbytes())
+    stream = torch.npu.current_stream(tensor.device.index).npu_stream
+    _C._npu_injectUce(tensor.device.index, stream, storage.data_ptr(), storage.nbytes())
 
 
 def install_fault_hooks() -> None:
