@@ -508,6 +508,12 @@ void ProcessGroupHCCL::WorkHCCL::abort() {
   setError(c10::str("[Rank ", rank_, "] ", describe(), " was aborted by Work.abort()"));
 }
 
+void ProcessGroupHCCL::WorkHCCL::release_resources() {
+  outputs_.reset();
+  std::lock_guard<std::mutex> lock(futureMutex_);
+  future_.reset();
+}
+
 std::vector<at::Tensor> ProcessGroupHCCL::WorkHCCL::result() {
   return outputs_ ? *outputs_ : std::vector<at::Tensor>();
 }
@@ -907,7 +913,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::launch(c10::Device device, c10d
   if (coalescing_) coalesced_.push_back(work);
   {
     std::lock_guard<std::mutex> lock(workMutex_);
-    inFlight_.push_back(work);
+    inFlight_.emplace_back(work);
   }
   return work;
 }
@@ -1554,7 +1560,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::endCoalescing() {
   NPU_CHECK(npuEventRecord(work->end_, entry.stream.handle()));
   {
     std::lock_guard<std::mutex> lock(workMutex_);
-    inFlight_.push_back(work);
+    inFlight_.emplace_back(work);
   }
   return work;
 }
@@ -1591,11 +1597,11 @@ milliseconds ProcessGroupHCCL::watchdogPass() {
   // The works finish in issue order (one comm stream), so each pass looks at the oldest ones
   // only: it retires those that have finished and stops at the first still running.
   while (true) {
-    c10::intrusive_ptr<WorkHCCL> work;
+    WorkHCCL* work;  // alive while its entry is in the list, which only this thread pops
     {
       std::lock_guard<std::mutex> lock(workMutex_);
       if (inFlight_.empty()) return kIdlePoll;
-      work = inFlight_.front();
+      work = inFlight_.front()._unsafe_get_target();
     }
     // A work waits behind the ones queued before it: its clock starts when it was issued or
     // when the previous one was seen finished, whichever is later.
@@ -1631,9 +1637,9 @@ milliseconds ProcessGroupHCCL::watchdogPass() {
     if (retire) {
       std::lock_guard<std::mutex> lock(workMutex_);
       // Only this thread removes works, and launches append at the back: still the front.
-      inFlight_.front()->stashed_.clear();
-      inFlight_.front()->keepAlive_.clear();
-      if (flightRecorderEnabled()) traceRetire(*inFlight_.front());
+      work->stashed_.clear();
+      work->keepAlive_.clear();
+      if (flightRecorderEnabled()) traceRetire(*work);
       inFlight_.pop_front();
     }
   }

@@ -105,6 +105,8 @@ class ProcessGroupHCCL : public c10d::Backend {
     std::vector<at::Tensor> result() override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     uint64_t getSequencenumber() const override { return seq_; }
+    // The program dropped its last reference: the outputs and the future go now.
+    void release_resources() override;
 
     // "WorkHCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=600000)"
     std::string describe() const;
@@ -313,10 +315,14 @@ class ProcessGroupHCCL : public c10d::Backend {
   std::vector<c10::intrusive_ptr<WorkHCCL>> coalesced_;
   bool coalescedRecv_ = false;  // a coalesced receive ran on the receive stream
 
-  // The watchdog and the works it watches (in issue order).
+  // The watchdog and the works it watches (in issue order). Weak references, as NCCL's
+  // watchdog keeps copies without the outputs: a work the program has dropped releases its
+  // output tensors at once (release_resources), not when the watchdog sees it finish, while
+  // its events and state stay for the watchdog until it retires the entry. The allocator's
+  // record of the comm stream's use keeps those blocks safe meanwhile.
   std::mutex workMutex_;
   std::condition_variable workCv_;
-  std::deque<c10::intrusive_ptr<WorkHCCL>> inFlight_;
+  std::deque<c10::weak_intrusive_ptr<WorkHCCL>> inFlight_;
   bool stopping_ = false;  // the watchdog leaves once nothing is in flight
   bool shutDown_ = false;  // shutdown() ran: communicators destroyed
   std::atomic<bool> failed_{false};

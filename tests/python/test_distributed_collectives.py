@@ -26,3 +26,14 @@ def test_temporaries_made_from_user_tensors_match_gloo(world):
     for rank in range(world):
         assert f"rank {rank} temporaries ok" in r.stdout, r.stdout[-8000:]
     assert "FAIL" not in r.stdout
+
+
+def test_a_dropped_work_frees_its_output_while_the_collective_is_in_flight():
+    """The watchdog does not keep a collective's output alive: dropped by the program, the
+    memory counts as free at once, the block stays out of reuse until the comm stream is done,
+    and the values are right (dist_workers/work_release.py)."""
+    r = torchrun(worker("work_release.py"), 2)
+    assert r.returncode == 0, r.stdout[-8000:]
+    for rank in range(2):
+        assert f"rank {rank} work release ok" in r.stdout, r.stdout[-8000:]
+    assert "FAIL" not in r.stdout
