@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <unordered_map>
 #include <memory>
@@ -52,6 +53,52 @@ void addShapes(const c10::IValue& v, std::vector<OpShape>* out) {
   }
 }
 
+constexpr char kAutogradWrapper[] = "GeneratedBackwardFor_";
+
+bool isAttention(const char* name) {
+  return std::strstr(name, "scaled_dot_product") != nullptr ||
+         std::strstr(name, "flash_attention") != nullptr ||
+         std::strstr(name, "npu_fusion_attention") != nullptr;
+}
+
+// The positions of the arguments that matter, from the ops' schemas (adapter/ops/NpuLibrary.cpp
+// and ATen's native_functions.yaml).
+AttentionArgs attentionArgs(const char* name, const c10::SmallVector<c10::IValue, 6>& in) {
+  AttentionArgs a;
+  auto flag = [&](size_t i) { return i < in.size() && in[i].isBool() && in[i].toBool(); };
+  auto integer = [&](size_t i, int64_t otherwise) {
+    return i < in.size() && in[i].isInt() ? in[i].toInt() : otherwise;
+  };
+  auto list = [&](size_t i) {
+    return i < in.size() && in[i].isIntList() ? in[i].toIntVector() : std::vector<int64_t>();
+  };
+  const bool backward = std::strstr(name, "backward") != nullptr || std::strstr(name, "_grad") != nullptr;
+  if (std::strstr(name, "npu_fusion_attention") != nullptr) {
+    // forward: q k v head_num input_layout pse padding_mask atten_mask ... sparse_mode (16);
+    // grad: q k v dy head_num input_layout pse padding_mask atten_mask ... sparse_mode (24).
+    const size_t layout = backward ? 5 : 4, mask = backward ? 8 : 7;
+    const size_t seq_q = backward ? 22 : 14, sparse = backward ? 24 : 16;
+    if (layout < in.size() && in[layout].isString()) a.layout = in[layout].toStringRef();
+    const int64_t mode = integer(sparse, 0);
+    const bool masked = mask < in.size() && in[mask].isTensor();
+    a.causal = masked && (mode == 2 || mode == 3 || mode == 7 || mode == 8);
+    a.bottom_right = mode == 3 || mode == 7;
+    a.seq_q = list(seq_q);
+    a.seq_k = list(seq_q + 1);
+  } else {
+    // SDPA: (q, k, v, attn_bias, dropout_p, is_causal, ...); its backward: (grad_out, q, k, v,
+    // attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+    // dropout_p, is_causal, ...). Flash's own forms: is_causal after dropout_p as well.
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i].isBool()) {
+        a.causal = flag(i);
+        break;
+      }
+    }
+  }
+  return a;
+}
+
 std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& fn) {
   auto frame = std::make_unique<Frame>();
   frame->launches_at_start = t_launches;
@@ -66,6 +113,13 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
   auto* frame = static_cast<Frame*>(context);
   if (frame == nullptr) return;
   t_top = frame->parent;
+  if (frame->parent != nullptr && std::strncmp(fn.name(), kAutogradWrapper, sizeof(kAutogradWrapper) - 1) == 0) {
+    // The autograd.Function that torch.library.register_autograd puts under an op (npu_*
+    // fused ops): its arguments are rearranged, so its kernels are charged to the op above it,
+    // which has the schema's arguments and name.
+    frame->parent->claimed += frame->claimed;
+    return;
+  }
   const uint64_t made = t_launches - frame->launches_at_start;
   if (frame->parent != nullptr) frame->parent->claimed += made;
   if (made == frame->claimed || t_stream == nullptr) return;  // no kernel of its own
@@ -73,7 +127,8 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
   for (const c10::IValue& v : frame->inputs) addShapes(v, &inputs);
   for (const c10::IValue& v : fn.outputs()) addShapes(v, &outputs);
   const char* name = fn.name();
-  const OpCost cost = modelOp(name, inputs, outputs);
+  const OpCost cost = modelOp(name, inputs, outputs,
+                              isAttention(name) ? attentionArgs(name, frame->inputs) : AttentionArgs{});
   (void)npuSimCharge(static_cast<npuStream_t>(t_stream), name, cost.ns);
   std::lock_guard<std::mutex> lock(g_totals_mutex);
   OpCostTotal& total = totals()[name];
@@ -93,9 +148,48 @@ bool named(const std::string& op, const char* name) {
   return op.size() > 6 && op.compare(0, 6, "aten::") == 0 && op.compare(6, std::string::npos, name) == 0;
 }
 
+// Query-key pairs one sequence computes under the mask: all sq x sk, or under a causal mask
+// the pairs on and below the diagonal (top-left aligned, or bottom-right: ending at the last key).
+double pairs(double sq, double sk, const AttentionArgs& a) {
+  if (!a.causal) return sq * sk;
+  double n = 0;
+  const double shift = a.bottom_right ? sk - sq : 0;
+  // Rows i see min(sk, max(0, i + 1 + shift)) keys: a ramp, then a plateau at sk.
+  for (double i = 0; i < sq; ++i) n += std::min(sk, std::max(0.0, i + 1 + shift));
+  return n;
+}
+
+// Sum over sequences and heads of (query-key pairs) x head dim, from q's and k's shapes in the
+// op's layout: 4-D BNSD / BSND, 3-D BSH / SBH (the hidden size is heads x head dim, which is all
+// the product needs), TND with the cumulative sequence ends.
+double attentionPairs(const AttentionArgs& a, const std::vector<int64_t>& q,
+                      const std::vector<int64_t>& k) {
+  const std::string& l = a.layout;
+  if (l == "TND" && q.size() == 3) {
+    const double width = double(q[1]) * double(q[2]);
+    if (a.seq_q.empty() || a.seq_q.size() != a.seq_k.size()) return pairs(q[0], k[0], a) * width;
+    double n = 0;
+    for (size_t i = 0; i < a.seq_q.size(); ++i) {
+      const double sq = double(a.seq_q[i] - (i ? a.seq_q[i - 1] : 0));
+      const double sk = double(a.seq_k[i] - (i ? a.seq_k[i - 1] : 0));
+      n += pairs(sq, sk, a);
+    }
+    return n * width;
+  }
+  if (q.size() == 4 && k.size() == 4) {
+    if (l == "BSND") return double(q[0]) * double(q[2]) * double(q[3]) * pairs(q[1], k[1], a);
+    return double(q[0]) * double(q[1]) * double(q[3]) * pairs(q[2], k[2], a);  // BNSD
+  }
+  if (q.size() == 3 && k.size() == 3) {
+    if (l == "SBH") return double(q[1]) * double(q[2]) * pairs(q[0], k[0], a);
+    return double(q[0]) * double(q[2]) * pairs(q[1], k[1], a);  // BSH
+  }
+  return 0;
+}
+
 // The cube's multiply-accumulate work of an op, 0 for a vector op.
 double cubeFlops(const std::string& op, const std::vector<OpShape>& in,
-                 const std::vector<OpShape>& out) {
+                 const std::vector<OpShape>& out, const AttentionArgs& attention) {
   auto dim = [&](size_t i, size_t d) { return double(in[i].sizes[d]); };
   auto rank = [&](size_t i) { return i < in.size() ? in[i].sizes.size() : 0; };
   if (named(op, "mm") && rank(0) == 2 && rank(1) == 2) return 2 * dim(0, 0) * dim(0, 1) * dim(1, 1);
@@ -119,13 +213,15 @@ double cubeFlops(const std::string& op, const std::vector<OpShape>& in,
     for (size_t d = 1; d < in[w].sizes.size(); ++d) taps *= dim(w, d);
     return conv ? 2 * numel(out[0]) * taps : 2 * 2 * numel(in[0]) * taps;
   }
-  if (op.find("scaled_dot_product") != std::string::npos ||
-      op.find("flash_attention") != std::string::npos) {
-    // q [b, h, s, d] @ k^T [b, h, d, s_k], then @ v: 4 b h s s_k d; the backward about 2.5 x.
-    const bool backward = op.find("backward") != std::string::npos;
-    const size_t q = backward ? 1 : 0;
-    if (rank(q) != 4 || rank(q + 1) != 4) return 0;
-    const double f = 4 * dim(q, 0) * dim(q, 1) * dim(q, 2) * dim(q + 1, 2) * dim(q, 3);
+  if (isAttention(op.c_str())) {
+    // Q K^T then P V: 4 x (query positions) x (key positions each sees) x (heads x head dim);
+    // the backward recomputes P and makes dQ, dK, dV: about 2.5 x.
+    const bool npu_op = op.find("npu_fusion_attention") != std::string::npos;
+    const bool backward = op.find("backward") != std::string::npos ||
+                          op.find("_grad") != std::string::npos;
+    const size_t q = backward && !npu_op ? 1 : 0;  // SDPA's backward starts with grad_out
+    if (rank(q) < 3 || rank(q + 1) < 3) return 0;
+    const double f = 4 * attentionPairs(attention, in[q].sizes, in[q + 1].sizes);
     return backward ? 2.5 * f : f;
   }
   return 0;
@@ -134,12 +230,12 @@ double cubeFlops(const std::string& op, const std::vector<OpShape>& in,
 }  // namespace
 
 OpCost modelOp(const std::string& op, const std::vector<OpShape>& inputs,
-               const std::vector<OpShape>& outputs) {
+               const std::vector<OpShape>& outputs, const AttentionArgs& attention) {
   OpCost c;
   for (const OpShape& s : inputs) c.bytes += numel(s) * double(s.element_size);
   for (const OpShape& s : outputs) c.bytes += numel(s) * double(s.element_size);
   const OpCostFigures& f = g_figures;
-  c.flops = cubeFlops(op, inputs, outputs);
+  c.flops = cubeFlops(op, inputs, outputs, attention);
   c.cube = c.flops > 0;
   double tflops = f.vector_tflops, efficiency = f.vector_efficiency;
   if (c.cube) {

@@ -45,8 +45,19 @@ struct OpCost {
   bool cube = false;
   uint64_t ns = 0;
 };
+// What an attention op's non-tensor arguments say about its work (read only for attention ops:
+// SDPA's fused backend, npu_fusion_attention and their backwards).
+struct AttentionArgs {
+  std::string layout = "BNSD";  // SDPA's; npu_fusion_attention: BSH, SBH, BSND, BNSD or TND
+  // Causal masking: the kernel skips the masked blocks (the 910B's flash attention does, for
+  // npu_fusion_attention's sparse_mode 2 and 3; torch_npu maps SDPA's is_causal to them).
+  bool causal = false;
+  bool bottom_right = false;  // the mask's diagonal ends at the last key (sparse_mode 3)
+  // TND: the cumulative sequence ends of the queries and keys (actual_seq_qlen / _kvlen).
+  std::vector<int64_t> seq_q, seq_k;
+};
 OpCost modelOp(const std::string& op, const std::vector<OpShape>& inputs,
-               const std::vector<OpShape>& outputs);
+               const std::vector<OpShape>& outputs, const AttentionArgs& attention = {});
 
 // Per op name: calls, modeled ns, flops (since installation or the last reset).
 struct OpCostTotal {

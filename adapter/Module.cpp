@@ -499,8 +499,11 @@ std::vector<OpShape> shapesOf(const std::vector<at::Tensor>& tensors) {
 }
 
 py::tuple modelOpBody(const std::string& op, const std::vector<at::Tensor>& inputs,
-                      const std::vector<at::Tensor>& outputs) {
-  const OpCost c = modelOp(op, shapesOf(inputs), shapesOf(outputs));
+                      const std::vector<at::Tensor>& outputs, const std::string& layout,
+                      bool causal, bool bottom_right, const std::vector<int64_t>& seq_q,
+                      const std::vector<int64_t>& seq_k) {
+  const OpCost c = modelOp(op, shapesOf(inputs), shapesOf(outputs),
+                           AttentionArgs{layout, causal, bottom_right, seq_q, seq_k});
   return py::make_tuple(c.flops, c.bytes, c.cube, c.ns);
 }
 
@@ -570,7 +573,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_shadowMode", [] { return npuSimPeekShadow() != 0; });
   m.def("_npu_setCostModel", &setCostModel);
   m.def("_npu_costModelInstalled", &costModelInstalled);
-  m.def("_npu_modelOp", &modelOpBody);
+  m.def("_npu_modelOp", &modelOpBody, py::arg("op"), py::arg("inputs"), py::arg("outputs"),
+        py::arg("layout") = "BNSD", py::arg("causal") = false, py::arg("bottom_right") = false,
+        py::arg("seq_q") = std::vector<int64_t>(), py::arg("seq_k") = std::vector<int64_t>());
   m.def("_npu_costTotals", &costTotalsBody);
   m.def("_npu_resetCostTotals", &resetCostTotals);
   m.def("_npu_simDeviceClock", &simDeviceClock);

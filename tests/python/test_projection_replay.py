@@ -57,10 +57,10 @@ def _replay(tmp_path, script, model, args, tokens_per_step):
 
 def _roofline_seconds(m: Llama, tokens: int, seq: int, ranks_sharing: int) -> float:
     """Cube work of one micro-batch on one rank at the bf16 rate: 6 x (parameters without the
-    embedding) x tokens, plus attention as the cost model counts it (4 b s^2 h forward, 2.5 x
-    that backward; causality not halved), divided over the ranks that share the micro-batch."""
+    embedding) x tokens, plus causal attention (4 b h x s(s + 1)/2 query-key pairs forward, 2.5 x
+    that backward), divided over the ranks that share the micro-batch."""
     dense = 6 * (m.params() - m.vocab * m.hidden) * tokens
-    attention = 3.5 * 4 * (tokens // seq) * seq * seq * m.hidden * m.layers
+    attention = 3.5 * 4 * (tokens // seq) * (seq * (seq + 1) // 2) * m.hidden * m.layers
     return (dense + attention) / ranks_sharing / PEAK_BF16
 
 

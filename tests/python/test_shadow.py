@@ -228,6 +228,24 @@ def test_op_costs_are_the_profiles_roofline(python):
                                     [meta(8, 64, 56, 56), meta(128, 64, 3, 3), meta(128)],
                                     [meta(8, 128, 56, 56)]),
             "add": _C._npu_modelOp("aten::add", [meta(2**20)] * 2, [meta(2**20)]),
+            # Attention: SDPA [B, N, S, D] full and causal, npu_fusion_attention's layouts.
+            "sdpa": _C._npu_modelOp("aten::_scaled_dot_product_fused_attention_overrideable",
+                                    [meta(2, 8, 1024, 64, dtype=bf)] * 3, []),
+            "sdpa_causal": _C._npu_modelOp(
+                "aten::_scaled_dot_product_fused_attention_overrideable",
+                [meta(2, 8, 1024, 64, dtype=bf)] * 3, [], causal=True),
+            "sdpa_causal_bwd": _C._npu_modelOp(
+                "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+                [meta(2, 8, 1024, 64, dtype=bf)] * 4, [], causal=True),
+            "fa_bsh_bottom_right": _C._npu_modelOp(
+                "npu::npu_fusion_attention", [meta(2, 512, 512, dtype=bf),
+                                              meta(2, 1024, 512, dtype=bf)] * 1, [],
+                layout="BSH", causal=True, bottom_right=True),
+            "fa_sbh": _C._npu_modelOp("npu::npu_fusion_attention",
+                                      [meta(1024, 2, 512, dtype=bf)] * 2, [], layout="SBH"),
+            "fa_tnd_grad": _C._npu_modelOp(
+                "npu::npu_fusion_attention_grad", [meta(300, 8, 64, dtype=bf)] * 4, [],
+                layout="TND", causal=True, seq_q=[100, 300], seq_k=[100, 300]),
         }
         print(json.dumps({"cases": cases, "model": torch_npu.npu.shadow.installed_profile()["model"]}))
     """, env=SHADOW)
@@ -250,6 +268,52 @@ def test_op_costs_are_the_profiles_roofline(python):
     flops, bytes_ = 2 ** 20, 3 * 4 * 2 ** 20                      # add: HBM-bound
     assert cases["add"] == [flops, bytes_, False,
                             roofline(flops, bytes_, m["vector_tflops"], m["vector_efficiency"])]
+    # Attention: 4 x (query-key pairs) x heads x head dim; a causal mask keeps the pairs on and
+    # below the diagonal (row i of 1024 sees i + 1 keys); the backward is 2.5 x.
+    width = 2 * 8 * 64
+    assert cases["sdpa"][0] == 4 * width * 1024 * 1024
+    assert cases["sdpa_causal"][0] == 4 * width * (1024 * 1025 // 2)
+    assert cases["sdpa_causal_bwd"][0] == 2.5 * 4 * width * (1024 * 1025 // 2)
+    assert cases["sdpa_causal"][2] and cases["sdpa"][3] > cases["sdpa_causal"][3]
+    # BSH, 512 queries against 1024 keys, the diagonal ending at the last key: row i sees
+    # i + 513 keys. SBH [S, B, H]: all pairs.
+    assert cases["fa_bsh_bottom_right"][0] == 4 * 2 * 512 * sum(i + 513 for i in range(512))
+    assert cases["fa_sbh"][0] == 4 * 2 * 512 * 1024 * 1024
+    # TND: two sequences of 100 and 200 tokens, causal each: 100 x 101 / 2 + 200 x 201 / 2.
+    assert cases["fa_tnd_grad"][0] == 2.5 * 4 * 8 * 64 * (5050 + 20100)
+
+
+def test_causal_attention_is_charged_for_the_pairs_under_its_mask(python):
+    # SDPA's is_causal and npu_fusion_attention's sparse_mode=2 reach the cost model from the
+    # ops' own arguments (the latter through its register_autograd wrapper), forward and backward.
+    r = run_ok(python, """
+        import json, torch, torch_npu
+        import torch.nn.functional as F
+        from torch_npu import _C
+        bf = torch.bfloat16
+        got = {}
+        q = torch.empty(2, 8, 1024, 64, device="npu", dtype=bf, requires_grad=True)
+        x = torch.empty(2, 1024, 512, device="npu", dtype=bf, requires_grad=True)
+        mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool, device="npu"), 1)
+        torch.npu.synchronize()
+        _C._npu_resetCostTotals()
+        F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+        torch_npu.npu_fusion_attention(x, x, x, 8, "BSH", atten_mask=mask, sparse_mode=2,
+                                       scale=0.125)[0].sum().backward()
+        torch.npu.synchronize()
+        got = {n: f for n, c, ns, f in _C._npu_costTotals() if "attention" in n}
+        meta = torch.empty(2, 8, 1024, 64, device="meta", dtype=bf)
+        want = _C._npu_modelOp("aten::_scaled_dot_product_fused_attention_overrideable",
+                               [meta] * 3, [], causal=True)[0]
+        print(json.dumps({"got": got, "want": want}))
+    """, env=SHADOW)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    got, want = out["got"], out["want"]
+    assert want == 4 * (2 * 8 * 64) * (1024 * 1025 // 2)
+    assert got == {"aten::_scaled_dot_product_fused_attention_overrideable": want,
+                   "aten::_scaled_dot_product_fused_attention_overrideable_backward": 2.5 * want,
+                   "npu::npu_fusion_attention": want,
+                   "npu::npu_fusion_attention_grad": 2.5 * want}
 
 
 def test_events_measure_simulated_time_and_streams_share_the_compute_units(python):
