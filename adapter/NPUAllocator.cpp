@@ -91,7 +91,7 @@ class NPUDeviceAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     lazyInit();
     const c10::DeviceIndex device = currentDevice();
-    const npuStream_t stream = getCurrentNPUStream(device).handle();
+    const npuStream_t stream = currentStreamHandle(device);
     void* ptr = nullptr;
     std::optional<memory_history::AllocationScope> history_scope;
     if (C10_UNLIKELY(memory_history::recording())) history_scope.emplace();

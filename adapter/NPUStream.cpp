@@ -51,6 +51,11 @@ int levelOfId(c10::StreamId id) { return static_cast<int>((id - 1) / kStreamsPer
 int slotOfId(c10::StreamId id) { return static_cast<int>((id - 1) % kStreamsPerPool); }
 c10::StreamId idOf(int level, int slot) { return 1 + level * kStreamsPerPool + slot; }
 
+// The handle's slot of stream `id` on a device: filled once the stream exists.
+std::atomic<npuStream_t>& handleSlot(DeviceStreams& streams, c10::StreamId id) {
+  return id == 0 ? streams.default_handle : streams.pool[levelOfId(id)][slotOfId(id)];
+}
+
 c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
 }
@@ -86,6 +91,12 @@ NPUStream::NPUStream(c10::Stream stream) : stream_(stream) {
               "Expected an npu stream, got a stream of device type ", stream.device_type());
   TORCH_CHECK(stream.id() >= 0 && stream.id() <= kPriorityLevels * kStreamsPerPool,
               "Invalid npu stream id ", stream.id());
+}
+
+npuStream_t currentStreamHandle(c10::DeviceIndex device) {
+  const c10::StreamId id = t_current_ids[device];
+  if (npuStream_t h = handleSlot(streamsOf(device), id).load(std::memory_order_acquire)) return h;
+  return NPUStream(makeStream(device, id)).handle();  // its first use: creates it
 }
 
 npuStream_t NPUStream::handle() const {
@@ -215,10 +226,9 @@ void TaskBody::operator delete(void* p, std::size_t size) {
   ::operator delete(p);
 }
 
-void launchBody(const NPUStream& stream, const char* name, TaskBody* body, bool short_task) {
+void launchBody(npuStream_t handle, const char* name, TaskBody* body, bool short_task) {
   // Every task the adapter launches is a kernel: it computes on device memory only (shadow
   // execution skips its body, npu/runtime.h).
-  const npuStream_t handle = stream.handle();
   if (C10_UNLIKELY(costModelInstalled())) noteKernelLaunch(handle);  // shadow's 910B clock
   const npuError_t error = npuLaunchKernel(handle, name, &runTask, &releaseTask, body,
                                            short_task ? npuKernelShort : 0u);

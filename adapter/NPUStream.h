@@ -77,9 +77,15 @@ struct TaskBodyOf final : TaskBody {
   void run() override { fn(); }
 };
 // short_task: npuLaunchShortTaskWithRelease (may run at once on this thread).
-void launchBody(const NPUStream& stream, const char* name, TaskBody* body,
-                bool short_task = false);
+void launchBody(npuStream_t stream, const char* name, TaskBody* body, bool short_task = false);
 }  // namespace detail
+
+// The runtime handle of the calling thread's current stream on `device` (a valid index, as the
+// allocator and the ops' launch paths hold it): one thread-local read and one atomic load once
+// the stream exists, where getCurrentNPUStream(device).handle() checks the device twice and
+// makes a c10::Stream on the way. The hot paths (every allocation, every launch of an op) take
+// the current stream this way, once.
+npuStream_t currentStreamHandle(c10::DeviceIndex device);
 
 // Enqueues fn on `stream`; it runs later on the stream's worker thread (at once and
 // synchronously with ASCEND_LAUNCH_BLOCKING=1). fn is a kernel (npuLaunchKernel): it may read
@@ -88,9 +94,12 @@ void launchBody(const NPUStream& stream, const char* name, TaskBody* body,
 // error, with `name` (kept by the runtime, truncated to 55 characters), is reported by the next
 // synchronize or query of the stream.
 template <class F>
+void launchTask(npuStream_t stream, const char* name, F&& fn) {
+  detail::launchBody(stream, name, new detail::TaskBodyOf<std::decay_t<F>>(std::forward<F>(fn)));
+}
+template <class F>
 void launchTask(const NPUStream& stream, const char* name, F&& fn) {
-  detail::launchBody(stream, name,
-                     new detail::TaskBodyOf<std::decay_t<F>>(std::forward<F>(fn)));
+  launchTask(stream.handle(), name, std::forward<F>(fn));
 }
 
 // A kernel over at most this many elements takes about a microsecond: less than handing it to
@@ -102,9 +111,13 @@ constexpr int64_t kShortKernelElements = 4096;
 // reporting). Only for bodies that call our kernels directly: a body that dispatches ATen ops
 // would see this thread's dispatch state (autocast, modes, profiler) rather than a worker's.
 template <class F>
-void launchKernelTask(const NPUStream& stream, const char* name, int64_t elements, F&& fn) {
+void launchKernelTask(npuStream_t stream, const char* name, int64_t elements, F&& fn) {
   detail::launchBody(stream, name, new detail::TaskBodyOf<std::decay_t<F>>(std::forward<F>(fn)),
                      elements <= kShortKernelElements);
+}
+template <class F>
+void launchKernelTask(const NPUStream& stream, const char* name, int64_t elements, F&& fn) {
+  launchKernelTask(stream.handle(), name, elements, std::forward<F>(fn));
 }
 
 }  // namespace torch_npu

@@ -317,7 +317,7 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
     task.output_aliases.push_back(t.defined() ? hostAlias(t) : at::Tensor());
   }
 
-  launchTask(getCurrentNPUStream(device), schema.name().c_str(), std::move(task));
+  launchTask(currentStreamHandle(device), schema.name().c_str(), std::move(task));
   returnResults(stack, num_args, std::move(results));
   return true;
 }

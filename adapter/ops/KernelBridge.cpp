@@ -146,6 +146,6 @@ std::optional<std::vector<Operand>> iterOperandsRounded(const at::TensorIterator
   return operands;
 }
 
-NPUStream streamOf(const at::Tensor& t) { return getCurrentNPUStream(t.device().index()); }
+npuStream_t streamOf(const at::Tensor& t) { return currentStreamHandle(t.device().index()); }
 
 }  // namespace torch_npu::native

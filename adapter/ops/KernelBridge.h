@@ -76,7 +76,7 @@ std::optional<std::vector<Operand>> iterOperandsRounded(const at::TensorIterator
                                                         ScalarRead read);
 
 // The current stream of `t`'s device: where a kernel on `t` is queued.
-NPUStream streamOf(const at::Tensor& t);
+npuStream_t streamOf(const at::Tensor& t);
 
 // The cube unit's float32 precision, torch_npu's two switches: torch.npu.matmul.allow_hf32
 // (default false: mm, addmm, bmm, baddbmm and what decomposes into them) and

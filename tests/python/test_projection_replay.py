@@ -70,9 +70,12 @@ def _check(projections, replays, m, strategy, seq, micro_batch, tokens, ranks_sh
         peak = proj["peak_allocated_bytes"]
         assert peak == rep["peak_allocated_bytes"]
         # The analytic count is what must be live (state + saved activations); the allocator's
-        # peak adds transients (gradients being reduced, casts in flight, small buffers), which
-        # at this shrunk size are a large share: see docs/projection.md for the full sizes.
-        assert fp <= peak <= 1.5 * fp, (peak / fp, peak, fp)
+        # peak differs by transients (gradients being reduced, casts in flight, small buffers)
+        # and by the activations freed in the backward before the peak. FSDP2: within 10% here
+        # as at full size. TP: +8% at full size (docs/projection.md), +21% at this shrunk size,
+        # where the vocabulary-parallel loss's float32 transients weigh more.
+        low, high = (0.9, 1.1) if strategy == "fsdp2" else (1.0, 1.3)
+        assert low * fp <= peak <= high * fp, (peak / fp, peak, fp)
         assert max(rep["host_step_seconds"][1:]) < 60 and rep["rss_mb"] < 2048
         t_micro = rep["t_micro_ns"] / 1e9
         roof = _roofline_seconds(m, tokens, seq, ranks_sharing)

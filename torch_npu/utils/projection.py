@@ -197,7 +197,12 @@ def main(argv=None) -> int:
         recorder.finish(torch_npu.npu.shadow.simulated_time_ns())
         report["plot"] = recorder.write(ns.plot, report)
     if ns.json:
-        print(json.dumps(report), flush=True)
+        # One write with its newline: the ranks of a job share the output, and unbuffered
+        # (python -u, PYTHONUNBUFFERED) print() writes the text and the newline separately,
+        # so another rank's line could land between them. A pipe keeps a write of up to
+        # PIPE_BUF (4096) bytes whole; a report is about 1.3 KB.
+        sys.stdout.write(json.dumps(report) + "\n")
+        sys.stdout.flush()
     else:
         _print(report)
     return 0
