@@ -37,13 +37,36 @@ struct Frame : at::ObserverContext {
   uint64_t claimed = 0;  // launches made by the ops nested in this one
   Frame* parent = nullptr;
   c10::SmallVector<c10::IValue, 6> inputs;
+  // One per op call: recycled per thread (a frame ends on the thread that started it) rather
+  // than a malloc and a free each time.
+  static void* operator new(size_t size);
+  static void operator delete(void* p);
 };
+
+struct FreeFrame {
+  FreeFrame* next;
+};
+thread_local FreeFrame* t_free_frames = nullptr;
+
+void* Frame::operator new(size_t size) {
+  if (FreeFrame* f = t_free_frames) {
+    t_free_frames = f->next;
+    return f;
+  }
+  return ::operator new(size);
+}
+
+void Frame::operator delete(void* p) {
+  auto* f = static_cast<FreeFrame*>(p);
+  f->next = t_free_frames;
+  t_free_frames = f;
+}
 thread_local Frame* t_top = nullptr;
 
-void addShapes(const c10::IValue& v, std::vector<OpShape>* out) {
+void addShapes(const c10::IValue& v, OpShapes* out) {
   auto add = [out](const at::Tensor& t) {
     if (!t.defined()) return;
-    out->push_back({t.sizes().vec(), static_cast<int64_t>(t.element_size()),
+    out->push_back({OpSizes(t.sizes().begin(), t.sizes().end()), static_cast<int64_t>(t.element_size()),
                     static_cast<int>(t.scalar_type())});
   };
   if (v.isTensor()) {
@@ -55,11 +78,53 @@ void addShapes(const c10::IValue& v, std::vector<OpShape>* out) {
 
 constexpr char kAutogradWrapper[] = "GeneratedBackwardFor_";
 
+// What the cost model tells apart: the cube's ops by their operands' layout, everything else a
+// vector op. Decided once per operator name (kindOf), not by string compares at every call.
+enum class OpKind : uint8_t {
+  kVector, kMm, kAddmm, kBmm, kBaddbmm, kConvolution, kConvolutionBackward,
+  kAttention, kAttentionBackward, kNpuAttention, kNpuAttentionGrad
+};
+
+bool named(const char* op, const char* name) {
+  return std::strncmp(op, "aten::", 6) == 0 && std::strcmp(op + 6, name) == 0;
+}
+
 bool isAttention(const char* name) {
+  // One search for most ops (this runs for every charged op), the specific names after it.
+  if (std::strstr(name, "attention") == nullptr) return false;
   return std::strstr(name, "scaled_dot_product") != nullptr ||
          std::strstr(name, "flash_attention") != nullptr ||
          std::strstr(name, "npu_fusion_attention") != nullptr;
 }
+
+OpKind classify(const char* op) {
+  if (named(op, "mm")) return OpKind::kMm;
+  if (named(op, "addmm")) return OpKind::kAddmm;
+  if (named(op, "bmm")) return OpKind::kBmm;
+  if (named(op, "baddbmm")) return OpKind::kBaddbmm;
+  if (named(op, "convolution") || named(op, "_convolution") ||
+      named(op, "convolution_overrideable")) {
+    return OpKind::kConvolution;
+  }
+  if (named(op, "convolution_backward")) return OpKind::kConvolutionBackward;
+  if (!isAttention(op)) return OpKind::kVector;
+  const bool backward = std::strstr(op, "backward") != nullptr || std::strstr(op, "_grad") != nullptr;
+  if (std::strstr(op, "npu_fusion_attention") != nullptr) {
+    return backward ? OpKind::kNpuAttentionGrad : OpKind::kNpuAttention;
+  }
+  return backward ? OpKind::kAttentionBackward : OpKind::kAttention;
+}
+
+// classify() per operator name, remembered per thread by the name's address (RecordFunction
+// gives each operator its own stable string).
+OpKind kindOf(const char* name) {
+  thread_local std::unordered_map<const char*, OpKind> kinds;
+  auto it = kinds.find(name);
+  if (it == kinds.end()) it = kinds.emplace(name, classify(name)).first;
+  return it->second;
+}
+
+bool attentionKind(OpKind k) { return k >= OpKind::kAttention; }
 
 // The positions of the arguments that matter, from the ops' schemas (adapter/ops/NpuLibrary.cpp
 // and ATen's native_functions.yaml).
@@ -99,6 +164,9 @@ AttentionArgs attentionArgs(const char* name, const c10::SmallVector<c10::IValue
   return a;
 }
 
+OpCost modelKind(OpKind kind, const OpShapes& inputs, const OpShapes& outputs,
+                 const AttentionArgs& attention);
+
 std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction& fn) {
   auto frame = std::make_unique<Frame>();
   frame->launches_at_start = t_launches;
@@ -113,7 +181,9 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
   auto* frame = static_cast<Frame*>(context);
   if (frame == nullptr) return;
   t_top = frame->parent;
-  if (frame->parent != nullptr && std::strncmp(fn.name(), kAutogradWrapper, sizeof(kAutogradWrapper) - 1) == 0) {
+  const char* name = fn.name();
+  if (frame->parent != nullptr && name[0] == 'G' &&
+      std::strncmp(name, kAutogradWrapper, sizeof(kAutogradWrapper) - 1) == 0) {
     // The autograd.Function that torch.library.register_autograd puts under an op (npu_*
     // fused ops): its arguments are rearranged, so its kernels are charged to the op above it,
     // which has the schema's arguments and name.
@@ -123,12 +193,12 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
   const uint64_t made = t_launches - frame->launches_at_start;
   if (frame->parent != nullptr) frame->parent->claimed += made;
   if (made == frame->claimed || t_stream == nullptr) return;  // no kernel of its own
-  std::vector<OpShape> inputs, outputs;
+  OpShapes inputs, outputs;
   for (const c10::IValue& v : frame->inputs) addShapes(v, &inputs);
   for (const c10::IValue& v : fn.outputs()) addShapes(v, &outputs);
-  const char* name = fn.name();
-  const OpCost cost = modelOp(name, inputs, outputs,
-                              isAttention(name) ? attentionArgs(name, frame->inputs) : AttentionArgs{});
+  const OpKind kind = kindOf(name);
+  const OpCost cost = modelKind(kind, inputs, outputs,
+                                attentionKind(kind) ? attentionArgs(name, frame->inputs) : AttentionArgs{});
   (void)npuSimCharge(static_cast<npuStream_t>(t_stream), name, cost.ns);
   std::lock_guard<std::mutex> lock(g_totals_mutex);
   OpCostTotal& total = totals()[name];
@@ -144,9 +214,6 @@ double numel(const OpShape& s) {
   return n;
 }
 
-bool named(const std::string& op, const char* name) {
-  return op.size() > 6 && op.compare(0, 6, "aten::") == 0 && op.compare(6, std::string::npos, name) == 0;
-}
 
 // Query-key pairs one sequence computes under the mask: all sq x sk, or under a causal mask
 // the pairs on and below the diagonal (top-left aligned, or bottom-right: ending at the last key).
@@ -162,8 +229,7 @@ double pairs(double sq, double sk, const AttentionArgs& a) {
 // Sum over sequences and heads of (query-key pairs) x head dim, from q's and k's shapes in the
 // op's layout: 4-D BNSD / BSND, 3-D BSH / SBH (the hidden size is heads x head dim, which is all
 // the product needs), TND with the cumulative sequence ends.
-double attentionPairs(const AttentionArgs& a, const std::vector<int64_t>& q,
-                      const std::vector<int64_t>& k) {
+double attentionPairs(const AttentionArgs& a, const OpSizes& q, const OpSizes& k) {
   const std::string& l = a.layout;
   if (l == "TND" && q.size() == 3) {
     const double width = double(q[1]) * double(q[2]);
@@ -188,23 +254,24 @@ double attentionPairs(const AttentionArgs& a, const std::vector<int64_t>& q,
 }
 
 // The cube's multiply-accumulate work of an op, 0 for a vector op.
-double cubeFlops(const std::string& op, const std::vector<OpShape>& in,
-                 const std::vector<OpShape>& out, const AttentionArgs& attention) {
+double cubeFlops(OpKind kind, const OpShapes& in, const OpShapes& out,
+                 const AttentionArgs& attention) {
   auto dim = [&](size_t i, size_t d) { return double(in[i].sizes[d]); };
   auto rank = [&](size_t i) { return i < in.size() ? in[i].sizes.size() : 0; };
-  if (named(op, "mm") && rank(0) == 2 && rank(1) == 2) return 2 * dim(0, 0) * dim(0, 1) * dim(1, 1);
-  if (named(op, "addmm") && rank(1) == 2 && rank(2) == 2) {
+  if (kind == OpKind::kVector) return 0;
+  if (kind == OpKind::kMm && rank(0) == 2 && rank(1) == 2) return 2 * dim(0, 0) * dim(0, 1) * dim(1, 1);
+  if (kind == OpKind::kAddmm && rank(1) == 2 && rank(2) == 2) {
     return 2 * dim(1, 0) * dim(1, 1) * dim(2, 1);
   }
-  if (named(op, "bmm") && rank(0) == 3 && rank(1) == 3) {
+  if (kind == OpKind::kBmm && rank(0) == 3 && rank(1) == 3) {
     return 2 * dim(0, 0) * dim(0, 1) * dim(0, 2) * dim(1, 2);
   }
-  if (named(op, "baddbmm") && rank(1) == 3 && rank(2) == 3) {
+  if (kind == OpKind::kBaddbmm && rank(1) == 3 && rank(2) == 3) {
     return 2 * dim(1, 0) * dim(1, 1) * dim(1, 2) * dim(2, 2);
   }
-  const bool conv = named(op, "convolution") || named(op, "_convolution") ||
-                    named(op, "convolution_overrideable");
-  if ((conv && rank(1) >= 3 && !out.empty()) || (named(op, "convolution_backward") && rank(2) >= 3)) {
+  const bool conv = kind == OpKind::kConvolution;
+  if ((conv && rank(1) >= 3 && !out.empty()) ||
+      (kind == OpKind::kConvolutionBackward && rank(2) >= 3)) {
     // Each output element of a forward convolution is a dot product of Cin/groups x kernel
     // taps (the weight's sizes after its first); the backward computes the input's and the
     // weight's gradients, twice the forward's work.
@@ -213,13 +280,11 @@ double cubeFlops(const std::string& op, const std::vector<OpShape>& in,
     for (size_t d = 1; d < in[w].sizes.size(); ++d) taps *= dim(w, d);
     return conv ? 2 * numel(out[0]) * taps : 2 * 2 * numel(in[0]) * taps;
   }
-  if (isAttention(op.c_str())) {
+  if (attentionKind(kind)) {
     // Q K^T then P V: 4 x (query positions) x (key positions each sees) x (heads x head dim);
     // the backward recomputes P and makes dQ, dK, dV: about 2.5 x.
-    const bool npu_op = op.find("npu_fusion_attention") != std::string::npos;
-    const bool backward = op.find("backward") != std::string::npos ||
-                          op.find("_grad") != std::string::npos;
-    const size_t q = backward && !npu_op ? 1 : 0;  // SDPA's backward starts with grad_out
+    const bool backward = kind == OpKind::kAttentionBackward || kind == OpKind::kNpuAttentionGrad;
+    const size_t q = kind == OpKind::kAttentionBackward ? 1 : 0;  // SDPA's starts with grad_out
     if (rank(q) < 3 || rank(q + 1) < 3) return 0;
     const double f = 4 * attentionPairs(attention, in[q].sizes, in[q + 1].sizes);
     return backward ? 2.5 * f : f;
@@ -227,15 +292,13 @@ double cubeFlops(const std::string& op, const std::vector<OpShape>& in,
   return 0;
 }
 
-}  // namespace
-
-OpCost modelOp(const std::string& op, const std::vector<OpShape>& inputs,
-               const std::vector<OpShape>& outputs, const AttentionArgs& attention) {
+OpCost modelKind(OpKind kind, const OpShapes& inputs, const OpShapes& outputs,
+                 const AttentionArgs& attention) {
   OpCost c;
   for (const OpShape& s : inputs) c.bytes += numel(s) * double(s.element_size);
   for (const OpShape& s : outputs) c.bytes += numel(s) * double(s.element_size);
   const OpCostFigures& f = g_figures;
-  c.flops = cubeFlops(op, inputs, outputs, attention);
+  c.flops = cubeFlops(kind, inputs, outputs, attention);
   c.cube = c.flops > 0;
   double tflops = f.vector_tflops, efficiency = f.vector_efficiency;
   if (c.cube) {
@@ -260,6 +323,13 @@ OpCost modelOp(const std::string& op, const std::vector<OpShape>& inputs,
   const double memory_ns = f.hbm_gbps > 0 ? c.bytes / (f.hbm_gbps * f.hbm_efficiency) : 0;
   c.ns = static_cast<uint64_t>(std::max(compute_ns, memory_ns) + f.launch_overhead_us * 1e3);
   return c;
+}
+
+}  // namespace
+
+OpCost modelOp(const std::string& op, const OpShapes& inputs, const OpShapes& outputs,
+               const AttentionArgs& attention) {
+  return modelKind(classify(op.c_str()), inputs, outputs, attention);
 }
 
 void installCostModel(const OpCostFigures& figures) {

@@ -11,6 +11,8 @@
 // kernels all come from the ops it calls is not charged twice).
 #pragma once
 
+#include <c10/util/SmallVector.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,11 +36,13 @@ void noteKernelLaunch(void* stream);
 
 // The modeled time of one op, from its inputs' and outputs' shapes (exposed for the tests that
 // check the roofline by hand).
+using OpSizes = c10::SmallVector<int64_t, 6>;  // no allocation per tensor of an op
 struct OpShape {
-  std::vector<int64_t> sizes;
+  OpSizes sizes;
   int64_t element_size = 0;
   int dtype = 0;  // c10::ScalarType
 };
+using OpShapes = c10::SmallVector<OpShape, 4>;
 struct OpCost {
   double flops = 0;
   double bytes = 0;
@@ -56,8 +60,8 @@ struct AttentionArgs {
   // TND: the cumulative sequence ends of the queries and keys (actual_seq_qlen / _kvlen).
   std::vector<int64_t> seq_q, seq_k;
 };
-OpCost modelOp(const std::string& op, const std::vector<OpShape>& inputs,
-               const std::vector<OpShape>& outputs, const AttentionArgs& attention = {});
+OpCost modelOp(const std::string& op, const OpShapes& inputs,
+               const OpShapes& outputs, const AttentionArgs& attention = {});
 
 // Per op name: calls, modeled ns, flops (since installation or the last reset).
 struct OpCostTotal {

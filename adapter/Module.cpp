@@ -489,10 +489,10 @@ void setCostModel(const py::dict& d) {
   installCostModel(f);
 }
 
-std::vector<OpShape> shapesOf(const std::vector<at::Tensor>& tensors) {
-  std::vector<OpShape> out;
+OpShapes shapesOf(const std::vector<at::Tensor>& tensors) {
+  OpShapes out;
   for (const at::Tensor& t : tensors) {
-    out.push_back({t.sizes().vec(), static_cast<int64_t>(t.element_size()),
+    out.push_back({OpSizes(t.sizes().begin(), t.sizes().end()), static_cast<int64_t>(t.element_size()),
                    static_cast<int>(t.scalar_type())});
   }
   return out;

@@ -226,12 +226,18 @@ void TaskBody::operator delete(void* p, std::size_t size) {
   ::operator delete(p);
 }
 
-void launchBody(npuStream_t handle, const char* name, TaskBody* body, bool short_task) {
-  // Every task the adapter launches is a kernel: it computes on device memory only (shadow
-  // execution skips its body, npu/runtime.h).
-  if (C10_UNLIKELY(costModelInstalled())) noteKernelLaunch(handle);  // shadow's 910B clock
-  const npuError_t error = npuLaunchKernel(handle, name, &runTask, &releaseTask, body,
-                                           short_task ? npuKernelShort : 0u);
+void launchBody(npuStream_t handle, const char* name, TaskBody* body, bool short_task,
+                bool kernel) {
+  // A kernel computes on device memory only (shadow execution does not run it, npu/runtime.h);
+  // other tasks are host-side work the stream must reach.
+  npuError_t error;
+  if (kernel) {
+    if (C10_UNLIKELY(costModelInstalled())) noteKernelLaunch(handle);  // shadow's 910B clock
+    error = npuLaunchKernel(handle, name, &runTask, &releaseTask, body,
+                            short_task ? npuKernelShort : 0u);
+  } else {
+    error = npuLaunchTaskWithRelease(handle, name, &runTask, &releaseTask, body);
+  }
   if (error != npuSuccess) {
     // With ASCEND_LAUNCH_BLOCKING=1 the task has already run (and was released) when it is the
     // task that failed; otherwise it was never queued.

@@ -76,8 +76,10 @@ struct TaskBodyOf final : TaskBody {
   explicit TaskBodyOf(F f) : fn(std::move(f)) {}
   void run() override { fn(); }
 };
-// short_task: npuLaunchShortTaskWithRelease (may run at once on this thread).
-void launchBody(npuStream_t stream, const char* name, TaskBody* body, bool short_task = false);
+// short_task: npuLaunchShortTaskWithRelease (may run at once on this thread). kernel: false for
+// host-side work the stream must reach (npuLaunchTaskWithRelease: it runs in shadow execution too).
+void launchBody(npuStream_t stream, const char* name, TaskBody* body, bool short_task = false,
+                bool kernel = true);
 }  // namespace detail
 
 // The runtime handle of the calling thread's current stream on `device` (a valid index, as the
@@ -100,6 +102,16 @@ void launchTask(npuStream_t stream, const char* name, F&& fn) {
 template <class F>
 void launchTask(const NPUStream& stream, const char* name, F&& fn) {
   launchTask(stream.handle(), name, std::forward<F>(fn));
+}
+
+// Enqueues fn as a task that is not a kernel: host-side work that must wait for the stream to
+// reach it (releasing a host buffer that a queued copy reads). Shadow execution runs it, where a
+// kernel is released at its launch without running.
+template <class F>
+void launchHostTask(const NPUStream& stream, const char* name, F&& fn) {
+  detail::launchBody(stream.handle(), name,
+                     new detail::TaskBodyOf<std::decay_t<F>>(std::forward<F>(fn)),
+                     /*short_task=*/false, /*kernel=*/false);
 }
 
 // A kernel over at most this many elements takes about a microsecond: less than handing it to

@@ -620,6 +620,14 @@ npuError_t launch(npuStream_t stream, const char* name, npuTaskFn fn, npuTaskRel
     (void)npuSimFaultTick(npuSimOnLaunch, s->dev->index, nullptr);
   }
   if (npuError_t e = deviceFault(s->dev)) return e;
+  if (kernel && __builtin_expect(config().shadow, 0) && !npuSanEnabled()) {
+    // Shadow execution: a kernel would not run, and its modeled time reaches the stream as its
+    // op's charge (npuSimCharge), so it takes no queue slot: released at once, after the checks
+    // a launch makes (the stream, the device's health, NPU_SIM_FAULTS' launch count). The
+    // sanitizer, which follows each kernel through the queue, keeps the queued form.
+    if (release) release(arg);
+    return npuSuccess;
+  }
   Task task = workTask(name, fn, release, replayable, arg);
   task.kernel = kernel;
   NPU_LOG(NPU_LOG_DEBUG, "RUNTIME", "launch %s on stream %p (device %d)", task.name,

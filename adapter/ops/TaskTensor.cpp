@@ -23,7 +23,7 @@ void keepAliveUntilDone(const NPUStream& stream, c10::Storage storage) {
   // The body owns the storage and the runtime releases the body after its last run: at once
   // for eager work, when the graph is destroyed for a captured launch (each replay reads the
   // buffer again).
-  launchTask(stream, "release_host_buffer", [held = std::move(storage)]() {});
+  launchHostTask(stream, "release_host_buffer", [held = std::move(storage)]() {});
 }
 
 bool sameDenseLayout(const at::Tensor& a, const at::Tensor& b) {

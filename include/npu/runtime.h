@@ -240,7 +240,10 @@ NPU_API npuError_t npuLaunchKernel(npuStream_t stream, const char* name, npuTask
  * NPU_SIM_SHADOW=1, read once at start-up, runs a program at its real size without its data:
  *  - device memory is address space only (accounted, mapped, not touched), so a 64 GB device
  *    costs the host nothing;
- *  - kernels (npuLaunchKernel) keep their place in their streams but do not run;
+ *  - kernels (npuLaunchKernel) do not run: a launch makes its checks (stream, device health,
+ *    NPU_SIM_FAULTS' launch count) and releases the kernel at once, without a queue slot (its
+ *    modeled time reaches the stream as npuSimCharge); under the sanitizer it is queued and
+ *    skipped instead;
  *  - copies, memsets and collectives (ccl) of more than NPU_SIM_SHADOW_CARRY_BYTES keep their
  *    place (collectives still meet, compare their calls and keep their deadlines) but move no
  *    bytes, and a large copy to the host writes zeros. Smaller ones carry their bytes: the

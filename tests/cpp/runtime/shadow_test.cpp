@@ -1,5 +1,5 @@
 // Shadow execution (NPU_SIM_SHADOW=1), each case in a fresh process started with the variable:
-// device memory is address space only, kernels keep their place but do not run, other tasks do,
+// device memory is address space only, kernels do not run, other tasks do,
 // large copies and memsets move nothing (the host reads zeros) and small ones carry their bytes.
 #include <cstdio>
 #include <string>
@@ -41,7 +41,7 @@ TEST(Shadow, ShadowRunCostsNoHostMemoryAndSkipsOnlyKernels) {
   // 48 GiB: twice this machine's memory, accounted on a 64 GB device, never committed.
   const Work w = runWork("NPU_SIM_SHADOW=1", size_t{48} << 30);
   EXPECT_EQ(w.shadow, 1);
-  EXPECT_EQ(w.kernel_ran, 0);     // a kernel keeps its place in the stream but does not run
+  EXPECT_EQ(w.kernel_ran, 0);     // a kernel is released without running
   EXPECT_EQ(w.task_ran, 1);       // other tasks (the collectives' own) still run
   EXPECT_EQ(w.read_back, 0);      // the large memset moved nothing: the placeholder, zero
   EXPECT_EQ(w.read_head, 14);     // a small copy (metadata) carries its bytes
