@@ -382,6 +382,64 @@ TEST(FlashAttention, LongCausalBeyond2048) {
   run_case(c);
 }
 
+// Head dims that are multiples of 32 take the AVX-512 tile path (its own key-major tiles,
+// bfloat16 pairs on AVX512-BF16): every dtype, ragged tails both ways, both causal origins, a
+// band, a broadcast boolean mask (with its fully masked row), GQA / MQA, varlen, the BSND
+// layout and a head dim of 64 / value dim of 32.
+TEST(FlashAttention, HeadDimsOfTheTilePath) {
+  for (DType t : {DType::Float32, DType::Float16, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_str(t));
+    Case base;
+    base.dtype = t;
+    base.D = base.Dv = 32;
+    base.Sq = 150;
+    base.Skv = 170;
+    for (bool br : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "causal, bottom_right " << br);
+      Case c = base;
+      c.band = causal(br);
+      run_case(c);
+    }
+    {
+      SCOPED_TRACE("band, BSND, D 64 / Dv 32");
+      Case c = base;
+      c.D = 64;
+      c.bsnd = true;
+      c.band.pre = 40;
+      c.band.next = 7;
+      c.band.bottom_right = true;
+      run_case(c);
+    }
+    {
+      SCOPED_TRACE("mask");
+      Case c = base;
+      c.B = 2;
+      c.Sq = 70;
+      c.Skv = 140;
+      c.random_mask = true;
+      run_case(c);
+    }
+    for (int64_t nkv : {2, 1}) {
+      SCOPED_TRACE(::testing::Message() << "GQA, kv heads " << nkv);
+      Case c = base;
+      c.Nq = 4;
+      c.Nkv = nkv;
+      c.band = causal(false);
+      run_case(c);
+    }
+    {
+      SCOPED_TRACE("varlen");
+      Case c = base;
+      c.Nq = 4;
+      c.Nkv = 2;
+      c.cu_q = {0, 5, 75, 76, 206};
+      c.cu_kv = {0, 9, 79, 80, 210};
+      c.band = causal(true);
+      run_case(c);
+    }
+  }
+}
+
 // torch_npu's pse: scores = scale * (Q K^T + pse), every documented shape ([B, N, S, S],
 // [1, N, S, S], [B, N, 1, Skv]); its gradient scale * dS (summed over rows for the one-row form),
 // under GQA, a causal band and a multi-tile sequence (both backward strategies: B * Nkv small
