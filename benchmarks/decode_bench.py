@@ -22,6 +22,7 @@ tokens are compared with cpu eager's; a mismatch is printed loudly (never hidden
 
 import argparse
 import copy
+import os
 import statistics
 import sys
 import time
@@ -103,9 +104,12 @@ def main():
                for b in args.batches}
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, {args.new_tokens} new tokens, prompt "
-          f"{args.prompt}, median of {args.runs} after {args.warmup} warm-up")
+          f"{args.prompt}, median of {args.runs} after {args.warmup} warm-up, load average "
+          f"{os.getloadavg()[0]:.1f}")
     table = {case: bench_case(case, cpu_model, prompts, args) for case in cases}
     mismatches = 0
+    print(f"# finished {time.strftime('%H:%M UTC', time.gmtime())}, load average "
+          f"{os.getloadavg()[0]:.1f}")
     print("| case | batch | tokens/s | / cpu eager | warm-up s | runs s | tokens |")
     print("|---|---|---|---|---|---|---|")
     for case in cases:
