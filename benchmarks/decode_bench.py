@@ -58,6 +58,16 @@ def generate_fn(model, ids, new_tokens, static):
 
 def bench_case(case, cpu_model, prompts, args):
     device = case.split()[0]
+    threads = torch.get_num_threads()
+    if device == "cpu" and args.cpu_threads:
+        torch.set_num_threads(args.cpu_threads)
+    try:
+        return bench_device_case(case, device, cpu_model, prompts, args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def bench_device_case(case, device, cpu_model, prompts, args):
     model = copy.deepcopy(cpu_model).to(device)
     if case in ("npu compiled", "npu graphs"):
         torch._dynamo.reset()
@@ -91,6 +101,8 @@ def main():
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--cpu-threads", type=int, default=0,
+                        help="torch.set_num_threads for cpu eager (0: PyTorch's default)")
     parser.add_argument("--cases", default=",".join(CASES),
                         help="comma-separated subset of: " + ", ".join(CASES))
     args = parser.parse_args()
@@ -103,7 +115,7 @@ def main():
     prompts = {b: torch.randint(0, args.vocab, (b, args.prompt), generator=gen)
                for b in args.batches}
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {args.new_tokens} new tokens, prompt "
+          f"{torch.get_num_threads()} threads (cpu eager: {args.cpu_threads or 'default'}), {args.new_tokens} new tokens, prompt "
           f"{args.prompt}, median of {args.runs} after {args.warmup} warm-up, load average "
           f"{os.getloadavg()[0]:.1f}")
     table = {case: bench_case(case, cpu_model, prompts, args) for case in cases}
