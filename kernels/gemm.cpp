@@ -618,6 +618,68 @@ void scale_c(const TensorDesc& c, double beta) {
   });
 }
 
+// A float GEMM with a few rows of A (M <= kRowsMax) and B's columns contiguous in k: a Linear
+// layer at decode time (A holds the batch's one token each, B is the weight transposed). Each C
+// value is a dot product of an A row with a B column, all M rows of A against a column at once
+// (the rows stay in L1), so B is read from memory once and never packed. The driver above packs
+// B, reading and writing all of it for a few rows of A: 3.5x the time at M = 1 (a 32000 x 512
+// weight: 8.6 ms, where a single-threaded MKL sgemv took 2.4 ms on this machine). Columns are
+// split between the threads.
+constexpr int64_t kRowsMax = 8;
+
+float hsum_avx2(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// out[r] = dot(A row r, col) for R rows at once: each 8 values of the column are loaded once.
+template <int R>
+void row_dots(const float* a, int64_t lda, const float* col, int64_t K, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    const __m256 w = _mm256_loadu_ps(col + k);
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * lda + k), w, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float sum = hsum_avx2(acc[r]);
+    for (int64_t j = k; j < K; ++j) sum += a[r * lda + j] * col[j];
+    out[r] = sum;
+  }
+}
+
+using RowDots = void (*)(const float*, int64_t, const float*, int64_t, float*);
+constexpr RowDots kRowDots[kRowsMax] = {row_dots<1>, row_dots<2>, row_dots<3>, row_dots<4>,
+                                        row_dots<5>, row_dots<6>, row_dots<7>, row_dots<8>};
+
+bool few_rows_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& a,
+                   const MatRef& b, float beta, float* c, int64_t ldc) {
+  if (M > kRowsMax || a.dtype != DType::Float32 || b.dtype != DType::Float32 || a.hf32 ||
+      a.cs != 1 || b.rs != 1 || K < 16) {
+    return false;
+  }
+  const float* ap = static_cast<const float*>(a.data);
+  const float* bp = static_cast<const float*>(b.data);
+  const bool small = 2.0 * M * N * K < 4e6;  // as the driver: not worth waking the workers
+  parallel_for(0, N, small ? N : 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float dots[kRowsMax];
+      kRowDots[M - 1](ap, a.rs, bp + n * b.cs, K, dots);
+      for (int64_t m = 0; m < M; ++m) {
+        const float v = alpha * dots[m];
+        float* out = c + m * ldc + n;
+        *out = beta == 0 ? v : v + beta * *out;
+      }
+    }
+  });
+  return true;
+}
+
 template <class T>
 void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double alpha,
                 double beta, CubeMath math) {
@@ -648,6 +710,13 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
     }
     driver<T, T>(M, N, K, al, ma, mb, be, out, ld, done);
   };
+  if constexpr (std::is_same_v<T, float>) {
+    if (c.dtype == DType::Float32 && ccs == 1 &&
+        few_rows_gemm(M, N, K, float(alpha), ma, mb, float(beta), static_cast<float*>(c.data),
+                      crs)) {
+      return;
+    }
+  }
   if (c.dtype == dtype_of<T>() && ccs == 1) {
     run(T(alpha), T(beta), static_cast<T*>(c.data), crs, nullptr);
     return;

@@ -288,9 +288,11 @@ def _tiny_llama():
 @pytest.mark.parametrize("batch", [1, 4])
 def test_hf_static_cache_generate_with_reduce_overhead_gives_eager_tokens(batch):
     """The issue's script: the forward compiled by the user (prefill included), the cache made
-    by generate inside the compiled region. Its cache tensors are not static addresses there,
-    so the decode graph mutates non-static inputs: logged and run without graphs, as CUDA
-    does."""
+    by generate inside the compiled region. Its cache tensors are not static addresses there:
+    the prefill region (CPU ops in it: compiled code, no graph) creates and returns them, and
+    the decode region, which updates them, is replayed from a graph as CUDA graph trees replay
+    a region that mutates recorded tensors. A second generate makes a new cache: the decode
+    region is captured again."""
     _, _, model = _tiny_llama()
     ids = torch.randint(0, 256, (batch, 8), generator=torch.Generator().manual_seed(1)).npu()
     with torch.no_grad():
@@ -298,10 +300,42 @@ def test_hf_static_cache_generate_with_reduce_overhead_gives_eager_tokens(batch)
                               cache_implementation="static")
         model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
         with SkipLog() as log:
-            got = model.generate(ids, max_new_tokens=64, do_sample=False,
-                                 cache_implementation="static")
-    assert torch.equal(got.cpu(), want.cpu())
-    assert "skipping cudagraphs due to mutated inputs" in log.text
+            for _ in range(2):
+                got = model.generate(ids, max_new_tokens=64, do_sample=False,
+                                     cache_implementation="static")
+                assert torch.equal(got.cpu(), want.cpu())
+    assert "skipping cudagraphs due to mutated inputs" not in log.text, log.text
+    assert counters["npu"]["graphs_recorded"] == 2
+    assert replays() >= 2 * 60
+
+
+def test_input_returned_by_a_compiled_region_may_be_mutated_in_place():
+    """Graph trees' rule for recorded tensors: ``make``'s output is mutated by ``step``, which
+    is replayed updating it where it is. A new one is captured again; past
+    ``cudagraph_unexpected_rerecord_limit`` moves the region runs as compiled code."""
+    make = torch.compile(lambda x: (x * 0).sum(0, keepdim=True).expand(8, 4).contiguous(),
+                         mode="reduce-overhead")
+    step = torch.compile(lambda c, x: c.add_(x).sum(0), mode="reduce-overhead")
+
+    def eager_step(c, x):
+        return c.add_(x).sum(0)
+
+    with inductor_config.patch({"triton.cudagraph_unexpected_rerecord_limit": 2}), \
+            SkipLog() as log:
+        for cache_no in range(4):
+            cache = make(sample(8, 4, seed=cache_no))
+            address, eager_cache = cache.data_ptr(), cache.clone()
+            for i in range(3):
+                x = sample(8, 4, seed=10 * cache_no + i)
+                torch.testing.assert_close(step(cache, x), eager_step(eager_cache, x))
+                torch.testing.assert_close(cache, eager_cache)
+            assert cache.data_ptr() == address
+        assert "skipping cudagraphs due to mutated inputs" not in log.text, log.text
+        assert "re-record limit" in log.text, log.text
+    # ``make``: one capture, three replays. ``step``: the first cache and two re-records
+    # captured, each replayed twice; the fourth cache ran as compiled code.
+    assert counters["npu"]["graphs_recorded"] == 1 + 3
+    assert replays() == 3 + 3 * 2
 
 
 def test_hf_static_cache_made_before_compile_is_replayed_in_place():

@@ -602,6 +602,27 @@ def test_cat_into_an_expanded_out_refuses_as_the_cpu_does():
     assert torch.equal(npu_out.cpu(), cpu_out)
 
 
+def test_cat_sizes_and_refusals_are_the_cpus():
+    """cat's size is found without the meta kernel when the inputs plainly fit together; the
+    other calls still go to the meta kernel, which refuses what the CPU refuses (a size mismatch
+    in its own words: "Expected 2 in dimension 0 but got 3", the CPU's "Expected size 2 but got
+    size 3")."""
+    ids = torch.arange(12).view(2, 6)
+    fits = [([ids, ids[:, :1]], -1), ([torch.ones(2, 3), torch.empty(0), torch.ones(1, 3)], 0),
+            ([ids, ids.double()], 1), ([torch.ones(3).bool()], 0)]
+    for parts, dim in fits:
+        want = torch.cat(parts, dim)
+        got = torch.cat([p.npu() for p in parts], dim)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+    refused = [([torch.ones(2, 3), torch.ones(3, 3)], 1), ([torch.ones(2), torch.tensor(1.0)], 0),
+               ([torch.ones(2, 3)], 2), ([torch.ones(2, 3), torch.ones(2)], 0)]
+    for parts, dim in refused:
+        with pytest.raises((RuntimeError, IndexError)) as cpu_error:
+            torch.cat(parts, dim)
+        with pytest.raises(type(cpu_error.value)):
+            torch.cat([p.npu() for p in parts], dim)
+
+
 # ---- torch_npu.empty_with_format(base_addr_aligned_kb=) -----------------------------------------
 
 @pytest.mark.parametrize("kb", [4, 2048])

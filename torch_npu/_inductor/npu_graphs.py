@@ -15,6 +15,14 @@ Inductor's own CUDA graph trees.
 - A region that mutates an input that is not static is not graphed (a replay would update the
   graph's private copy and the caller would never see it): Inductor's line "skipping cudagraphs
   due to mutated inputs (N instances)" is logged once, and the region runs as compiled code.
+  The exception is CUDA graph trees' too: an input that an earlier compiled npu region returned
+  (graph trees' "cudagraph-recorded tensor") may be mutated. It is read and written where it is,
+  like a static input, and the region is captured again if it moves, at most
+  ``triton.cudagraph_unexpected_rerecord_limit`` times (then it runs as compiled code). Hugging
+  Face's StaticCache made inside a compiled forward is such an input: the prefill region
+  creates the cache tensors and returns them, the decode region updates them. (CUDA graphs a
+  prefill region with CPU ops in it as graph partitions whose outputs are recorded tensors;
+  here a region with CPU ops runs as compiled code, and its outputs count the same.)
 - Dynamic shapes: one graph per distinct set of integer inputs (and of the copied inputs'
   shapes), with Inductor's warning past ``triton.cudagraph_dynamic_shape_warn_limit`` and its
   ``triton.cudagraph_capture_sizes`` filter (other sizes run as compiled code).
@@ -34,6 +42,7 @@ error: it is logged as Inductor logs a skipped CUDA graph (an error with
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from typing import Any, Callable, Sequence
@@ -43,6 +52,7 @@ from torch._inductor import cudagraph_utils as _cudagraph_utils
 from torch._inductor import output_code as _output_code
 from torch._dynamo.utils import counters
 from torch._inductor.cudagraph_utils import CUDAGraphPolicy
+from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = ["NPUGraphPolicy", "graphify", "install"]
 
@@ -69,6 +79,29 @@ def _remember_model_state(x: torch.Tensor) -> None:
         for address in [a for a, r in _static_addresses.items() if r() is None]:
             del _static_addresses[address]
     _static_addresses[x.data_ptr()] = weakref.ref(x)
+
+
+# Storages that compiled npu regions returned (graph trees' "cudagraph-recorded tensors"): a later
+# region may mutate them in place and still be graphed. Keyed by the storage's address; an entry
+# whose storage is gone no longer counts (its address may be reused by any tensor).
+_region_outputs: dict[int, StorageWeakRef] = {}
+
+
+def _remember_region_outputs(outputs: Any) -> None:
+    if len(_region_outputs) > 4096:
+        for address in [a for a, r in _region_outputs.items() if r.expired()]:
+            del _region_outputs[address]
+    for o in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
+        if isinstance(o, torch.Tensor) and o.device.type == "npu":
+            storage = o.untyped_storage()
+            _region_outputs[storage.data_ptr()] = StorageWeakRef(storage)
+
+
+def _is_region_output(x: Any) -> bool:
+    if not isinstance(x, torch.Tensor):
+        return False
+    ref = _region_outputs.get(x.untyped_storage().data_ptr())
+    return ref is not None and not ref.expired()
 
 
 @dataclasses.dataclass
@@ -116,18 +149,25 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
     static = set(static_input_idxs)
     mutated = set(mutated_input_idxs)
     recordings: dict[Any, _Recording] = {}
-    state: dict[str, Any] = {"checked": False, "eager": False, "warned_dynamic": False}
+    state: dict[str, Any] = {"checked": False, "eager": False, "warned_dynamic": False,
+                             "rerecords": 0}
+    # Mutated non-static inputs that earlier regions returned: read in place (see the module's
+    # docstring), decided at the first call.
+    mutated_in_place: list[int] = []
 
     def skips_for_mutation(inputs: list[Any]) -> bool:
-        """CUDA graph trees' rule: a region that mutates a non-static input runs without a
-        graph (logged once). Decided at the first call, as graph trees decide per function."""
+        """CUDA graph trees' rule: a region that mutates a non-static input that no compiled
+        region returned runs without a graph (logged once). Decided at the first call, as
+        graph trees decide per function."""
         state["checked"] = True
         non_static = sorted(i for i in mutated if i not in static)
-        if not non_static:
+        unmanaged = [i for i in non_static if not _is_region_output(inputs[i])]
+        if not unmanaged:
+            mutated_in_place.extend(non_static)
             return False
-        message = _cudagraph_utils.get_mutation_stack_trace(list(placeholders), non_static) \
+        message = _cudagraph_utils.get_mutation_stack_trace(list(placeholders), unmanaged) \
             if placeholders else _cudagraph_utils.format_default_skip_message(
-                f"mutated inputs ({len(non_static)} instances)")
+                f"mutated inputs ({len(unmanaged)} instances)")
         state["eager"] = True
         _cudagraph_utils.log_cudagraph_skip_and_bump_counter(message)
         return True
@@ -148,7 +188,8 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         # buffers there, and whatever it mutates (a copy would swallow the update).
         return [i for i in static_input_idxs
                 if isinstance(inputs[i], torch.Tensor)
-                and (not is_backward or i in mutated or _is_model_state(inputs[i]))]
+                and (not is_backward or i in mutated or _is_model_state(inputs[i]))] \
+            + mutated_in_place
 
     def record(inputs: list[Any], key: Any) -> list:
         in_place = in_place_idxs(inputs)
@@ -193,7 +234,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             torch.npu.current_stream().wait_stream(stream)
             graph = torch.npu.NPUGraph()
             try:
-                with torch.npu.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                with _capture(graph, stream):
                     outputs = model(list(static_inputs))
             except (RuntimeError, NotImplementedError) as error:
                 _cudagraph_utils.log_cudagraph_skip_and_bump_counter(
@@ -203,28 +244,52 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         counters["npu"]["graphs_recorded"] += 1
         outputs = tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
         delivery = [delivery_of(o) for o in outputs]
+        # No reference is kept to the inputs read in place because they are mutated (a cache):
+        # when the caller drops one, the next of its size may get its memory, and the replays
+        # update that one without a new capture (addresses are checked at each call).
+        for i in mutated_in_place:
+            static_inputs[i] = None
         recordings[key] = _Recording(graph, static_inputs, copied,
                                      [(i, inputs[i].data_ptr()) for i in in_place], outputs,
                                      delivery, any(isinstance(d, int) for d in delivery))
         return warm_up_results(first_outputs)
 
+    def compiled_code(inputs: list[Any]) -> Any:
+        outputs = model(inputs)
+        _remember_region_outputs(outputs)
+        return outputs
+
     def run(new_inputs: list[Any]) -> Any:
         if not state["checked"] and skips_for_mutation(new_inputs):
-            return model(new_inputs)
+            return compiled_code(new_inputs)
         if state["eager"]:
-            return model(new_inputs)
+            return compiled_code(new_inputs)
         key = signature(new_inputs)
         if key[0] and not _captures_size(key[0]):
-            return model(new_inputs)
+            return compiled_code(new_inputs)
         recording = recordings.get(key)
         if recording is None or any(new_inputs[i].data_ptr() != address
                                     for i, address in recording.in_place):
             if recording is None and recordings and not state["warned_dynamic"]:
                 state["warned_dynamic"] = _cudagraph_utils.maybe_warning_due_to_dynamic_shape(
                     recordings, key)
+            if recording is not None and mutated_in_place:
+                # An input read in place moved (a new cache): CUDA graph trees' re-record limit.
+                from torch._inductor import config
+
+                state["rerecords"] += 1
+                if state["rerecords"] > config.triton.cudagraph_unexpected_rerecord_limit:
+                    _cudagraph_utils.log_cudagraph_skip_and_bump_counter(
+                        "skipping cudagraphs due to the re-record limit: an input read in place "
+                        f"moved more than {config.triton.cudagraph_unexpected_rerecord_limit} "
+                        "times (triton.cudagraph_unexpected_rerecord_limit)")
+                    state["eager"] = True
+                    return compiled_code(new_inputs)
             given = list(new_inputs)
             new_inputs.clear()
-            return record(given, key)
+            results = record(given, key)
+            _remember_region_outputs(results)
+            return results
         static_inputs = recording.static_inputs
         for i in recording.copied:
             static_inputs[i].copy_(new_inputs[i])
@@ -232,9 +297,27 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         new_inputs.clear()
         recording.graph.replay()
         counters["npu"]["graph_replays"] += 1
-        return _deliver(recording.outputs, recording.delivery, static_inputs, given, clone=True)
+        results = _deliver(recording.outputs, recording.delivery, static_inputs, given, clone=True)
+        _remember_region_outputs(results)
+        return results
 
     return run
+
+
+@contextlib.contextmanager
+def _capture(graph: Any, stream: Any):
+    """torch.npu.graph without its synchronize, gc.collect and empty_cache: the capture follows
+    the warm-up on the same stream, and a region captured again because its cache moved (each
+    Hugging Face ``generate`` makes a new one) should cost its run, not a full collection (0.2 s
+    in a generate) nor the allocator's cached blocks, which the next cache may reuse."""
+    with torch.npu.stream(stream):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            yield
+        except BaseException:
+            graph.reset()  # abandon the capture; the body's error is the one to see
+            raise
+        graph.capture_end()
 
 
 def _captures_size(ints: tuple) -> bool:
@@ -311,6 +394,15 @@ def _post_compile(self, example_inputs, constants, graph_kwargs):
         _cudagraph_utils.cudagraphs_log.warning(message)
         if config.triton.cudagraph_or_error:
             raise RuntimeError(message)
+        # Its outputs are recorded tensors for the regions after it (CUDA would graph it in
+        # partitions): a decode region may update a cache this region created.
+        inner = self.current_callable
+        if inner is not None:
+            def remembering(inputs: list[Any]) -> Any:
+                outputs = inner(inputs)
+                _remember_region_outputs(outputs)
+                return outputs
+            self.current_callable = remembering
 
 
 def install() -> None:

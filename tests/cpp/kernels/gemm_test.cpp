@@ -101,6 +101,23 @@ TEST_P(GemmIsa, AlphaBeta) {
   }
 }
 
+TEST_P(GemmIsa, FewRowsAgainstContiguousBColumns) {
+  // The decode-time Linear (few rows, B transposed): dot products, no packing; 9 rows and a B
+  // of contiguous rows take the driver, for comparison.
+  for (int64_t m : {1, 2, 5, 8, 9}) {
+    for (int64_t k : {16, 17, 37, 512, 1376}) {
+      check_gemm({m, 45, k, false, true, false, 1.0, 0.0, DType::Float32, DType::Float32,
+                  DType::Float32});
+      check_gemm({m, 45, k, false, true, false, -0.5, 2.0, DType::Float32, DType::Float32,
+                  DType::Float32});
+      check_gemm({m, 45, k, false, false, false, 1.0, 1.0, DType::Float32, DType::Float32,
+                  DType::Float32});
+    }
+  }
+  check_gemm({3, 3000, 512, false, true, false, 1.0, 0.0, DType::Float32, DType::Float32,
+              DType::Float32});  // split between the threads
+}
+
 TEST_P(GemmIsa, HalfBFloat16AndMixedDtypes) {
   check_gemm({33, 65, 70, false, false, false, 1.0, 0.0, DType::Float16, DType::Float16, DType::Float16});
   check_gemm({33, 65, 70, true, false, false, 1.0, 1.0, DType::BFloat16, DType::BFloat16, DType::BFloat16});

@@ -1,0 +1,143 @@
+"""LLM decoding: Hugging Face ``generate`` on a LLaMA-shaped model, npu against PyTorch's CPU.
+
+The model (issue 30, item 2): LlamaConfig with hidden 512, 8 layers, 8 heads / 2 kv heads (GQA),
+intermediate 1376, vocabulary 32000, float32, random weights from a fixed seed. Each case is a
+greedy ``generate`` of 128 new tokens after a 16-token random prompt:
+
+  cpu eager        the model on PyTorch's CPU device, default (dynamic) cache
+  npu eager        the model on npu, default cache
+  npu static       npu, ``cache_implementation="static"``, eager
+  npu compiled     npu, static cache, ``model.forward = torch.compile(model.forward,
+                   fullgraph=True)`` (Inductor's default mode)
+  npu graphs       npu, static cache, ``torch.compile(..., mode="reduce-overhead",
+                   fullgraph=True)``, as Hugging Face documents it
+
+Figures are tokens/s (batch x new tokens / wall time of the whole generate, prefill included),
+the median of ``--runs`` timed generates after ``--warmup`` untimed ones (the compile and the
+graph captures fall in the warm-up). Cases run grouped per device, cpu first. Every case's
+tokens are compared with cpu eager's; a mismatch is printed loudly (never hidden in a ratio).
+
+    .venv/bin/python benchmarks/decode_bench.py [--batches 1,8] [--runs 3] [--cases ...]
+"""
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+import torch_npu  # noqa: F401
+from torch_npu.testing.timing import timed
+
+CASES = ("cpu eager", "npu eager", "npu static", "npu compiled", "npu graphs")
+
+
+def make_model(vocab):
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=512, intermediate_size=1376,
+                                      num_hidden_layers=8, num_attention_heads=8,
+                                      num_key_value_heads=2, max_position_embeddings=512)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def generate_fn(model, ids, new_tokens, static):
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    if static:
+        kwargs["cache_implementation"] = "static"
+
+    def run():
+        with torch.no_grad():
+            return model.generate(ids, **kwargs)
+    return run
+
+
+def bench_case(case, cpu_model, prompts, args):
+    device = case.split()[0]
+    threads = torch.get_num_threads()
+    if device == "cpu" and args.cpu_threads:
+        torch.set_num_threads(args.cpu_threads)
+    try:
+        return bench_device_case(case, device, cpu_model, prompts, args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def bench_device_case(case, device, cpu_model, prompts, args):
+    model = copy.deepcopy(cpu_model).to(device)
+    if case in ("npu compiled", "npu graphs"):
+        torch._dynamo.reset()
+        mode = "reduce-overhead" if case == "npu graphs" else None
+        model.forward = torch.compile(model.forward, mode=mode, fullgraph=True)
+    static = case not in ("cpu eager", "npu eager")
+    results = {}
+    for batch in args.batches:
+        ids = prompts[batch].to(device)
+        run = generate_fn(model, ids, args.new_tokens, static)
+        start = time.perf_counter()
+        tokens = None
+        for _ in range(args.warmup):
+            tokens = run()
+        warm = time.perf_counter() - start
+        times = []
+        for _ in range(args.runs):
+            holder = {}
+            times.append(timed(lambda: holder.setdefault("t", run()), device))
+            tokens = holder["t"]
+        results[batch] = (batch * args.new_tokens / statistics.median(times), tokens.cpu(),
+                          warm, times)
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--cpu-threads", type=int, default=0,
+                        help="torch.set_num_threads for cpu eager (0: PyTorch's default)")
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help="comma-separated subset of: " + ", ".join(CASES))
+    args = parser.parse_args()
+    args.batches = [int(b) for b in args.batches.split(",")]
+    cases = [c.strip() for c in args.cases.split(",")]
+    if "cpu eager" not in cases:
+        cases.insert(0, "cpu eager")  # the reference for tokens and ratios
+    cpu_model = make_model(args.vocab)
+    gen = torch.Generator().manual_seed(1)
+    prompts = {b: torch.randint(0, args.vocab, (b, args.prompt), generator=gen)
+               for b in args.batches}
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads (cpu eager: {args.cpu_threads or 'default'}), {args.new_tokens} new tokens, prompt "
+          f"{args.prompt}, median of {args.runs} after {args.warmup} warm-up, load average "
+          f"{os.getloadavg()[0]:.1f}")
+    table = {case: bench_case(case, cpu_model, prompts, args) for case in cases}
+    mismatches = 0
+    print(f"# finished {time.strftime('%H:%M UTC', time.gmtime())}, load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print("| case | batch | tokens/s | / cpu eager | warm-up s | runs s | tokens |")
+    print("|---|---|---|---|---|---|---|")
+    for case in cases:
+        for batch in args.batches:
+            tps, tokens, warm, times = table[case][batch]
+            ref_tps, ref_tokens = table["cpu eager"][batch][:2]
+            same = torch.equal(tokens, ref_tokens)
+            mismatches += not same
+            print(f"| {case} | {batch} | {tps:.1f} | {tps / ref_tps:.2f} | {warm:.1f} | "
+                  + ", ".join(f"{t:.2f}" for t in times)
+                  + f" | {'same' if same else '**MISMATCH**'} |")
+    if mismatches:
+        print(f"!!! {mismatches} case(s) gave tokens different from cpu eager's !!!",
+              file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
