@@ -659,17 +659,36 @@ constexpr RowDots kRowDots[kRowsMax] = {row_dots<1>, row_dots<2>, row_dots<3>, r
 
 bool few_rows_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& a,
                    const MatRef& b, float beta, float* c, int64_t ldc) {
-  if (M > kRowsMax || a.dtype != DType::Float32 || b.dtype != DType::Float32 || a.hf32 ||
+  if (M > kRowsMax || a.dtype != DType::Float32 || b.dtype != DType::Float32 ||
       a.cs != 1 || b.rs != 1 || K < 16) {
     return false;
   }
   const float* ap = static_cast<const float*>(a.data);
   const float* bp = static_cast<const float*>(b.data);
+  int64_t lda = a.rs;
+  // HF32 (a.hf32 and b.hf32 are set together): the operands are read rounded, A's few rows once
+  // here, each column of B into a per-thread buffer, so that an HF32 product equals the float32
+  // product of pre-rounded operands bit for bit on this path as on the packed one.
+  std::vector<float> a_rounded;
+  if (a.hf32) {
+    a_rounded.resize(static_cast<size_t>(M * K));
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t k = 0; k < K; ++k) a_rounded[m * K + k] = round_to_hf32(ap[m * a.rs + k]);
+    }
+    ap = a_rounded.data();
+    lda = K;
+  }
   const bool small = 2.0 * M * N * K < 4e6;  // as the driver: not worth waking the workers
   parallel_for(0, N, small ? N : 64, [&](int64_t n0, int64_t n1) {
+    std::vector<float> col_rounded(b.hf32 ? static_cast<size_t>(K) : 0);
     for (int64_t n = n0; n < n1; ++n) {
       float dots[kRowsMax];
-      kRowDots[M - 1](ap, a.rs, bp + n * b.cs, K, dots);
+      const float* col = bp + n * b.cs;
+      if (b.hf32) {
+        for (int64_t k = 0; k < K; ++k) col_rounded[k] = round_to_hf32(col[k]);
+        col = col_rounded.data();
+      }
+      kRowDots[M - 1](ap, lda, col, K, dots);
       for (int64_t m = 0; m < M; ++m) {
         const float v = alpha * dots[m];
         float* out = c + m * ldc + n;
