@@ -128,7 +128,7 @@ bool attentionKind(OpKind k) { return k >= OpKind::kAttention; }
 
 // The positions of the arguments that matter, from the ops' schemas (adapter/ops/NpuLibrary.cpp
 // and ATen's native_functions.yaml).
-AttentionArgs attentionArgs(const char* name, const c10::SmallVector<c10::IValue, 6>& in) {
+AttentionArgs attentionArgs(OpKind kind, const c10::SmallVector<c10::IValue, 6>& in) {
   AttentionArgs a;
   auto flag = [&](size_t i) { return i < in.size() && in[i].isBool() && in[i].toBool(); };
   auto integer = [&](size_t i, int64_t otherwise) {
@@ -137,8 +137,8 @@ AttentionArgs attentionArgs(const char* name, const c10::SmallVector<c10::IValue
   auto list = [&](size_t i) {
     return i < in.size() && in[i].isIntList() ? in[i].toIntVector() : std::vector<int64_t>();
   };
-  const bool backward = std::strstr(name, "backward") != nullptr || std::strstr(name, "_grad") != nullptr;
-  if (std::strstr(name, "npu_fusion_attention") != nullptr) {
+  const bool backward = kind == OpKind::kNpuAttentionGrad;
+  if (kind == OpKind::kNpuAttention || backward) {
     // forward: q k v head_num input_layout pse padding_mask atten_mask ... sparse_mode (16);
     // grad: q k v dy head_num input_layout pse padding_mask atten_mask ... sparse_mode (24).
     const size_t layout = backward ? 5 : 4, mask = backward ? 8 : 7;
@@ -198,7 +198,7 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* context) {
   for (const c10::IValue& v : fn.outputs()) addShapes(v, &outputs);
   const OpKind kind = kindOf(name);
   const OpCost cost = modelKind(kind, inputs, outputs,
-                                attentionKind(kind) ? attentionArgs(name, frame->inputs) : AttentionArgs{});
+                                attentionKind(kind) ? attentionArgs(kind, frame->inputs) : AttentionArgs{});
   (void)npuSimCharge(static_cast<npuStream_t>(t_stream), name, cost.ns);
   std::lock_guard<std::mutex> lock(g_totals_mutex);
   OpCostTotal& total = totals()[name];

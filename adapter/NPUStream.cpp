@@ -103,18 +103,17 @@ npuStream_t NPUStream::handle() const {
   const c10::DeviceIndex device = resolveDevice(device_index());
   DeviceStreams& streams = streamsOf(device);
   const c10::StreamId id = stream_.id();
+  std::atomic<npuStream_t>& handle = handleSlot(streams, id);
+  if (npuStream_t h = handle.load(std::memory_order_acquire)) return h;
   if (id == 0) {
-    if (npuStream_t h = streams.default_handle.load(std::memory_order_acquire)) return h;
     std::call_once(streams.default_once, [&] {
       npuStream_t created = nullptr;
       NPU_CHECK(npuGetDefaultStream(device, &created));
-      streams.default_handle.store(created, std::memory_order_release);
+      handle.store(created, std::memory_order_release);
     });
-    return streams.default_handle.load(std::memory_order_acquire);
+    return handle.load(std::memory_order_acquire);
   }
   const int level = levelOfId(id), slot = slotOfId(id);
-  std::atomic<npuStream_t>& handle = streams.pool[level][slot];
-  if (npuStream_t h = handle.load(std::memory_order_acquire)) return h;
   std::call_once(streams.pool_once[level][slot], [&] {
     DeviceSwitch on_device(device);
     npuStream_t created = nullptr;

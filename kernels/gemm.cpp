@@ -44,6 +44,7 @@
 #include "gemm_microkernels.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/thread_pool.h"
+#include "vec_math.h"
 
 namespace npu::kernels {
 namespace detail::gemm {
@@ -129,6 +130,9 @@ struct MatRef {
   int64_t rs, cs;
   bool hf32 = false;
 };
+
+// Below this many flops a GEMM is not worth waking the pool's workers for.
+constexpr double kThreadedFlops = 4e6;
 
 // Rounds n packed floats to HF32 in place (round_to_hf32, npu/kernels/matmul.h). One extra pass
 // over a panel that was just written, so it is still in cache; zero padding stays zero.
@@ -476,7 +480,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   static_assert(B::kKC % step == 0, "K blocks must hold whole k pairs");
   const int threads = num_threads();
   const int64_t batch = imp ? imp->batch : 1;
-  const bool small = 2.0 * M * N * K * batch < 4e6;  // not worth waking the workers
+  const bool small = 2.0 * M * N * K * batch < kThreadedFlops;
   // K padded to whole steps: only the last K block can be odd, so this is the packed A's depth.
   const int64_t Kp = (K + step - 1) / step * step;
   int64_t kc_max = B::kKC, nc_max = B::kNC;
@@ -627,13 +631,6 @@ void scale_c(const TensorDesc& c, double beta) {
 // split between the threads.
 constexpr int64_t kRowsMax = 8;
 
-float hsum_avx2(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
-
 // out[r] = dot(A row r, col) for R rows at once: each 8 values of the column are loaded once.
 template <int R>
 void row_dots(const float* a, int64_t lda, const float* col, int64_t K, float* out) {
@@ -647,7 +644,7 @@ void row_dots(const float* a, int64_t lda, const float* col, int64_t K, float* o
     }
   }
   for (int r = 0; r < R; ++r) {
-    float sum = hsum_avx2(acc[r]);
+    float sum = hsum256(acc[r]);
     for (int64_t j = k; j < K; ++j) sum += a[r * lda + j] * col[j];
     out[r] = sum;
   }
@@ -672,20 +669,20 @@ bool few_rows_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& a
   std::vector<float> a_rounded;
   if (a.hf32) {
     a_rounded.resize(static_cast<size_t>(M * K));
-    for (int64_t m = 0; m < M; ++m) {
-      for (int64_t k = 0; k < K; ++k) a_rounded[m * K + k] = round_to_hf32(ap[m * a.rs + k]);
-    }
+    for (int64_t m = 0; m < M; ++m) std::copy_n(ap + m * a.rs, K, a_rounded.data() + m * K);
+    round_panel_to_hf32(a_rounded.data(), M * K);
     ap = a_rounded.data();
     lda = K;
   }
-  const bool small = 2.0 * M * N * K < 4e6;  // as the driver: not worth waking the workers
+  const bool small = 2.0 * M * N * K < kThreadedFlops;
   parallel_for(0, N, small ? N : 64, [&](int64_t n0, int64_t n1) {
     std::vector<float> col_rounded(b.hf32 ? static_cast<size_t>(K) : 0);
     for (int64_t n = n0; n < n1; ++n) {
       float dots[kRowsMax];
       const float* col = bp + n * b.cs;
       if (b.hf32) {
-        for (int64_t k = 0; k < K; ++k) col_rounded[k] = round_to_hf32(col[k]);
+        std::copy_n(col, K, col_rounded.data());
+        round_panel_to_hf32(col_rounded.data(), K);
         col = col_rounded.data();
       }
       kRowDots[M - 1](ap, lda, col, K, dots);

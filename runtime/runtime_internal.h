@@ -232,6 +232,12 @@ uint64_t streamSimNs(npuStream_st* s);
 void streamSimAtLeast(npuStream_st* s, uint64_t ns);
 // The latest clock of the device's streams.
 uint64_t deviceSimNs(Device* dev);
+// Moves a simulated clock forward to `ns` (never back): a stream's, the host's.
+inline void simClockAtLeast(std::atomic<uint64_t>& clock, uint64_t ns) {
+  uint64_t now = clock.load(std::memory_order_relaxed);
+  while (now < ns && !clock.compare_exchange_weak(now, ns, std::memory_order_relaxed)) {
+  }
+}
 // The host's clock (host_dispatch_us): an op's issue time (the clock moved on by one dispatch;
 // 0 when the host is not modeled), and a host wait that ended at `ns` on the device.
 uint64_t simHostIssue();

@@ -23,11 +23,7 @@ uint64_t simHostIssue() {
   return g_host_ns.fetch_add(g_dispatch_ns, std::memory_order_relaxed) + g_dispatch_ns;
 }
 
-void simHostAtLeast(uint64_t ns) {
-  uint64_t now = g_host_ns.load(std::memory_order_relaxed);
-  while (now < ns && !g_host_ns.compare_exchange_weak(now, ns, std::memory_order_relaxed)) {
-  }
-}
+void simHostAtLeast(uint64_t ns) { simClockAtLeast(g_host_ns, ns); }
 
 bool simClockOn() { return g_on.load(std::memory_order_acquire); }
 void simClockDisable() { g_on.store(false, std::memory_order_release); }

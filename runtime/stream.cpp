@@ -666,11 +666,7 @@ void clearStreamErrors(Device* dev) {
 
 uint64_t streamSimNs(npuStream_st* s) { return s->sim_ns.load(std::memory_order_relaxed); }
 
-void streamSimAtLeast(npuStream_st* s, uint64_t ns) {
-  uint64_t now = s->sim_ns.load(std::memory_order_relaxed);
-  while (now < ns && !s->sim_ns.compare_exchange_weak(now, ns, std::memory_order_relaxed)) {
-  }
-}
+void streamSimAtLeast(npuStream_st* s, uint64_t ns) { simClockAtLeast(s->sim_ns, ns); }
 
 uint64_t deviceSimNs(Device* dev) {
   uint64_t latest = 0;

@@ -284,9 +284,10 @@ at::Tensor index_add(const at::Tensor& self, int64_t dim, const at::Tensor& inde
 // of the new token each step.
 std::optional<std::vector<int64_t>> plainCatSize(const std::vector<at::Tensor>& all, int64_t dim,
                                                  const at::Tensor& out) {
+  auto skipped = [](const at::Tensor& t) { return t.dim() == 1 && t.numel() == 0; };
   const at::Tensor* first = nullptr;
   for (const at::Tensor& t : all) {
-    if (!(t.dim() == 1 && t.numel() == 0)) {
+    if (!skipped(t)) {
       first = &t;
       break;
     }
@@ -298,7 +299,7 @@ std::optional<std::vector<int64_t>> plainCatSize(const std::vector<at::Tensor>& 
   std::vector<int64_t> size = first->sizes().vec();
   size[d] = 0;
   for (const at::Tensor& t : all) {
-    if (t.dim() == 1 && t.numel() == 0) continue;
+    if (skipped(t)) continue;
     if (t.dim() != first->dim() || t.scalar_type() != out.scalar_type()) return std::nullopt;
     for (int64_t i = 0; i < t.dim(); ++i) {
       if (i != d && t.size(i) != size[i]) return std::nullopt;
@@ -315,21 +316,19 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
   // it differs, with ATen's warning), then the overlap rules apply to it. The size comes from
   // plainCatSize, or else from the meta kernel, which also raises the CPU's messages for inputs
   // that do not fit together.
-  if (const auto shape = plainCatSize(all, dim, out)) {
-    if (out.sizes() != c10::IntArrayRef(*shape)) {
-      const c10::DeviceGuard guard(out.device());
-      at::native::resize_output(out, *shape);
-    }
+  std::vector<int64_t> shape;
+  if (auto plain = plainCatSize(all, dim, out)) {
+    shape = std::move(*plain);
   } else {
     std::vector<at::Tensor> meta;
     for (const at::Tensor& t : all) {
       meta.push_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta)));
     }
-    const std::vector<int64_t> meta_shape = at::cat(meta, dim).sizes().vec();
-    if (out.sizes() != c10::IntArrayRef(meta_shape)) {
-      const c10::DeviceGuard guard(out.device());
-      at::native::resize_output(out, meta_shape);
-    }
+    shape = at::cat(meta, dim).sizes().vec();
+  }
+  if (out.sizes() != c10::IntArrayRef(shape)) {
+    const c10::DeviceGuard guard(out.device());
+    at::native::resize_output(out, shape);
   }
   at::assert_no_internal_overlap(out);
   for (const at::Tensor& t : all) at::assert_no_overlap(out, t);
