@@ -105,6 +105,37 @@ def test_cpp_wrapper_is_refused_clearly():
             torch.compile(lambda x: x.sin() + 1)(torch.ones(4, device="npu"))
 
 
+def test_npu_kernels_are_generated_without_an_openmp_team():
+    # A kernel large enough for Inductor to parallelise with OpenMP on the CPU device is serial
+    # on npu: the stream worker runs it, and an OpenMP team spinning after its region would hold
+    # the cores that the kernel library's pool needs for the next op (torch_npu/_inductor).
+    def f(x):
+        return (x.sin() * 2 + x.cos()).sum(-1)
+
+    x = sample(512, 4096)
+    cpu_out, (cpu_code,) = run_and_get_code(torch.compile(f), x)
+    torch._dynamo.reset()
+    npu_out, (npu_code,) = run_and_get_code(torch.compile(f), x.npu())
+    assert "#pragma omp parallel" in cpu_code  # the reference: this kernel is parallel on CPU
+    assert "npu_launch(cpp_fused_" in npu_code and "#pragma omp" not in npu_code, npu_code
+    torch.testing.assert_close(npu_out.cpu(), cpu_out, rtol=1e-5, atol=1e-4)
+
+
+def test_compiled_npu_kernels_run_with_inductor_caches_disabled(python):
+    # With its caches disabled Inductor drops the kernel modules from sys.modules while the
+    # wrapper still calls them; the launch must still find each kernel's library.
+    r = python("""
+        import torch, torch_npu
+        def f(x):
+            return (x.exp() + 1).relu().sum(0)
+        x = torch.randn(64, 32)
+        out = torch.compile(f)(x.npu()).cpu()
+        torch.testing.assert_close(out, f(x), rtol=1e-5, atol=1e-5)
+        print("ok")
+    """, env={"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}, timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+
+
 def test_python_scalars_that_change_between_calls_are_passed_to_the_kernels():
     # Dynamo specializes a float on the first call; when it changes, the float becomes a 0-dim
     # CPU tensor input of the graph, which the npu kernel reads by value.

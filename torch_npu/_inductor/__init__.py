@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch._dynamo import device_interface as _device_interface
+from torch._inductor import config as _inductor_config
 from torch._inductor import scheduler as _scheduler
 from torch._inductor import utils as _inductor_utils
 from torch._inductor.codegen import common as _common
@@ -47,8 +48,13 @@ def _kernel_address(kernel) -> int:
     extern "C" function ``kernel`` next to the Python binding the wrapper would call."""
     address = _addresses.get(kernel)
     if address is None:
-        module = sys.modules.get(getattr(kernel, "__module__", None) or "")
-        path = getattr(module, "__file__", None)
+        # A builtin function's __self__ is its extension module. sys.modules is only the
+        # fallback: Inductor drops its entries when its caches are cleared (for instance under
+        # TORCHINDUCTOR_FORCE_DISABLE_CACHES=1) while the wrapper still holds the kernel.
+        path = getattr(getattr(kernel, "__self__", None), "__file__", None)
+        if path is None:
+            module = sys.modules.get(getattr(kernel, "__module__", None) or "")
+            path = getattr(module, "__file__", None)
         if path is None:
             raise RuntimeError(f"cannot find the compiled library of Inductor kernel {kernel!r}")
         library = ctypes.CDLL(path)  # already loaded: dlopen returns the same handle
@@ -113,7 +119,33 @@ class CppWrapperCodegen:
             "would run the kernels on the host instead of the npu stream. Leave cpp_wrapper off.")
 
 
-Scheduling = CppScheduling
+class Scheduling(CppScheduling):
+    """Inductor's C++ scheduling, generating serial kernels for npu.
+
+    Inductor parallelises a large C++ kernel with OpenMP (``#pragma omp parallel``). An npu
+    kernel runs on a stream's worker thread, and the ops around it (``extern_kernels.mm``, SDPA,
+    every eager op) run on the kernel library's own thread pool. After a parallel region,
+    libgomp's team threads keep spinning (GOMP_SPINCOUNT, about 300,000 pauses by default),
+    holding cores that the next task on the stream needs for its own pool: on a 2-core host a
+    compiled decode step ran 4x slower than with ``OMP_WAIT_POLICY=PASSIVE``. Generated npu
+    kernels are therefore single-threaded (``cpp.threads = 1`` while an npu kernel is generated):
+    the stream, not an OpenMP team, is their unit of work, as it is for a kernel on a card.
+    CPU kernels in the same graph keep Inductor's settings."""
+
+    def _serial(self):
+        return _inductor_config.patch({"cpp.threads": 1})
+
+    def codegen_node(self, node):
+        with self._serial():
+            return super().codegen_node(node)
+
+    def codegen_template(self, template_node, epilogue_nodes, prologue_nodes):
+        with self._serial():
+            return super().codegen_template(template_node, epilogue_nodes, prologue_nodes)
+
+    def flush(self):
+        with self._serial():
+            return super().flush()
 
 
 class _DeviceOpOverrides(_common.DeviceOpOverrides):
