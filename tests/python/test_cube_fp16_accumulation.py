@@ -154,6 +154,24 @@ def test_conv_accumulates_in_float32_and_rounds_once(name, dtype):
                         _conv(x.double().abs(), w.double().abs(), c["kw"]), terms)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_conv_backward_and_vector_products_round_once(dtype):
+    # Non-negative operands, so every element is judged in ulps (see the mm test above).
+    x = randn(2, 32, 9, 9, seed=1, dtype=dtype).abs()
+    w = randn(8, 32, 4, 4, seed=2, dtype=dtype).abs()
+    g = randn(2, 8, 8, 8, seed=3, dtype=dtype).abs()
+    xn, wn = x.npu().requires_grad_(), w.npu().requires_grad_()
+    F.conv2d(xn, wn, padding=1).backward(g.npu())
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    F.conv2d(xd, wd, padding=1).backward(g.double())
+    assert int(ulps(xn.grad.cpu(), xd.grad.to(dtype)).max()) <= 1
+    assert int(ulps(wn.grad.cpu(), wd.grad.to(dtype)).max()) <= 1
+    a, v = randn(40, K, seed=4, dtype=dtype).abs(), randn(K, seed=5, dtype=dtype).abs()
+    exact_mv, exact_dot = a.double() @ v.double(), v.double() @ v.double()
+    assert int(ulps(torch.mv(a.npu(), v.npu()).cpu(), exact_mv.to(dtype)).max()) <= 1
+    assert int(ulps(torch.dot(v.npu(), v.npu()).cpu(), exact_dot.to(dtype)).max()) <= 1
+
+
 # ---- the comparison catches 16-bit accumulation -----------------------------------------------
 
 
