@@ -309,8 +309,8 @@ at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::T
 at::Tensor& addmv_(at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
                    const at::Scalar& beta, const at::Scalar& alpha) {
   TORCH_CHECK(self.dim() == 1 && mat.dim() == 2 && self.size(0) == mat.size(0),
-              "addmv_: self must be a vector of ", mat.dim() == 2 ? mat.size(0) : -1,
-              " elements (the rows of mat), got shape ", self.sizes());
+              "addmv_: self must be a vector with one element per row of the matrix mat, got "
+              "self of shape ", self.sizes(), " and mat of shape ", mat.sizes());
   return addmv_out(self, mat, vec, beta, alpha, self);
 }
 
