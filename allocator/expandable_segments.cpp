@@ -12,9 +12,11 @@ Block* DeviceState::growExpandable(BlockPool& pool, npuStream_t stream, size_t s
   auto found = expandable.find(key);
   Segment* seg = found == expandable.end() ? nullptr : found->second;
   if (seg == nullptr) {
-    // Reserving address space costs no capacity, so reserve the whole device: the segment can
-    // then grow as far as memory allows without ever moving.
-    const size_t address_size = roundUp(total_memory, page_size);
+    // Reserving address space costs no capacity, so reserve 1.125x the device (as CUDA's and
+    // torch_npu's expandable segments do): the segment can then grow as far as memory allows
+    // without ever moving, and a range fragmented by free holes (unmapped, so costing nothing)
+    // can still map its tail past the device size. Physical memory stays capped by mapPages.
+    const size_t address_size = roundUp(total_memory + total_memory / 8, page_size);
     void* base = nullptr;
     npuError_t err;
     {

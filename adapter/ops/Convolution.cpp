@@ -5,7 +5,10 @@
 // transposed convolutions, 3-D convolutions, unusual dtypes and invalid parameters hand the call
 // to ATen's CPU kernel on the stream (ExecutionPaths.h), which also gives PyTorch's messages.
 // float32 convolutions read their operands as HF32 while torch.npu.conv.allow_hf32 is set (the
-// default, as on the card; KernelBridge.h), in the forward and the backward.
+// default, as on the card; KernelBridge.h), in the forward and the backward: our kernel rounds
+// them itself; for the calls handed to ATen's CPU kernel (transposed and 3-D convolutions), the
+// float32 operands are rounded to HF32 on the stream first (hf32Operand), so both paths compute
+// the same model (HF32 inputs, float32 accumulation).
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
@@ -65,6 +68,29 @@ std::optional<Conv2d> planConv(const at::Tensor& input, const at::Tensor& weight
 
 at::Tensor as4d(const at::Tensor& t, bool one_d) { return one_d ? t.unsqueeze(2) : t; }
 
+// True when a call handed to ATen's CPU kernel must have its operands rounded to HF32 first: all
+// of them float32 (mixed dtypes keep the CPU kernel's own error) and torch.npu.conv.allow_hf32 on.
+bool hostConvNeedsHF32(std::initializer_list<const at::Tensor*> operands) {
+  for (const at::Tensor* t : operands) {
+    if (!t->defined() || t->scalar_type() != c10::kFloat || !describable(*t)) return false;
+  }
+  return cubeMath(CubeFamily::kConv, c10::kFloat) == nk::CubeMath::HF32;
+}
+
+// A contiguous float32 copy of `t` with every element rounded to HF32 (nk::round_to_hf32),
+// made on t's stream: what the cube unit reads of a float32 operand under HF32.
+at::Tensor hf32Operand(const at::Tensor& t) {
+  at::Tensor out = at::empty(t.sizes(), t.options().memory_format(c10::MemoryFormat::Contiguous));
+  if (out.numel() == 0) return out;
+  launchTask(streamOf(t), "round_to_hf32", [o = describe(out), i = describe(t)] {
+    nk::copy(o, i);
+    auto* p = static_cast<float*>(o.data);
+    const int64_t n = o.numel();
+    for (int64_t k = 0; k < n; ++k) p[k] = nk::round_to_hf32(p[k]);
+  });
+  return out;
+}
+
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef dilation,
@@ -75,6 +101,12 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   const bool bias_ok = !bias || !bias->defined() ||
                        (describable(*bias) && bias->scalar_type() == input.scalar_type());
   if (!plan || !bias_ok) {
+    if (hostConvNeedsHF32({&input, &weight})) {  // the bias is added, not multiplied: kept
+      const c10::DeviceGuard guard(input.device());
+      return callHostKernel<at::Tensor>(NPU_ATEN_OP("convolution", ""), hf32Operand(input),
+                                        hf32Operand(weight), bias, vec(stride), vec(padding),
+                                        vec(dilation), transposed, vec(output_padding), groups);
+    }
     return callHostKernel<at::Tensor>(NPU_ATEN_OP("convolution", ""), input, weight, bias,
                                       vec(stride), vec(padding), vec(dilation), transposed,
                                       vec(output_padding), groups);
@@ -108,11 +140,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     if (output_mask[2]) {
       bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
     }
+    // Under HF32 the backward's products read grad_output, input and weight as HF32, as our
+    // kernel's backward does.
+    // The bias gradient is a sum of grad_output, not a cube product: it reads grad_output as
+    // it is (as our kernel's backward does).
+    const bool hf32 = hostConvNeedsHF32({&grad_output, &input, &weight});
+    const c10::DeviceGuard guard(input.device());
     torch::jit::Stack stack;
-    torch::jit::push(stack, grad_output, input, weight, bias_sizes, vec(stride), vec(padding),
-                     vec(dilation), transposed, vec(output_padding), groups, output_mask);
+    if (hf32) {
+      torch::jit::push(stack, hf32Operand(grad_output), hf32Operand(input), hf32Operand(weight),
+                       std::optional<std::vector<int64_t>>(), vec(stride), vec(padding),
+                       vec(dilation), transposed, vec(output_padding), groups,
+                       std::array<bool, 3>{output_mask[0], output_mask[1], false});
+    } else {
+      torch::jit::push(stack, grad_output, input, weight, bias_sizes, vec(stride), vec(padding),
+                       vec(dilation), transposed, vec(output_padding), groups, output_mask);
+    }
     runOnHost(NPU_ATEN_OP("convolution_backward", ""), &stack);
-    return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
+    at::Tensor grad_bias = stack[2].toTensor();
+    if (hf32 && output_mask[2]) {
+      std::vector<int64_t> dims{0};
+      for (int64_t d = 2; d < grad_output.dim(); ++d) dims.push_back(d);
+      grad_bias = grad_output.sum(dims);
+    }
+    return {stack[0].toTensor(), stack[1].toTensor(), grad_bias};
   }
   const c10::DeviceGuard guard(input.device());
   const at::Tensor x = as4d(input, plan->one_d), w = as4d(weight, plan->one_d);

@@ -1,4 +1,5 @@
-// mm, addmm, bmm, baddbmm (and so matmul, linear, einsum's paths) on the library's GEMM.
+// mm, addmm, bmm, baddbmm (and so matmul, linear, einsum's paths) and the vector products mv,
+// addmv and dot on the library's GEMM (a vector is a one-column or one-row matrix view).
 // Transposed operands need no copy: a descriptor with swapped strides is a transposed matrix.
 // float32 operands are read as HF32 when torch.npu.matmul.allow_hf32 is set (KernelBridge.h).
 // Integer matmul, mismatched dtypes and bad shapes go to ATen's CPU kernel, which computes the
@@ -7,10 +8,13 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/addmv.h>
 #include <ATen/ops/baddbmm.h>
 #include <ATen/ops/bmm.h>
+#include <ATen/ops/dot.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/mv.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -225,6 +229,104 @@ at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b
   return baddbmm_out(self, b1, b2, beta, alpha, self);
 }
 
+// ---- matrix-vector and vector-vector products -------------------------------------------------
+// The same GEMM (and so the same torch.npu.matmul.allow_hf32 rounding and float32 accumulation)
+// on views: mv's vector is a [K, 1] matrix and its result an [M, 1] one; dot is [1, K] @ [K, 1].
+// Shapes and dtypes the GEMM does not take go to ATen's CPU kernel, which reports bad ones.
+
+bool mvOk(const at::Tensor& mat, const at::Tensor& vec) {
+  return mat.dim() == 2 && vec.dim() == 1 && gemmOk(mat, vec.unsqueeze(1), 2);
+}
+
+bool addmvOk(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+             const at::Scalar& beta, const at::Scalar& alpha) {
+  if (!mvOk(mat, vec) || self.scalar_type() != mat.scalar_type() || !describable(self)) {
+    return false;
+  }
+  if (beta.isComplex() || alpha.isComplex()) return false;
+  return self.dim() <= 1 && at::is_expandable_to(self.sizes(), {mat.size(0)});
+}
+
+at::Tensor mv(const at::Tensor& self, const at::Tensor& vec) {
+  raiseDtypeErrorNow({&self, &vec}, [&] { at::mv(standIn(self), standIn(vec)); });
+  if (!mvOk(self, vec)) return callHostKernel<at::Tensor>(NPU_ATEN_OP("mv", ""), self, vec);
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty({self.size(0)}, self.options());
+  launchGemm(out.unsqueeze(1), nullptr, self, vec.unsqueeze(1), 1.0, 0.0, false, "mv");
+  return out;
+}
+at::Tensor& mv_out(const at::Tensor& self, const at::Tensor& vec, at::Tensor& out) {
+  raiseDtypeErrorNow({&self, &vec, &out}, [&] {
+    at::Tensor o = standIn(out);
+    at::mv_out(o, standIn(self), standIn(vec));
+  });
+  if (!mvOk(self, vec) || out.scalar_type() != self.scalar_type() || !describable(out)) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("mv", "out"), self, vec, out);
+    return out;
+  }
+  const c10::DeviceGuard guard(self.device());
+  launchGemm(sizedOut(out, {self.size(0)}).unsqueeze(1), nullptr, self, vec.unsqueeze(1), 1.0,
+             0.0, false, "mv");
+  return out;
+}
+
+at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+                 const at::Scalar& beta, const at::Scalar& alpha) {
+  raiseDtypeErrorNow({&self, &mat, &vec},
+                     [&] { at::addmv(standIn(self), standIn(mat), standIn(vec), beta, alpha); });
+  if (!addmvOk(self, mat, vec, beta, alpha)) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("addmv", ""), self, mat, vec, beta, alpha);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty({mat.size(0)}, mat.options());
+  const at::Tensor self_col = self.dim() == 0 ? self.view({1, 1}) : self.unsqueeze(1);
+  launchGemm(out.unsqueeze(1), &self_col, mat, vec.unsqueeze(1), alpha.toDouble(),
+             beta.toDouble(), false, "addmv");
+  return out;
+}
+at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  raiseDtypeErrorNow({&self, &mat, &vec, &out}, [&] {
+    at::Tensor o = standIn(out);
+    at::addmv_out(o, standIn(self), standIn(mat), standIn(vec), beta, alpha);
+  });
+  if (!addmvOk(self, mat, vec, beta, alpha) || out.scalar_type() != mat.scalar_type() ||
+      !describable(out)) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("addmv", "out"), self, mat, vec, beta, alpha, out);
+    return out;
+  }
+  const c10::DeviceGuard guard(self.device());
+  if (!out.is_same(self)) sizedOut(out, {mat.size(0)});
+  // In place (addmv_) `self` is the output itself: launchGemm then reads it as C (beta * C).
+  const at::Tensor self_col = out.is_same(self) ? out.unsqueeze(1)
+                              : self.dim() == 0 ? self.view({1, 1})
+                                                : self.unsqueeze(1);
+  const at::Tensor out_col = out.unsqueeze(1);
+  launchGemm(out_col, out.is_same(self) ? &out_col : &self_col, mat, vec.unsqueeze(1),
+             alpha.toDouble(), beta.toDouble(), false, "addmv");
+  return out;
+}
+at::Tensor& addmv_(at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+                   const at::Scalar& beta, const at::Scalar& alpha) {
+  TORCH_CHECK(self.dim() == 1 && mat.dim() == 2 && self.size(0) == mat.size(0),
+              "addmv_: self must be a vector with one element per row of the matrix mat, got "
+              "self of shape ", self.sizes(), " and mat of shape ", mat.sizes());
+  return addmv_out(self, mat, vec, beta, alpha, self);
+}
+
+at::Tensor dot(const at::Tensor& self, const at::Tensor& other) {
+  raiseDtypeErrorNow({&self, &other}, [&] { at::dot(standIn(self), standIn(other)); });
+  if (self.dim() != 1 || other.dim() != 1 ||
+      !gemmOk(self.unsqueeze(0), other.unsqueeze(1), 2)) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("dot", ""), self, other);
+  }
+  const c10::DeviceGuard guard(self.device());
+  at::Tensor out = at::empty({}, self.options());
+  launchGemm(out.view({1, 1}), nullptr, self.unsqueeze(0), other.unsqueeze(1), 1.0, 0.0, false,
+             "dot");
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -238,6 +340,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "baddbmm", baddbmm);
   NPU_IMPL(m, "baddbmm.out", baddbmm_out);
   NPU_IMPL(m, "baddbmm_", baddbmm_);
+  NPU_IMPL(m, "mv", mv);
+  NPU_IMPL(m, "mv.out", mv_out);
+  NPU_IMPL(m, "addmv", addmv);
+  NPU_IMPL(m, "addmv.out", addmv_out);
+  NPU_IMPL(m, "addmv_", addmv_);
+  NPU_IMPL(m, "dot", dot);
 }
 
 }  // namespace torch_npu::native

@@ -336,7 +336,9 @@ CURATED: list[dict] = [
     dict(name="_fft_c2c", apis=["torch.fft.fft"]),
 ]
 
-# npu_* custom ops SimNPU implements. dtypes from op-plugin's per-API pages (Atlas A2 lines).
+# npu_* custom ops SimNPU implements, and ones torch_npu calls itself (npu_view_copy). dtypes
+# from op-plugin's per-API pages (Atlas A2 lines). Optional: any (every dtype), aicpu (dtype
+# list), hf32, note, src (extra source keys, from CODE_SOURCES).
 NPU_DOC = "docs/zh/custom_APIs/torch_npu/"
 CUSTOM: list[dict] = [
     dict(name="npu_rms_norm", doc="（beta）torch_npu-npu_rms_norm.md", dtypes=FLOATS,
@@ -384,6 +386,15 @@ CUSTOM: list[dict] = [
     dict(name="npu_slice", doc="（beta）torch_npu-npu_slice.md", dtypes=None),
     dict(name="npu_reshape", doc="（beta）torch_npu-npu_reshape.md", dtypes=None),
     dict(name="npu_bert_apply_adam", doc="（beta）torch_npu-npu_bert_apply_adam.md", dtypes=None),
+    # torch_npu's general device-to-device copy (copy_d2d_last_method) for views no faster path
+    # takes; the aclop ViewCopy kernel.
+    dict(name="npu_view_copy", doc=None, dtypes=None, aicpu=["float64"],
+         src=["op_plugin_view_copy", "torch_npu_copy_kernel"],
+         note="AI CPU for float64: op-plugin's ViewCopy runs on AI Core only when its AicoreValid "
+              "check passes (a base-format destination whose storage differs from its view in "
+              "one dimension, the source of the same sizes, and a dtype other than double); "
+              "otherwise it sets _exclude_engines=AiCore and runs on AI CPU, so a float64 copy "
+              "always does. Other dtypes depend on the layouts: AI Core or AI CPU"),
 ]
 
 # Kernel-source facts: (repo key, path).
@@ -408,6 +419,8 @@ CODE_SOURCES = {
     "torch_npu_npu_exception": ("torch_npu", "torch_npu/csrc/core/npu/NPUException.h"),
     "torch_npu_error_code": ("torch_npu", "torch_npu/csrc/core/npu/NPUException.cpp"),
     "torch_npu_hf32_defaults": ("torch_npu", "torch_npu/csrc/framework/LazyInitAclops.cpp"),
+    "op_plugin_view_copy": ("op_plugin", "op_plugin/ops/aclops/ViewcopyKernelNpu.cpp"),
+    "torch_npu_copy_kernel": ("torch_npu", "torch_npu/csrc/aten/common/CopyKernel.cpp"),
 }
 
 
@@ -649,11 +662,13 @@ def build(op_plugin: str, torch_npu: str) -> dict:
             key = "op_plugin_doc_" + c["name"]
             sources[key] = dict(repo="Ascend/op-plugin", commit=opp_commit, path=NPU_DOC + c["doc"])
             src.append(key)
+        if c.get("aicpu"):
+            row["dtype_kinds"] = {d: "aicpu" for d in c["aicpu"]}
         if c.get("hf32"):
             row["hf32"] = c["hf32"]
         if c.get("note"):
             row["note"] = c["note"]
-        row["sources"] = src
+        row["sources"] = src + c.get("src", [])
         rows.append(row)
     sources.update(page_keys)
     return dict(opp_commit=opp_commit, tn_commit=tn_commit, sources=sources,

@@ -105,6 +105,36 @@ def test_lookups(card):
         card_support.load("H100")
 
 
+def test_view_copy_of_float64_runs_on_ai_cpu(card):
+    # torch_npu's general device copy, op-plugin's ViewCopy: never on AI Core for double.
+    row = card.row("npu::npu_view_copy")
+    assert row is not None and row["name"] == "npu_view_copy"
+    assert row["dtype_kinds"] == {"float64": "aicpu"}
+    assert {"op_plugin_view_copy", "torch_npu_copy_kernel"} <= set(row["sources"])
+    assert card.sources["op_plugin_view_copy"]["path"].endswith("ViewcopyKernelNpu.cpp")
+    assert card.kind("npu::npu_view_copy", torch.float64) == "aicpu"
+    assert card.kind("npu_view_copy", "float32") == "unknown"  # depends on the layouts
+
+
+def test_report_lists_view_copy_float64_as_ai_cpu():
+    # SimNPU has no npu_view_copy op of its own (its copies are aten::copy_), so the run is
+    # recorded by hand: what the recorder would file for two such calls and one float32 one.
+    rec = op_report.OpRecorder()
+    rec.typed[("npu::npu_view_copy", "float64")] = 2
+    rec.typed[("npu::npu_view_copy", "float32")] = 1
+    rec.counts["npu::npu_view_copy"] = 3
+    rep = op_report.card_readiness(rec, "910B")
+    rows = {(r["op"], r["dtype"]): r for r in rep["rows"]}
+    r64 = rows[("npu::npu_view_copy", "float64")]
+    assert (r64["kind"], r64["calls"], r64["data_row"]) == ("aicpu", 2, "npu_view_copy")
+    assert rows[("npu::npu_view_copy", "float32")]["kind"] == "unknown"
+    assert rep["counts"]["aicpu"] == 1
+    assert rep["verdict"]["status"] == "caveats"
+    assert "1 run on AI CPU" in rep["verdict"]["line"]
+    text = op_report.format_readiness(rep)
+    assert re.search(r"^npu::npu_view_copy\s+float64\s+2\s+aicpu\b", text, re.M), text
+
+
 # --- the report on models ------------------------------------------------------------------------
 
 def _record(step) -> op_report.OpRecorder:

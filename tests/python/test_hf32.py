@@ -74,19 +74,40 @@ CONVS = {
 }
 
 
-def _conv(x, w, b, kw):
-    f = F.conv1d if x.dim() == 3 else F.conv2d
-    return f(x, w, b, **kw)
+# Transposed and 3-D convolutions run ATen's CPU kernel on the stream, over operands rounded to
+# HF32 first: the same model as our conv kernel's.
+HOST_CONVS = {
+    "conv3d": dict(x=(2, 3, 5, 6, 6), w=(4, 3, 3, 3, 3), kw=dict(padding=1)),
+    "conv_transpose1d": dict(x=(2, 4, 11), w=(4, 3, 3), kw=dict(stride=2), transposed=True),
+    "conv_transpose2d": dict(x=(2, 4, 7, 7), w=(4, 6, 3, 3),
+                             kw=dict(stride=2, padding=1, output_padding=1), transposed=True),
+    "conv_transpose2d_grouped": dict(x=(2, 4, 6, 6), w=(4, 3, 3, 3), kw=dict(groups=2),
+                                     transposed=True),
+    "conv_transpose3d": dict(x=(1, 3, 4, 5, 5), w=(3, 2, 3, 3, 3), kw=dict(stride=2),
+                             transposed=True),
+}
+CONVS.update(HOST_CONVS)
+
+
+def _bias_size(c):
+    return c["w"][1] * c["kw"].get("groups", 1) if c.get("transposed") else c["w"][0]
+
+
+def _conv(x, w, b, kw, transposed=False):
+    fs = ((F.conv1d, F.conv2d, F.conv3d) if not transposed else
+          (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d))
+    return fs[x.dim() - 3](x, w, b, **kw)
 
 
 @pytest.mark.parametrize("name", list(CONVS))
 def test_float32_conv_defaults_to_hf32_and_equals_the_numpy_model(name):
     c = CONVS[name]
-    x, w, b = randn(*c["x"], seed=0), randn(*c["w"], seed=1), randn(c["w"][0], seed=2)
+    x, w, b = randn(*c["x"], seed=0), randn(*c["w"], seed=1), randn(_bias_size(c), seed=2)
+    t = c.get("transposed", False)
     assert torch.npu.conv.allow_hf32 is True  # torch_npu's default
-    got = _conv(x.npu(), w.npu(), b.npu(), c["kw"]).cpu()
-    model = _conv(hf32(x).double(), hf32(w).double(), b.double(), c["kw"])  # bias stays float32
-    fp32 = _conv(x, w, b, c["kw"])
+    got = _conv(x.npu(), w.npu(), b.npu(), c["kw"], t).cpu()
+    model = _conv(hf32(x).double(), hf32(w).double(), b.double(), c["kw"], t)  # bias: float32
+    fp32 = _conv(x, w, b, c["kw"], t)
     assert rel_err(got, model) < SAME, rel_err(got, model)
     assert rel_err(got, fp32) > HF32_APART, rel_err(got, fp32)
 
@@ -94,11 +115,12 @@ def test_float32_conv_defaults_to_hf32_and_equals_the_numpy_model(name):
 @pytest.mark.parametrize("name", list(CONVS))
 def test_conv_without_hf32_equals_float32(name, flags):
     c = CONVS[name]
-    x, w, b = randn(*c["x"], seed=0), randn(*c["w"], seed=1), randn(c["w"][0], seed=2)
+    x, w, b = randn(*c["x"], seed=0), randn(*c["w"], seed=1), randn(_bias_size(c), seed=2)
+    t = c.get("transposed", False)
     torch.npu.conv.allow_hf32 = False
-    got = _conv(x.npu(), w.npu(), b.npu(), c["kw"]).cpu()
-    fp32 = _conv(x, w, b, c["kw"])
-    model = _conv(hf32(x).double(), hf32(w).double(), b.double(), c["kw"])
+    got = _conv(x.npu(), w.npu(), b.npu(), c["kw"], t).cpu()
+    fp32 = _conv(x, w, b, c["kw"], t)
+    model = _conv(hf32(x).double(), hf32(w).double(), b.double(), c["kw"], t)
     assert rel_err(got, fp32) < SAME, rel_err(got, fp32)
     assert rel_err(got, model) > HF32_APART
 
@@ -118,6 +140,36 @@ def test_conv_backward_reads_its_operands_as_hf32():
         assert rel_err(got, fp32) > HF32_APART
 
 
+@pytest.mark.parametrize("name", ["conv3d", "conv_transpose2d"])
+def test_host_conv_backward_reads_its_operands_as_hf32(name, flags):
+    # The backward of a convolution that ATen's CPU kernel runs: HF32 operands for the products
+    # (grad_input, grad_weight), grad_output as it is for the bias gradient (a sum); with the
+    # flag off, float32.
+    c = HOST_CONVS[name]
+    t = c.get("transposed", False)
+    x, w, b = randn(*c["x"], seed=0), randn(*c["w"], seed=1), randn(_bias_size(c), seed=2)
+    g = _conv(x, w, b, c["kw"], t)
+    g = randn(*g.shape, seed=3)
+
+    def grads(x, w, b, g, device=None):
+        x, w, b = (v.detach().clone().to(device).requires_grad_() for v in (x, w, b))
+        _conv(x, w, b, c["kw"], t).backward(g.to(device))
+        return [v.grad.cpu() for v in (x, w, b)]
+
+    npu = grads(x, w, b, g, "npu")
+    model = grads(hf32(x).double(), hf32(w).double(), b.double(), hf32(g).double())
+    model[2] = g.double().sum([d for d in range(g.dim()) if d != 1])
+    fp32 = grads(x, w, b, g)
+    for got, m, f in zip(npu[:2], model[:2], fp32[:2]):
+        assert rel_err(got, m) < SAME, rel_err(got, m)
+        assert rel_err(got, f) > HF32_APART, rel_err(got, f)
+    assert rel_err(npu[2], model[2]) < SAME
+    torch.npu.conv.allow_hf32 = False
+    off = grads(x, w, b, g, "npu")
+    for got, f in zip(off, fp32):
+        assert rel_err(got, f) < SAME, rel_err(got, f)
+
+
 def test_hf32_leaves_16_bit_convs_alone(flags):
     # float16 values are HF32 values already: the flag changes nothing for them.
     x, w = randn(1, 4, 7, 7, seed=0).half(), randn(3, 4, 3, 3, seed=1).half()
@@ -135,6 +187,7 @@ def _matmuls():
     c = randn(6, 5, seed=2)
     a3, b3, c3 = randn(3, 6, 40, seed=3), randn(3, 40, 5, seed=4), randn(3, 6, 5, seed=5)
     x, weight, bias = randn(2, 7, 40, seed=6), randn(5, 40, seed=7), randn(5, seed=8)
+    v, u, s = randn(40, seed=9), randn(40, seed=10).abs(), randn(6, seed=11)
     return {
         "mm": (torch.mm, (a, b), lambda r: r(a) @ r(b)),
         "addmm": (lambda i, p, q: torch.addmm(i, p, q, beta=0.5, alpha=2.0), (c, a, b),
@@ -144,6 +197,16 @@ def _matmuls():
         "matmul_3d_by_2d": (torch.matmul, (a3, b), lambda r: r(a3) @ r(b)),
         "linear": (F.linear, (x, weight, bias),
                    lambda r: r(x) @ r(weight).T + bias.double()),
+        # Matrix-vector and vector-vector products: the same GEMM, the same rounding.
+        "mv": (torch.mv, (a, v), lambda r: r(a) @ r(v)),
+        "mv_out": (lambda p, q: torch.mv(p, q, out=torch.empty(0, device=p.device)), (a, v),
+                   lambda r: r(a) @ r(v)),
+        "addmv": (lambda i, p, q: torch.addmv(i, p, q, beta=0.5, alpha=2.0), (s, a, v),
+                  lambda r: 0.5 * s.double() + 2.0 * (r(a) @ r(v))),
+        "addmv_": (lambda i, p, q: i.clone().addmv_(p, q, beta=0.5, alpha=2.0), (s, a, v),
+                   lambda r: 0.5 * s.double() + 2.0 * (r(a) @ r(v))),
+        "dot": (torch.dot, (u, v), lambda r: r(u) @ r(v)),
+        "matmul_2d_by_1d": (torch.matmul, (a, v), lambda r: r(a) @ r(v)),
     }
 
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "npu/caching_allocator.h"
@@ -155,6 +156,53 @@ TEST(ExpandableSegments, MemoryCachedByAnotherStreamServesThisOne) {
   a->emptyCache();
   EXPECT_EQ(reserved(*a), 0);
   ASSERT_EQ(npuStreamDestroy(side), npuSuccess);
+}
+
+// The segment's address range is 1.125x the device (as CUDA's and torch_npu's): a hole left
+// by a freed tensor costs no memory once unmapped, but it does use address space, so with a
+// range of exactly the device size a fragmented segment could not place a tensor the device
+// still has room for. Physical memory stays capped at the device size.
+TEST(ExpandableSegments, FragmentedSegmentMapsPastTheDeviceSizeInItsAddressSpace) {
+  REQUIRE_DEVICE_OF(512);
+  const size_t free_before = runtimeFree();
+  auto a = makeAllocator("expandable_segments:True");
+  void* x = a->allocate(100 * kMiB, 0, nullptr);
+  void* hole = a->allocate(60 * kMiB, 0, nullptr);
+  void* y = a->allocate(200 * kMiB, 0, nullptr);
+  std::memset(x, 1, 100 * kMiB);
+  std::memset(y, 2, 200 * kMiB);
+  a->free(hole);  // 300 MiB live, a 60 MiB hole: the range's end is at 360 MiB
+  // 200 MiB more fits the device (500 of 512 MiB) but not the hole, so the range must reach
+  // 560 MiB, past the device size (a 512 MiB range has only 152 MiB left after the hole).
+  void* big = nullptr;
+  ASSERT_NO_THROW(big = a->allocate(200 * kMiB, 0, nullptr));
+  EXPECT_GE(static_cast<const char*>(big) + 200 * kMiB,
+            static_cast<const char*>(x) + 512 * kMiB)
+      << "the tensor lies past the device size in the segment's range";
+  std::memset(big, 3, 200 * kMiB);
+  EXPECT_TRUE(filledWith(x, 100 * kMiB, 1));
+  EXPECT_TRUE(filledWith(y, 200 * kMiB, 2));
+  // Only what is live is mapped: physical memory never goes past the device.
+  EXPECT_EQ(reserved(*a), static_cast<int64_t>(500 * kMiB));
+  EXPECT_EQ(runtimeFree(), free_before - 500 * kMiB);
+  // 50 MiB fits the hole's address space but not the 12 MiB of memory left: out of memory,
+  // with the allocator's message.
+  try {
+    a->allocate(50 * kMiB, 0, nullptr);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("NPU out of memory. Tried to allocate 50.00 MiB"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(a->getStats(0).num_ooms, 1);
+  EXPECT_LE(reserved(*a), static_cast<int64_t>(512 * kMiB));
+  a->free(big);
+  a->free(x);
+  a->free(y);
+  a->emptyCache();
+  EXPECT_EQ(reserved(*a), 0);
+  EXPECT_EQ(runtimeFree(), free_before);
 }
 
 TEST(ExpandableSegments, StillOutOfMemoryWhenTheMemoryIsReallyInUse) {
