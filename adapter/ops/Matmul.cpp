@@ -60,7 +60,8 @@ bool gemmOk(const at::Tensor& a, const at::Tensor& b, int dims) {
 // product (ATen's CPU kernel accepts these calls too, with a result that depends on its loop
 // order). An out whose elements alias each other is refused, as on the CPU.
 void launchGemm(const at::Tensor& out, const at::Tensor* self, const at::Tensor& a,
-                const at::Tensor& b, double alpha, double beta, bool batched, const char* name) {
+                const at::Tensor& b, double alpha, double beta, bool batched, const char* name,
+                bool follows_hf32 = true) {
   at::assert_no_internal_overlap(out);
   if (out.numel() == 0) return;
   const bool aliased = at::get_overlap_status(out, a) != at::MemOverlapStatus::No ||
@@ -74,7 +75,8 @@ void launchGemm(const at::Tensor& out, const at::Tensor* self, const at::Tensor&
   if (aliased) result = describe(out);
   if (self == nullptr) beta = 0.0;
   // torch.npu.matmul.allow_hf32, as it is when the op is called.
-  const nk::CubeMath math = cubeMath(CubeFamily::kMatmul, a.scalar_type());
+  const nk::CubeMath math = follows_hf32 ? cubeMath(CubeFamily::kMatmul, a.scalar_type())
+                                         : nk::CubeMath::KeepDtype;
   // Work in elementwise-op units: a multiply-add of a vectorised GEMM costs ~1/32 of one.
   const int64_t work = out.numel() * a.size(-1) / 32;
   launchKernelTask(getCurrentNPUStream(out.device().index()), name, work,
@@ -230,8 +232,8 @@ at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b
 }
 
 // ---- matrix-vector and vector-vector products -------------------------------------------------
-// The same GEMM (and so the same torch.npu.matmul.allow_hf32 rounding and float32 accumulation)
-// on views: mv's vector is a [K, 1] matrix and its result an [M, 1] one; dot is [1, K] @ [K, 1].
+// The same GEMM (and so the same torch.npu.matmul.allow_hf32 rounding, but for dot, and float32
+// accumulation) on views: mv's vector is a [K, 1] matrix and its result an [M, 1] one; dot is [1, K] @ [K, 1].
 // Shapes and dtypes the GEMM does not take go to ATen's CPU kernel, which reports bad ones.
 
 bool mvOk(const at::Tensor& mat, const at::Tensor& vec) {
@@ -322,8 +324,10 @@ at::Tensor dot(const at::Tensor& self, const at::Tensor& other) {
   }
   const c10::DeviceGuard guard(self.device());
   at::Tensor out = at::empty({}, self.options());
+  // Not under allow_hf32: the card's dot is the aclop Dot kernel, which op-plugin gives no cube
+  // math type (DotKernelNpu.cpp), unlike mv and addmv; it stays float32 with the flag on.
   launchGemm(out.view({1, 1}), nullptr, self.unsqueeze(0), other.unsqueeze(1), 1.0, 0.0, false,
-             "dot");
+             "dot", /*follows_hf32=*/false);
   return out;
 }
 

@@ -205,7 +205,6 @@ def _matmuls():
                   lambda r: 0.5 * s.double() + 2.0 * (r(a) @ r(v))),
         "addmv_": (lambda i, p, q: i.clone().addmv_(p, q, beta=0.5, alpha=2.0), (s, a, v),
                    lambda r: 0.5 * s.double() + 2.0 * (r(a) @ r(v))),
-        "dot": (torch.dot, (u, v), lambda r: r(u) @ r(v)),
         "matmul_2d_by_1d": (torch.matmul, (a, v), lambda r: r(a) @ r(v)),
     }
 
@@ -233,6 +232,15 @@ def test_matmul_allow_hf32_rounds_the_operands(name, flags):
     fp32 = op(*args)
     assert rel_err(got, model) < SAME, rel_err(got, model)
     assert rel_err(got, fp32) > HF32_APART, rel_err(got, fp32)
+
+
+def test_dot_stays_float32_under_allow_hf32_as_on_the_card(flags):
+    # op-plugin runs dot as the aclop Dot kernel with no cube math type (unlike mv, addmv).
+    u, v = randn(40, seed=10).abs(), randn(40, seed=9)
+    torch.npu.matmul.allow_hf32 = True
+    got = torch.dot(u.npu(), v.npu()).cpu()
+    assert rel_err(got, torch.dot(u, v)) < SAME, rel_err(got, torch.dot(u, v))
+    assert rel_err(got, hf32(u).double() @ hf32(v).double()) > HF32_APART
 
 
 def test_set_option_switches_hf32_as_the_flags_do(flags):
