@@ -67,6 +67,11 @@ class Graph:
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.opset = 0
+        # A float16 / bfloat16 model runs in float32 with each op's result rounded to the
+        # model's type (see widen_narrow_model): `narrow` holds the float32 tensors that stand
+        # for 16-bit ones, `narrow_kind` that type ("float16" / "bfloat16", None for none).
+        self.narrow: set[str] = set()
+        self.narrow_kind: str | None = None
 
     def const(self, name):
         t = self.tensors.get(name)
@@ -177,7 +182,75 @@ def import_onnx(path: str, input_shapes: dict[str, tuple]) -> Graph:
             attrs["_num_outputs"] = len(n.output)
         g.nodes.append(Node(n.op_type, n.name or f"{n.op_type}_{i}", list(n.input),
                             list(n.output), attrs))
+    widen_narrow_model(g, {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.output})
     return g
+
+
+NARROW_ONNX = {10: "float16", 16: "bfloat16"}  # TensorProto.FLOAT16, BFLOAT16
+ONNX_FLOAT = 1
+
+
+def _narrow_name(dtype: np.dtype) -> str | None:
+    return {"float16": "float16", "bfloat16": "bfloat16"}.get(np.dtype(dtype).name)
+
+
+def widen_narrow_model(g: Graph, output_types: dict[str, int]) -> None:
+    """A float16 / bfloat16 model becomes a float32 graph whose 16-bit tensors are marked
+    (g.narrow): the engine computes each op in float32 and rounds its result to the model's
+    type (to nearest even), as the card's fp16 / bf16 kernels accumulate in float32 and store
+    16 bits. So:
+      - 16-bit weights and Constant values become float32 (exactly: every 16-bit value is a
+        float32 value);
+      - a 16-bit graph input stays 16-bit (the caller's buffer) and is widened by a Cast at
+        the start; a 16-bit graph output is narrowed by a Cast at the end;
+      - a Cast to float16 / bfloat16 inside the graph becomes a float32 copy whose result is
+        rounded (a Cast to float32 of a narrow tensor is a plain copy).
+    A model mixing float16 and bfloat16 is refused."""
+    kinds = set()
+
+    def note(kind, where):
+        kinds.add(kind)
+        if len(kinds) > 1:
+            raise ConvertError("E19012", f"the model mixes float16 and bfloat16 ({where}); the "
+                               "engine runs one 16-bit type per model: export it in one of them")
+    for name, t in list(g.tensors.items()):
+        kind = _narrow_name(t.dtype)
+        if kind and t.value is not None:
+            note(kind, f"constant {name}")
+            g.add_const(name, t.value.astype(np.float32))
+            g.narrow.add(name)
+    for n in g.nodes:
+        if n.op == "Constant" and isinstance(n.attrs.get("value"), np.ndarray):
+            kind = _narrow_name(n.attrs["value"].dtype)
+            if kind:
+                note(kind, f"node {n.name}")
+                n.attrs["value"] = n.attrs["value"].astype(np.float32)
+                n.attrs["_narrow"] = True
+        if n.op == "Cast" and n.attrs.get("to") in NARROW_ONNX:
+            note(NARROW_ONNX[n.attrs["to"]], f"node {n.name}")
+            n.attrs["to"], n.attrs["_narrow"] = ONNX_FLOAT, True
+    head, tail, rename = [], [], {}
+    for name in g.inputs:
+        kind = _narrow_name(g.tensors[name].dtype)
+        if kind:
+            note(kind, f"input {name}")
+            wide = rename[name] = f"{name}__float32"
+            head.append(Node("Cast", f"{name}__widen", [name], [wide], {"to": ONNX_FLOAT}))
+            g.narrow.add(wide)
+    for name in g.outputs:
+        kind = NARROW_ONNX.get(output_types.get(name))
+        if kind:
+            note(kind, f"output {name}")
+            wide = rename[name] = f"{name}__float32"
+            tail.append(Node("Cast", f"{name}__narrow", [wide], [name],
+                             {"to": output_types[name], "_final": True}))
+    if not kinds:
+        return
+    g.narrow_kind = kinds.pop()
+    for n in g.nodes:
+        n.inputs = [rename.get(i, i) for i in n.inputs]
+        n.outputs = [rename.get(o, o) for o in n.outputs]
+    g.nodes = head + g.nodes + tail
 
 
 # ---- shape inference + constant folding --------------------------------------------------
@@ -196,9 +269,15 @@ def infer_and_fold(g: Graph) -> None:
             values = [np.array(ins[0].shape, dtype=np.int64)]
         elif all(c is not None for i, c in zip(n.inputs, consts) if i):
             values = evaluate(n.op, n.name, consts, n.attrs)
+        narrow = bool(n.attrs.get("_narrow")) or (
+            n.op != "Cast" and any(i in g.narrow for i in n.inputs))
         if values is not None:
             for name, v in zip(n.outputs, values):
-                g.add_const(name, np.asarray(v))
+                v = np.asarray(v)
+                if narrow and v.dtype == np.float32:
+                    v = _round_to(v, g.narrow_kind)
+                    g.narrow.add(name)
+                g.add_const(name, v)
             continue
         if n.op in FOLD_ONLY:
             raise ConvertError("E19010", f"node {n.name} (op {n.op!r}, opset {g.opset}) depends "
@@ -212,6 +291,8 @@ def infer_and_fold(g: Graph) -> None:
         for name, o in zip(n.outputs, outs):
             if name:
                 g.tensors[name] = Tensor(np.dtype(o[0]), tuple(int(d) for d in o[1]))
+                if narrow and g.tensors[name].dtype == np.float32:
+                    g.narrow.add(name)
         kept.append(n)
     g.nodes = kept
 
@@ -803,13 +884,24 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
             weights += b"\0" * (-len(weights) % om.ALIGN)
         else:
             storage, offset = om.ARENA, offsets[name]
-        if storage != om.WEIGHT and t.dtype not in ENGINE_DTYPES:
+        if storage != om.WEIGHT and t.dtype not in ENGINE_DTYPES and not (
+                storage in (om.INPUT, om.OUTPUT) and _narrow_name(t.dtype)):
             raise ConvertError("E19012", f"tensor {name} is {t.dtype}; the engine's tensors are "
                                "float32, int64, int32 or bool (cast the model to float32 "
                                "before export)")
         tensors.append(om.OmTensor(name, t.dtype, t.shape, storage, offset, nbytes))
+    def attrs(n):
+        a = lower_attrs(g, n)
+        # Math results are rounded; data movement copies values that already are 16-bit ones,
+        # except a Cast into the narrow type from a float32 tensor.
+        computes = n.op in FLOAT_OPS or (n.op == "Cast" and n.inputs[0] not in g.narrow
+                                         and not _narrow_name(g.tensors[n.inputs[0]].dtype))
+        if computes and any(o in g.narrow and g.tensors[o].dtype == np.float32
+                            for o in n.outputs):
+            a["round"] = g.narrow_kind  # the engine rounds the float32 result (ops.cpp)
+        return a
     nodes = [om.OmNode(n.op, n.name, [index[i] if i else om.NO_TENSOR for i in n.inputs],
-                       [index[o] for o in n.outputs], lower_attrs(g, n)) for n in g.nodes]
+                       [index[o] for o in n.outputs], attrs(n)) for n in g.nodes]
     model = om.OmModel(soc_version, source, tensors, [index[i] for i in g.inputs],
                        [index[o] for o in g.outputs], arena_size, nodes, bytes(weights))
     stats = {"nodes": len(g.nodes), "arena_bytes": arena_size,

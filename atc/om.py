@@ -31,6 +31,11 @@ DTYPES = {
     np.dtype("int16"): 5, np.dtype("int32"): 6, np.dtype("int64"): 7, np.dtype("uint8"): 8,
     np.dtype("bool"): 9,
 }
+try:  # NumPy has no bfloat16; ml_dtypes (an onnx dependency) gives it
+    import ml_dtypes
+    DTYPES[np.dtype(ml_dtypes.bfloat16)] = 2
+except ImportError:  # pragma: no cover
+    pass
 DTYPE_OF_CODE = {code: dt for dt, code in DTYPES.items()}
 
 # Where a tensor's bytes are at run time.

@@ -945,6 +945,49 @@ std::unique_ptr<Model::Kernel> rounded16(const ModelDef& def, const NodeInfo& n,
   return kr;
 }
 
+// A float16 / bfloat16 model (node attr "round"): atc made the graph float32 and marks each
+// op whose result stands for a 16-bit tensor; the op computes in float32 (the card's 16-bit
+// kernels accumulate in float32 too) and its float32 outputs are rounded in place to the
+// model's type, to nearest even, through a 16-bit buffer of this node's (sized at load).
+struct RoundOutputsKernel : Model::Kernel {
+  struct Output {
+    uint32_t id;
+    std::vector<uint16_t> narrow;
+    TensorDesc narrow_desc, wide_desc;
+  };
+  std::unique_ptr<Model::Kernel> inner;
+  std::vector<Output> outputs;
+  void run(void* const* ptrs) override {
+    inner->run(ptrs);
+    for (auto& o : outputs) {
+      o.wide_desc.data = ptrs[o.id];
+      k::copy(o.narrow_desc, o.wide_desc);
+      k::copy(o.wide_desc, o.narrow_desc);
+    }
+  }
+};
+
+std::unique_ptr<Model::Kernel> round_outputs(const ModelDef& def, const NodeInfo& n,
+                                             std::unique_ptr<Model::Kernel> inner) {
+  std::string kind = string_attr(n, "round");
+  if (kind != "float16" && kind != "bfloat16") refuse(n, "unknown rounding type " + kind);
+  const DType narrow = kind == "float16" ? DType::Float16 : DType::BFloat16;
+  auto kr = std::make_unique<RoundOutputsKernel>();
+  kr->inner = std::move(inner);
+  for (uint32_t id : n.outputs) {
+    const auto& t = def.tensors[id];
+    if (t.dtype != DType::Float32) continue;
+    RoundOutputsKernel::Output o;
+    o.id = id;
+    int64_t count = static_cast<int64_t>(t.nbytes / 4);
+    o.narrow.resize(count);
+    o.narrow_desc = TensorDesc::make(o.narrow.data(), narrow, {count});
+    o.wide_desc = TensorDesc::make(nullptr, DType::Float32, {count});
+    kr->outputs.push_back(std::move(o));
+  }
+  return kr;
+}
+
 }  // namespace
 
 std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& n) {
@@ -957,7 +1000,8 @@ std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& 
   check_dtypes(def, n);
   check_shapes(def, n);
   auto kernel = it->second(def, n);
-  if (!string_attr(n, "precision").empty()) return rounded16(def, n, std::move(kernel));
+  if (!string_attr(n, "precision").empty()) kernel = rounded16(def, n, std::move(kernel));
+  if (!string_attr(n, "round").empty()) kernel = round_outputs(def, n, std::move(kernel));
   return kernel;
 }
 

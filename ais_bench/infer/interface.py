@@ -8,6 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:  # registers NumPy's "bfloat16" dtype name (ml_dtypes comes with onnx)
+    import ml_dtypes  # noqa: F401
+except ImportError:  # pragma: no cover
+    ml_dtypes = None
+
 from ais_bench import _acl
 from ais_bench._acl import call
 
