@@ -87,6 +87,13 @@ def lib():
         "aclmdlDestroyDataset": (c.c_int, [c.c_void_p]),
         "aclmdlAddDatasetBuffer": (c.c_int, [c.c_void_p, c.c_void_p]),
         "aclmdlExecute": (c.c_int, [c.c_uint32, c.c_void_p, c.c_void_p]),
+        "aclmdlGetInputIndexByName": (c.c_int, [c.c_void_p, c.c_char_p,
+                                                c.POINTER(c.c_size_t)]),
+        "aclmdlSetDynamicBatchSize": (c.c_int, [c.c_uint32, c.c_void_p, c.c_size_t,
+                                                c.c_uint64]),
+        "aclmdlSetInputDynamicDims": (c.c_int, [c.c_uint32, c.c_void_p, c.c_size_t,
+                                                c.POINTER(IODims)]),
+        "aclmdlGetCurOutputDims": (c.c_int, [c.c_void_p, c.c_size_t, c.POINTER(IODims)]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(L, name)

@@ -94,7 +94,8 @@ class Graph:
 
 # ---- import -------------------------------------------------------------------------------
 
-def parse_input_shape(text: str | None) -> dict[str, tuple]:
+def parse_input_shape(text: str | None, dynamic: bool = False) -> dict[str, tuple]:
+    """--input_shape; -1 marks a dimension that --dynamic_batch_size / --dynamic_dims give."""
     shapes = {}
     if not text:
         return shapes
@@ -108,10 +109,11 @@ def parse_input_shape(text: str | None) -> dict[str, tuple]:
             raise ConvertError("E10002", f"Value [{text}] for parameter [--input_shape] is "
                                "invalid. Reason: expected \"name:d0,d1,...;name2:...\" with "
                                "integer dimensions, e.g. \"x:1,3,224,224\"") from None
-        if any(d < 1 for d in shape):
+        if any(d < 1 and not (dynamic and d == -1) for d in shape):
             raise ConvertError("E10002", f"Value [{text}] for parameter [--input_shape] is "
-                               f"invalid. Reason: dimension of {name} must be positive; "
-                               "dynamic shapes are not supported")
+                               f"invalid. Reason: dimension of {name} must be positive"
+                               + ("" if dynamic else "; a -1 (dynamic) dimension needs its "
+                                  "values as gears: --dynamic_batch_size or --dynamic_dims"))
         shapes[name] = shape
     return shapes
 
@@ -818,7 +820,26 @@ def _aligned(n: int) -> int:
     return (n + om.ALIGN - 1) // om.ALIGN * om.ALIGN
 
 
-def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]:
+class WeightStore:
+    """The weights section: each constant's bytes at a 64-byte aligned offset; identical bytes
+    are stored once (the gears of a dynamic model share their weights this way)."""
+
+    def __init__(self):
+        self.data = bytearray()
+        self.offsets: dict[bytes, int] = {}
+
+    def add(self, value: np.ndarray) -> int:
+        b = np.ascontiguousarray(value).tobytes()
+        if b not in self.offsets:
+            self.offsets[b] = len(self.data)
+            self.data += b
+            self.data += b"\0" * (-len(self.data) % om.ALIGN)
+        return self.offsets[b]
+
+
+def assemble(g: Graph, soc_version: str, source: str,
+             store: WeightStore | None = None) -> tuple[om.OmModel, dict]:
+    store = WeightStore() if store is None else store
     for n in g.nodes:
         if n.op not in ENGINE_OPS:
             raise ConvertError("E19010", f"node {n.name} (op {n.op!r}, opset {g.opset}) is not "
@@ -851,7 +872,7 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
         if n.op == "Reshape" and in_arena(n.inputs[0]) and in_arena(n.outputs[0]):
             alias[n.outputs[0]] = alias.get(n.inputs[0], n.inputs[0])
             g.nodes.remove(n)
-    first, last, weights = {}, {}, bytearray()
+    first, last = {}, {}
     for k, n in enumerate(g.nodes):
         for name in n.outputs:
             name = alias.get(name, name)
@@ -879,9 +900,7 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
         elif name in g.outputs:
             storage, offset = om.OUTPUT, g.outputs.index(name)
         elif t.value is not None:
-            storage, offset = om.WEIGHT, len(weights)
-            weights += np.ascontiguousarray(t.value).tobytes()
-            weights += b"\0" * (-len(weights) % om.ALIGN)
+            storage, offset = om.WEIGHT, store.add(t.value)
         else:
             storage, offset = om.ARENA, offsets[name]
         if storage != om.WEIGHT and t.dtype not in ENGINE_DTYPES and not (
@@ -903,9 +922,9 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
     nodes = [om.OmNode(n.op, n.name, [index[i] if i else om.NO_TENSOR for i in n.inputs],
                        [index[o] for o in n.outputs], attrs(n)) for n in g.nodes]
     model = om.OmModel(soc_version, source, tensors, [index[i] for i in g.inputs],
-                       [index[o] for o in g.outputs], arena_size, nodes, bytes(weights))
+                       [index[o] for o in g.outputs], arena_size, nodes, bytes(store.data))
     stats = {"nodes": len(g.nodes), "arena_bytes": arena_size,
-             "unshared_bytes": sum(arena_tensors.values()), "weight_bytes": len(weights)}
+             "unshared_bytes": sum(arena_tensors.values()), "weight_bytes": len(store.data)}
     return model, stats
 
 
@@ -945,16 +964,119 @@ def lower_precision(g: Graph, kind: str | None) -> None:
                 n.inputs[k] = g.add_const(f"{name}.{kind}", _round_to(value, kind))
 
 
-def convert(path: str, input_shape: str | None, soc_version: str,
-            precision_mode: str = "force_fp32") -> tuple[bytes, dict]:
+def _gear_error(option: str, text: str, reason: str) -> ConvertError:
+    return ConvertError("E10001", f"Value [{text}] for parameter [--{option}] is invalid. "
+                        f"Reason: {reason}")
+
+
+def _gear_list(option: str, text: str, sep: str) -> list[list[int]]:
+    try:
+        gears = [[int(v) for v in item.split(",")] for item in text.split(sep)]
+    except ValueError:
+        raise _gear_error(option, text, "the gears must be positive integers, e.g. "
+                          + ("\"1,2,4,8\"" if sep == "," else "\"16;32;64\"")) from None
+    if not 1 <= len(gears) <= 100:
+        raise _gear_error(option, text, "give 1 to 100 gears")
+    if any(v < 1 for g in gears for v in g):
+        raise _gear_error(option, text, "every value must be a positive integer")
+    if len({tuple(g) for g in gears}) != len(gears):
+        raise _gear_error(option, text, "a gear is given twice")
+    return gears
+
+
+def gear_shapes(input_shape: str | None, dynamic_batch_size: str | None,
+                dynamic_dims: str | None) -> tuple[int, list, list[dict]]:
+    """ATC's dynamic gears -> (mode, gear values, one --input_shape dict per gear)."""
+    if dynamic_batch_size and dynamic_dims:
+        raise ConvertError("E10001", "--dynamic_batch_size and --dynamic_dims are mutually "
+                           "exclusive: give one of them")
+    if not dynamic_batch_size and not dynamic_dims:
+        return om.STATIC, [], [parse_input_shape(input_shape)]
+    option = "dynamic_batch_size" if dynamic_batch_size else "dynamic_dims"
+    if not input_shape:
+        raise ConvertError("E10004", f"--{option} needs --input_shape with -1 for the "
+                           "dynamic dimensions, e.g. --input_shape=\"x:-1,3,224,224\"")
+    shapes = parse_input_shape(input_shape, dynamic=True)
+    holes = [(name, d) for name, shape in shapes.items() for d, v in enumerate(shape) if v == -1]
+    if dynamic_batch_size:
+        bad = [name for name, d in holes if d != 0]
+        if bad:
+            raise ConvertError("E10018", f"Value [{input_shape}] for shape [{bad[0]}] is "
+                               "invalid. When --dynamic_batch_size is included, only batch size "
+                               "N can be -1 in --input_shape.")
+        if not holes:
+            raise ConvertError("E10031", "--dynamic_batch_size is included, but none of the "
+                               "inputs in --input_shape has a batch size of -1: set the batch "
+                               "dimension to -1, or remove --dynamic_batch_size")
+        values = _gear_list(option, dynamic_batch_size, ",")
+        mode = om.DYN_BATCH
+        fills = [[b[0]] * len(holes) for b in values]
+    else:
+        if not holes:
+            raise ConvertError("E10031", "--dynamic_dims is included, but no dimension in "
+                               "--input_shape is -1: mark the dynamic dimensions with -1, or "
+                               "remove --dynamic_dims")
+        values = _gear_list(option, dynamic_dims, ";")
+        wrong = [g for g in values if len(g) != len(holes)]
+        if wrong:
+            raise _gear_error(option, dynamic_dims, f"each gear must give {len(holes)} values, "
+                              f"one per -1 in --input_shape ({input_shape}); the gear "
+                              f"{','.join(map(str, wrong[0]))} gives {len(wrong[0])}")
+        mode, fills = om.DYN_DIMS, values
+    per_gear = []
+    for fill in fills:
+        it = iter(fill)
+        per_gear.append({name: tuple(next(it) if v == -1 else v for v in shape)
+                         for name, shape in shapes.items()})
+    return mode, values, per_gear
+
+
+def _convert_graph(path, shapes, precision_mode, soc_version, store):
     import os
-    g = import_onnx(path, parse_input_shape(input_shape))
+    g = import_onnx(path, shapes)
     imported = len(g.nodes)
     infer_and_fold(g)
     rewrite(g)
     fuse(g)
     remove_dead(g)
     lower_precision(g, PRECISION_MODES[precision_mode])
-    model, stats = assemble(g, soc_version, os.path.basename(path))
+    model, stats = assemble(g, soc_version, os.path.basename(path), store)
     stats["onnx_nodes"] = imported
+    return model, stats
+
+
+def convert(path: str, input_shape: str | None, soc_version: str,
+            precision_mode: str = "force_fp32", dynamic_batch_size: str | None = None,
+            dynamic_dims: str | None = None) -> tuple[bytes, dict]:
+    """ONNX -> .om bytes. With gears (--dynamic_batch_size / --dynamic_dims) every gear is
+    converted and planned on its own; the .om holds all the plans over one weights section,
+    the largest gear first (its input and output sizes serve every gear)."""
+    mode, values, per_gear = gear_shapes(input_shape, dynamic_batch_size, dynamic_dims)
+    store = WeightStore()
+    built = [_convert_graph(path, shapes, precision_mode, soc_version, store)
+             for shapes in per_gear]
+    if mode == om.STATIC:
+        model, stats = built[0]
+        return om.serialize(model), stats
+
+    def io_bytes(m):
+        return [m.tensors[i].nbytes for i in m.inputs + m.outputs]
+    order = sorted(range(len(built)), key=lambda k: -sum(io_bytes(built[k][0])))
+    first = built[order[0]][0]
+    for k in order[1:]:
+        if any(a > b for a, b in zip(io_bytes(built[k][0]), io_bytes(first))):
+            raise ConvertError("E10001", f"no gear of --{om.DYNAMIC_NAMES[mode]} is the largest "
+                               "in every input and output, which the engine needs (it sizes "
+                               "the buffers once); order the dimensions so one gear dominates")
+    model = first
+    model.weights = bytes(store.data)
+    model.dynamic_mode = mode
+    model.gear_values = [values[k] for k in order]
+    model.gears = [built[k][0] for k in order[1:]]
+    for g in model.gears:
+        g.weights = b""
+    stats = dict(built[order[0]][1])
+    stats["weight_bytes"] = len(store.data)
+    stats["gears"] = len(built)
+    stats["arena_bytes"] = max(b[1]["arena_bytes"] for b in built)
     return om.serialize(model), stats

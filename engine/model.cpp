@@ -1,4 +1,5 @@
 // Model: the loaded plan (see npu/engine.h for how a model runs).
+#include <algorithm>
 #include <cstring>
 
 #include "engine/engine_internal.h"
@@ -21,8 +22,15 @@ void* device_alloc(uint64_t bytes, const char* what, const std::string& model) {
 // The arguments of one queued run; the runtime owns and releases them.
 struct Launch {
   Model* model;
+  size_t gear;
   std::vector<void*> inputs, outputs;
 };
+
+std::string join(const std::vector<int64_t>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
 
 }  // namespace
 
@@ -30,10 +38,18 @@ Model::Model(ModelDef def) : def_(std::move(def)) {
   npuGetDevice(&device_);
   // Every node is prepared before any memory is taken: an unsupported node fails the load
   // without side effects.
-  for (const auto& node : def_.nodes) kernels_.push_back(make_kernel(def_, node));
+  uint64_t arena_size = def_.arena_size;
+  gears_.push_back(Gear{&def_, {}, {}});
+  for (const auto& g : def_.gears) {
+    gears_.push_back(Gear{&g, {}, {}});
+    arena_size = std::max(arena_size, g.arena_size);
+  }
+  for (auto& g : gears_) {
+    for (const auto& node : g.def->nodes) g.kernels.push_back(make_kernel(*g.def, node));
+  }
   try {
     weights_ = device_alloc(def_.weights.size(), "weights", def_.source);
-    arena_ = device_alloc(def_.arena_size, "activation arena", def_.source);
+    arena_ = device_alloc(arena_size, "activation arena", def_.source);
   } catch (...) {
     npuFree(weights_);
     throw;
@@ -43,12 +59,42 @@ Model::Model(ModelDef def) : def_(std::move(def)) {
     def_.weights.clear();  // the device copy is the one that is used
     def_.weights.shrink_to_fit();
   }
-  ptrs_.resize(def_.tensors.size());
-  for (size_t i = 0; i < def_.tensors.size(); ++i) {
-    const auto& t = def_.tensors[i];
-    if (t.storage == Storage::Arena) ptrs_[i] = static_cast<char*>(arena_) + t.offset;
-    if (t.storage == Storage::Weight) ptrs_[i] = static_cast<char*>(weights_) + t.offset;
+  for (auto& g : gears_) {
+    g.ptrs.resize(g.def->tensors.size());
+    for (size_t i = 0; i < g.def->tensors.size(); ++i) {
+      const auto& t = g.def->tensors[i];
+      if (t.storage == Storage::Arena) g.ptrs[i] = static_cast<char*>(arena_) + t.offset;
+      if (t.storage == Storage::Weight) g.ptrs[i] = static_cast<char*>(weights_) + t.offset;
+    }
   }
+}
+
+size_t Model::find_gear(const std::vector<int64_t>& values) const {
+  for (size_t k = 0; k < gears_.size(); ++k) {
+    const ModelDef& g = *gears_[k].def;
+    std::vector<int64_t> shape;
+    for (uint32_t i : g.inputs) {
+      shape.insert(shape.end(), g.tensors[i].dims.begin(), g.tensors[i].dims.end());
+    }
+    if (def_.dynamic_mode == DynamicMode::Batch ? values == def_.gear_values[k]
+                                                : values == shape) {
+      return k;
+    }
+  }
+  std::string gears;
+  const char* sep = def_.dynamic_mode == DynamicMode::Batch ? "," : ";";  // as atc takes them
+  for (const auto& v : def_.gear_values) gears += (gears.empty() ? "" : sep) + join(v, ",");
+  if (def_.dynamic_mode == DynamicMode::Batch) {
+    throw ModelError("batch size " + join(values, ",") + " is not one of the model's gears (" +
+                     gears + ", atc --dynamic_batch_size): pad the batch to a gear or convert "
+                     "with that batch size among the gears");
+  }
+  if (def_.dynamic_mode == DynamicMode::Dims) {
+    throw ModelError("input dims " + join(values, ",") + " match none of the model's gears "
+                     "(the -1 dimensions of --input_shape take " + gears +
+                     ", atc --dynamic_dims): pad the inputs to a gear");
+  }
+  throw ModelError("the model has static shapes; it takes its inputs' own dims only");
 }
 
 Model::~Model() {
@@ -63,28 +109,34 @@ Model::~Model() {
   npuFree(weights_);
 }
 
-void Model::run(void* const* inputs, void* const* outputs) {
-  for (size_t i = 0; i < def_.inputs.size(); ++i) ptrs_[def_.inputs[i]] = inputs[i];
-  for (size_t i = 0; i < def_.outputs.size(); ++i) ptrs_[def_.outputs[i]] = outputs[i];
-  for (auto& k : kernels_) k->run(ptrs_.data());
+void Model::run(size_t gear, void* const* inputs, void* const* outputs) {
+  Gear& g = gears_[gear];
+  for (size_t i = 0; i < g.def->inputs.size(); ++i) g.ptrs[g.def->inputs[i]] = inputs[i];
+  for (size_t i = 0; i < g.def->outputs.size(); ++i) g.ptrs[g.def->outputs[i]] = outputs[i];
+  for (auto& k : g.kernels) k->run(g.ptrs.data());
 }
 
 npuError_t Model::execute_async(npuStream_t stream, const std::vector<void*>& inputs,
-                                const std::vector<void*>& outputs) {
-  return launch(stream, inputs, outputs, false);
+                                const std::vector<void*>& outputs, size_t gear) {
+  return launch(stream, inputs, outputs, gear, false);
 }
 
 npuError_t Model::execute(npuStream_t stream, const std::vector<void*>& inputs,
-                          const std::vector<void*>& outputs) {
-  return launch(stream, inputs, outputs, true);
+                          const std::vector<void*>& outputs, size_t gear) {
+  return launch(stream, inputs, outputs, gear, true);
 }
 
 npuError_t Model::launch(npuStream_t stream, const std::vector<void*>& inputs,
-                         const std::vector<void*>& outputs, bool wait) {
-  auto* l = new Launch{this, inputs, outputs};
+                         const std::vector<void*>& outputs, size_t gear, bool wait) {
+  if (gear >= gears_.size()) {
+    throw ModelError("gear " + std::to_string(gear) + " is out of range (the model has " +
+                     std::to_string(gears_.size()) + ")");
+  }
+  current_gear_ = gear;
+  auto* l = new Launch{this, gear, inputs, outputs};
   const npuTaskFn run = [](void* arg) {
     auto* self = static_cast<Launch*>(arg);
-    self->model->run(self->inputs.data(), self->outputs.data());
+    self->model->run(self->gear, self->inputs.data(), self->outputs.data());
   };
   const npuTaskRelease release = [](void* arg) { delete static_cast<Launch*>(arg); };
   const npuError_t err = wait ? npuLaunchTaskSync(stream, "aclmdlExecute", run, release, l)
