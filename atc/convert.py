@@ -711,6 +711,34 @@ def fuse(g: Graph) -> None:
             _drop(g, act, n)
 
 
+FEW_ROWS = 8  # the kernel library's GEMM dot-product path: at most this many rows of A
+
+
+def layout_few_row_weights(g: Graph) -> None:
+    """A MatMul with at most FEW_ROWS rows of A (a Linear at decode time) against a constant
+    2-D weight reads the weight as [N, K] (trans_b): the GEMM then takes its few-row path, dot
+    products with each column of B contiguous in k, the weight read once and never packed
+    (the [K, N] layout the Gemm rewrite gives the packed path would have to be gathered). In a
+    model with gears this stores a second layout of a weight that a larger gear packs."""
+    for n in g.nodes:
+        if n.op != "MatMul" or n.attrs.get("trans_a") or n.attrs.get("trans_b"):
+            continue
+        b = g.const(n.inputs[1])
+        a_shape = g.tensors[n.inputs[0]].shape
+        if b is None or b.ndim != 2 or len(a_shape) < 2 or b.dtype != np.float32:
+            continue
+        if int(np.prod(a_shape[:-1])) > FEW_ROWS:
+            continue
+        name = n.inputs[1] + "_nk"
+        if name not in g.tensors:
+            g.add_const(name, np.ascontiguousarray(b.T))
+            g.narrow.discard(name)
+            if n.inputs[1] in g.narrow:
+                g.narrow.add(name)
+        n.inputs[1] = name
+        n.attrs["trans_b"] = 1
+
+
 def remove_dead(g: Graph) -> None:
     live = set(g.outputs)
     kept = []
@@ -1038,6 +1066,7 @@ def _convert_graph(path, shapes, precision_mode, soc_version, store):
     infer_and_fold(g)
     rewrite(g)
     fuse(g)
+    layout_few_row_weights(g)
     remove_dead(g)
     lower_precision(g, PRECISION_MODES[precision_mode])
     model, stats = assemble(g, soc_version, os.path.basename(path), store)

@@ -74,7 +74,9 @@ int64_t window_out(int64_t size, int64_t k, int64_t pad, int64_t stride, int64_t
 Dims matmul_shape(const NodeInfo& n, Dims a, Dims b) {
   bool ta = int_attr(n, "trans_a", 0) != 0, tb = int_attr(n, "trans_b", 0) != 0;
   if (a.empty() || b.empty()) refuse(n, "MatMul of a scalar");
-  if ((ta || tb) && (a.size() != 2 || b.size() != 2)) {
+  // A batched A against a 2-D B read transposed (atc's few-row weight layout) runs as one
+  // GEMM over A's rows; other transposes need 2-D operands.
+  if ((ta || tb) && (a.size() != 2 || b.size() != 2) && !(!ta && tb && b.size() == 2)) {
     refuse(n, "transposed operands are supported for 2-D matrices only");
   }
   if (ta) std::swap(a[0], a[1]);

@@ -1,5 +1,9 @@
 // Model: the loaded plan (see npu/engine.h for how a model runs).
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <cstring>
 
 #include "engine/engine_internal.h"
@@ -35,6 +39,9 @@ std::string join(const std::vector<int64_t>& v, const char* sep) {
 }  // namespace
 
 Model::Model(ModelDef def) : def_(std::move(def)) {
+  // SIMNPU_ENGINE_PROFILE=1: time every node, print the time per op at unload (stderr).
+  const char* profile = std::getenv("SIMNPU_ENGINE_PROFILE");
+  profile_ = profile && *profile && std::string(profile) != "0";
   npuGetDevice(&device_);
   // Every node is prepared before any memory is taken: an unsupported node fails the load
   // without side effects.
@@ -98,6 +105,7 @@ size_t Model::find_gear(const std::vector<int64_t>& values) const {
 }
 
 Model::~Model() {
+  if (profile_) print_profile();
   // Queued runs read the arena and weights: let the model's device finish first (the caller
   // may have another device current).
   int current = 0;
@@ -113,7 +121,58 @@ void Model::run(size_t gear, void* const* inputs, void* const* outputs) {
   Gear& g = gears_[gear];
   for (size_t i = 0; i < g.def->inputs.size(); ++i) g.ptrs[g.def->inputs[i]] = inputs[i];
   for (size_t i = 0; i < g.def->outputs.size(); ++i) g.ptrs[g.def->outputs[i]] = outputs[i];
-  for (auto& k : g.kernels) k->run(g.ptrs.data());
+  if (!profile_) {
+    for (auto& k : g.kernels) k->run(g.ptrs.data());
+    return;
+  }
+  if (g.node_seconds.empty()) g.node_seconds.assign(g.kernels.size(), 0.0);
+  for (size_t k = 0; k < g.kernels.size(); ++k) {
+    auto t0 = std::chrono::steady_clock::now();
+    g.kernels[k]->run(g.ptrs.data());
+    g.node_seconds[k] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  ++g.runs;
+}
+
+void Model::print_profile() const {
+  for (size_t k = 0; k < gears_.size(); ++k) {
+    const Gear& g = gears_[k];
+    if (!g.runs) continue;
+    std::map<std::string, std::pair<double, int>> by_op;
+    double total = 0;
+    for (size_t n = 0; n < g.node_seconds.size(); ++n) {
+      auto& e = by_op[g.def->nodes[n].op];
+      e.first += g.node_seconds[n] / g.runs;
+      e.second += 1;
+      total += g.node_seconds[n] / g.runs;
+    }
+    std::vector<std::pair<double, std::string>> rows;
+    for (const auto& [op, e] : by_op) rows.emplace_back(e.first, op);
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "[engine profile] %s gear %zu: %llu runs, %.3f ms a run\n",
+                 def_.source.c_str(), k, static_cast<unsigned long long>(g.runs), total * 1e3);
+    for (const auto& [sec, op] : rows) {
+      std::fprintf(stderr, "  %-22s %4d nodes %9.3f ms %5.1f%%\n", op.c_str(),
+                   by_op[op].second, sec * 1e3, 100 * sec / total);
+    }
+    std::vector<std::pair<double, size_t>> nodes;
+    for (size_t n = 0; n < g.node_seconds.size(); ++n) nodes.emplace_back(g.node_seconds[n], n);
+    std::sort(nodes.rbegin(), nodes.rend());
+    std::fprintf(stderr, "  slowest nodes:\n");
+    for (size_t i = 0; i < nodes.size() && i < 8; ++i) {
+      const NodeInfo& node = g.def->nodes[nodes[i].second];
+      std::string shapes;
+      for (uint32_t t : node.inputs) {
+        if (t == kNoTensor) continue;
+        shapes += " [";
+        for (int64_t d : g.def->tensors[t].dims) shapes += std::to_string(d) + ",";
+        shapes.back() = ']';
+      }
+      std::fprintf(stderr, "  %9.3f ms %s (%s)%s\n", nodes[i].first / g.runs * 1e3,
+                   node.name.c_str(), node.op.c_str(), shapes.c_str());
+    }
+  }
 }
 
 npuError_t Model::execute_async(npuStream_t stream, const std::vector<void*>& inputs,

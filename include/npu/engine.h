@@ -137,7 +137,11 @@ class Model {
     const ModelDef* def;
     std::vector<std::unique_ptr<Kernel>> kernels;
     std::vector<void*> ptrs;
+    std::vector<double> node_seconds;  // SIMNPU_ENGINE_PROFILE: a sum per node, seconds
+    uint64_t runs = 0;                 // a count
   };
+  void print_profile() const;
+  bool profile_ = false;
 
   ModelDef def_;
   int device_ = 0;
