@@ -468,7 +468,8 @@ def fuse_gelu(g: Graph) -> None:
 
 def fuse_gelu_tanh(g: Graph) -> None:
     """The tanh GELU as written out (GPT-2's NewGELU), 0.5 * x * (1 + tanh(sqrt(2 / pi) *
-    (x + 0.044715 * x ^ 3))) (eight ops), -> one Gelu(approximate="tanh")."""
+    (x + 0.044715 * x ^ 3))) (eight ops; nine where x ^ 3 is x * (x * x), as the exporter
+    writes gelu(approximate="tanh")), -> one Gelu(approximate="tanh")."""
     def other(node, name):
         return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
 
@@ -492,10 +493,19 @@ def fuse_gelu_tanh(g: Graph) -> None:
         if cube_mul is None:
             continue
         x = other(add, cube_mul.outputs[0])
-        pw = next((prod.get(i) for i in cube_mul.inputs
-                   if prod.get(i) is not None and prod[i].op == "Pow"), None)
-        if (pw is None or pw.inputs[0] != x or _scalar(g.const(pw.inputs[1])) != 3.0
-                or abs((const_of(cube_mul, pw.outputs[0]) or 0) - 0.044715) > 1e-6):
+        # x ^ 3 as Pow(x, 3) (GPT-2's NewGELU) or x * (x * x) (the exporter's tanh gelu).
+        pw, cube_nodes = None, []
+        for i in cube_mul.inputs:
+            c3 = prod.get(i)
+            if c3 is None:
+                continue
+            if c3.op == "Pow" and c3.inputs[0] == x and _scalar(g.const(c3.inputs[1])) == 3.0:
+                pw, cube_nodes = c3, [c3]
+            elif c3.op == "Mul" and x in c3.inputs:
+                sq = prod.get(other(c3, x)) if c3.inputs.count(x) == 1 else None
+                if sq is not None and sq.op == "Mul" and sq.inputs == [x, x]:
+                    pw, cube_nodes = c3, [c3, sq]
+        if pw is None or abs((const_of(cube_mul, pw.outputs[0]) or 0) - 0.044715) > 1e-6:
             continue
         one = _single_use(g, uses, tanh.outputs[0])
         if not one or one.op != "Add" or const_of(one, tanh.outputs[0]) != 1.0:
@@ -514,7 +524,7 @@ def fuse_gelu_tanh(g: Graph) -> None:
             chain, out = [mul, half], half
         else:
             continue
-        chain += [pw, cube_mul, add, scale, one]
+        chain += cube_nodes + [cube_mul, add, scale, one]
         if any(n.outputs[0] in g.outputs or (n is not out and len(uses.get(n.outputs[0], []))
                                              != 1) for n in chain):
             continue

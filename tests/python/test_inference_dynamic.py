@@ -188,3 +188,21 @@ def test_dims_mode_on_a_static_model_is_refused(cnn_gears, tmp_path):
     with pytest.raises(NotImplementedError, match="dymdims"):
         session.infer([np.zeros((2, 3, 32, 32), np.float32)], mode="dymshape")
     session.free_resource()
+
+
+def test_exported_tanh_gelu_is_fused(tmp_path):
+    """gelu(approximate="tanh") as the exporter writes it (x ^ 3 as x * (x * x), nine ops)
+    becomes one Gelu(tanh) in the decoder's .om; the decoder gears above check its values."""
+    torch.manual_seed(5)
+    model = KVCacheDecoder(layers=1)
+    path = export_kv_decoder(model, tmp_path / "kv1.onnx", prompt=4)
+    om = convert(path, tmp_path / "kv1", f"--input_shape={kv_decoder_input_shape(model)}",
+                 "--dynamic_dims=4,4,4,4;1,1,1,1")
+    js = tmp_path / "kv1.json"
+    assert atc("--mode=1", f"--om={om}", f"--json={js}").returncode == 0
+    dump = json.loads(js.read_text())
+    for gear in [dump] + dump["gears"]:
+        ops = [n["op"] for n in gear["nodes"]]
+        gelu = [n for n in gear["nodes"] if n["op"] == "Gelu"]
+        assert len(gelu) == 1 and gelu[0]["attrs"]["approximate"] == "tanh"
+        assert "Tanh" not in ops
