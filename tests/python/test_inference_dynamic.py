@@ -206,3 +206,25 @@ def test_exported_tanh_gelu_is_fused(tmp_path):
         gelu = [n for n in gear["nodes"] if n["op"] == "Gelu"]
         assert len(gelu) == 1 and gelu[0]["attrs"]["approximate"] == "tanh"
         assert "Tanh" not in ops
+
+
+def test_ais_bench_command_runs_a_gear(cnn_gears, tmp_path):
+    """python -m ais_bench --dymBatch 2 over .npy inputs writes the gear's outputs, equal to
+    onnxruntime's; a batch that is no gear fails naming the gears."""
+    import subprocess
+    import sys
+    path, om, _ = cnn_gears
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    x = np.random.default_rng(2).standard_normal((2, 3, 32, 32), dtype=np.float32)
+    np.save(inp / "img0.npy", x)
+    r = subprocess.run([sys.executable, "-m", "ais_bench", "--model", om, "--input", str(inp),
+                        "--output", str(out), "--outfmt", "NPY", "--dymBatch", "2"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "throughput 1000*batchsize.mean(2)" in r.stdout
+    np.testing.assert_allclose(np.load(out / "img0_0.npy"), _ort(path).run(None, {"x": x})[0],
+                               rtol=TOL, atol=TOL)
+    r = subprocess.run([sys.executable, "-m", "ais_bench", "--model", om, "--dymBatch", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "batch size 3 is not one of the model's gears" in r.stderr
