@@ -749,6 +749,28 @@ def layout_few_row_weights(g: Graph) -> None:
         n.attrs["trans_b"] = 1
 
 
+def fold_transposed_b(g: Graph) -> None:
+    """MatMul(A, Transpose(B)) where the Transpose swaps only B's last two dims (attention's
+    K^T left unfused, e.g. under a run-time mask) and feeds nothing else: the MatMul reads B
+    transposed (trans_b) and the copy disappears."""
+    prod, uses = {o: n for n in g.nodes for o in n.outputs}, g.consumers()
+    for n in list(g.nodes):
+        if n.op != "MatMul" or n.attrs.get("trans_a") or n.attrs.get("trans_b"):
+            continue
+        tr = prod.get(n.inputs[1])
+        if tr is None or tr.op != "Transpose" or tr.outputs[0] in g.outputs:
+            continue
+        rank = len(g.tensors[tr.inputs[0]].shape)
+        perm = tr.attrs.get("perm", list(range(rank))[::-1])
+        if rank < 3 or list(perm) != list(range(rank - 2)) + [rank - 1, rank - 2]:
+            continue  # 2-D transposes of run-time B stay (the 2-D path packs them anyway)
+        if len(uses.get(tr.outputs[0], [])) != 1 or len(g.tensors[n.inputs[0]].shape) != rank:
+            continue
+        n.inputs[1] = tr.inputs[0]
+        n.attrs["trans_b"] = 1
+        g.nodes.remove(tr)
+
+
 def remove_dead(g: Graph) -> None:
     live = set(g.outputs)
     kept = []
@@ -1076,6 +1098,7 @@ def _convert_graph(path, shapes, precision_mode, soc_version, store):
     infer_and_fold(g)
     rewrite(g)
     fuse(g)
+    fold_transposed_b(g)
     layout_few_row_weights(g)
     remove_dead(g)
     lower_precision(g, PRECISION_MODES[precision_mode])

@@ -192,7 +192,9 @@ def test_dims_mode_on_a_static_model_is_refused(cnn_gears, tmp_path):
 
 def test_exported_tanh_gelu_is_fused(tmp_path):
     """gelu(approximate="tanh") as the exporter writes it (x ^ 3 as x * (x * x), nine ops)
-    becomes one Gelu(tanh) in the decoder's .om; the decoder gears above check its values."""
+    becomes one Gelu(tanh) in the decoder's .om, and the Transpose of the cache's keys for
+    q @ k^T (attention left unfused: its mask is an input) is read by the MatMul as trans_b;
+    the decoder gears above check the values of both."""
     torch.manual_seed(5)
     model = KVCacheDecoder(layers=1)
     path = export_kv_decoder(model, tmp_path / "kv1.onnx", prompt=4)
@@ -206,6 +208,10 @@ def test_exported_tanh_gelu_is_fused(tmp_path):
         gelu = [n for n in gear["nodes"] if n["op"] == "Gelu"]
         assert len(gelu) == 1 and gelu[0]["attrs"]["approximate"] == "tanh"
         assert "Tanh" not in ops
+        storage = {t["name"]: t["storage"] for t in gear["tensors"]}
+        qk = [n for n in gear["nodes"] if n["op"] == "MatMul" and n["attrs"]["trans_b"] == 1
+              and storage[n["inputs"][1]] == "arena"]
+        assert len(qk) == 1
 
 
 def test_ais_bench_command_runs_a_gear(cnn_gears, tmp_path):
