@@ -124,3 +124,25 @@ def test_mixed_float16_and_bfloat16_is_refused(tmp_path):
             "--soc_version=Ascend910B2")
     assert r.returncode == 1
     assert "mixes float16 and bfloat16" in r.stderr
+
+
+def test_half_model_with_batch_gears(tmp_path):
+    """A float16 CNN converted with --dynamic_batch_size: every gear takes and returns float16
+    and matches onnxruntime within the same 8 rounding steps."""
+    import onnxruntime as ort
+    torch.manual_seed(3)
+    model = CNN().eval().half()
+    path = str(tmp_path / "cnn_fp16_dyn.onnx")
+    with torch.no_grad():
+        torch.onnx.export(model, (torch.randn(2, 3, 32, 32).half(),), path, dynamo=False,
+                          input_names=["x"], output_names=["y"], opset_version=17,
+                          dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    om = convert(path, tmp_path / "cnn_fp16_dyn", "--input_shape=x:-1,3,32,32",
+                 "--dynamic_batch_size=1,4")
+    session, ref = _session(om), ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for b in (4, 1):
+        x = torch.randn(b, 3, 32, 32).half().numpy()
+        y, = session.infer([x], mode="dymbatch")
+        assert y.dtype == np.float16 and y.shape == (b, 10)
+        _close(y, ref.run(None, {"x": x})[0], "float16")
+    session.free_resource()
