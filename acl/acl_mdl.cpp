@@ -31,7 +31,7 @@ struct aclmdlDesc {
     size_t bytes;
   };
   std::vector<IO> inputs, outputs;
-  std::shared_ptr<npu::engine::Model> model;  // for aclmdlGetCurOutputDims
+  std::weak_ptr<npu::engine::Model> model;  // for aclmdlGetCurOutputDims; unload frees it
 };
 
 namespace {
@@ -81,13 +81,14 @@ aclError load(const char* api, const std::function<engine::ModelDef()>& read,
 }
 
 aclError checkDataset(const char* api, const char* which, const aclmdlDataset* set,
-                      const engine::ModelDef& gear, bool is_input, aclError mismatch,
-                      std::vector<void*>* pointers) {
+                      const engine::Model& model, size_t gear_index, bool is_input,
+                      aclError mismatch, std::vector<void*>* pointers) {
+  const engine::ModelDef& gear = model.gear(gear_index);
   ACL_REQUIRE_ARG(api, set, std::string(which) + " dataset must not be NULL");
   const auto& ids = is_input ? gear.inputs : gear.outputs;
   const size_t count = ids.size();
   // A CANN program adds a buffer for the ACL_DYNAMIC_TENSOR_NAME input; it is not read here.
-  const bool extra = is_input && gear.dynamic_mode != engine::DynamicMode::Static;
+  const bool extra = is_input && model.def().dynamic_mode != engine::DynamicMode::Static;
   if (set->buffers.size() != count && !(extra && set->buffers.size() == count + 1)) {
     return setError(mismatch, std::string(api) + ": the " + which + " dataset has " +
                                   std::to_string(set->buffers.size()) + " buffers; the model has " +
@@ -151,11 +152,11 @@ aclError execute(const char* api, uint32_t modelId, const aclmdlDataset* input,
     }
   }
   std::vector<void*> ins, outs;
-  if (aclError e = checkDataset(api, "input", input, model->gear(gear), true,
+  if (aclError e = checkDataset(api, "input", input, *model, gear, true,
                                 ACL_ERROR_MODEL_INPUT_NOT_MATCH, &ins)) {
     return e;
   }
-  if (aclError e = checkDataset(api, "output", output, model->gear(gear), false,
+  if (aclError e = checkDataset(api, "output", output, *model, gear, false,
                                 ACL_ERROR_MODEL_OUTPUT_NOT_MATCH, &outs)) {
     return e;
   }
@@ -296,8 +297,9 @@ aclError aclmdlGetInputIndexByName(const aclmdlDesc* d, const char* name, size_t
       return ACL_SUCCESS;
     }
   }
-  if (std::string(name) == ACL_DYNAMIC_TENSOR_NAME && d->model &&
-      d->model->def().dynamic_mode != engine::DynamicMode::Static) {
+  auto model = d->model.lock();
+  if (std::string(name) == ACL_DYNAMIC_TENSOR_NAME && model &&
+      model->def().dynamic_mode != engine::DynamicMode::Static) {
     *index = d->inputs.size();
     return ACL_SUCCESS;
   }
@@ -360,10 +362,12 @@ aclError aclmdlSetInputDynamicDims(uint32_t modelId, aclmdlDataset* dataset, siz
 }
 
 aclError aclmdlGetCurOutputDims(const aclmdlDesc* d, size_t i, aclmdlIODims* dims) {
-  ACL_REQUIRE_ARG("aclmdlGetCurOutputDims", d && d->model, "modelDesc must come from aclmdlGetDesc");
+  auto model = d ? d->model.lock() : nullptr;
+  ACL_REQUIRE_ARG("aclmdlGetCurOutputDims", model,
+                  "modelDesc must come from aclmdlGetDesc of a model still loaded");
   ACL_REQUIRE_ARG("aclmdlGetCurOutputDims", dims && i < d->outputs.size(),
                   "dims must not be NULL and index below the output count");
-  const auto& g = d->model->gear(d->model->current_gear());
+  const auto& g = model->gear(model->current_gear());
   const auto& t = g.tensors[g.outputs[i]];
   std::vector<aclmdlDesc::IO> one{{t.name, t.dims, ACL_FLOAT, 0}};
   return fillDims("aclmdlGetCurOutputDims", one, 0, dims);

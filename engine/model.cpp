@@ -3,8 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <cstring>
+#include <map>
 
 #include "engine/engine_internal.h"
 
@@ -105,7 +105,6 @@ size_t Model::find_gear(const std::vector<int64_t>& values) const {
 }
 
 Model::~Model() {
-  if (profile_) print_profile();
   // Queued runs read the arena and weights: let the model's device finish first (the caller
   // may have another device current).
   int current = 0;
@@ -113,6 +112,7 @@ Model::~Model() {
   npuSetDevice(device_);
   npuDeviceSynchronize();
   npuSetDevice(current);
+  if (profile_) print_profile();  // after the queued runs, which add to the sums
   npuFree(arena_);
   npuFree(weights_);
 }
