@@ -46,10 +46,11 @@ Model::Model(ModelDef def) : def_(std::move(def)) {
   // Every node is prepared before any memory is taken: an unsupported node fails the load
   // without side effects.
   uint64_t arena_size = def_.arena_size;
-  gears_.push_back(Gear{&def_, {}, {}});
-  for (const auto& g : def_.gears) {
-    gears_.push_back(Gear{&g, {}, {}});
-    arena_size = std::max(arena_size, g.arena_size);
+  gears_.resize(1 + def_.gears.size());
+  gears_[0].def = &def_;
+  for (size_t k = 0; k < def_.gears.size(); ++k) {
+    gears_[k + 1].def = &def_.gears[k];
+    arena_size = std::max(arena_size, def_.gears[k].arena_size);
   }
   for (auto& g : gears_) {
     for (const auto& node : g.def->nodes) g.kernels.push_back(make_kernel(*g.def, node));

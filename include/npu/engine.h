@@ -134,7 +134,7 @@ class Model {
   // One planned graph: its prepared nodes and one data pointer per tensor (inputs / outputs
   // set by each run). Every gear shares the weights and the one arena.
   struct Gear {
-    const ModelDef* def;
+    const ModelDef* def = nullptr;
     std::vector<std::unique_ptr<Kernel>> kernels;
     std::vector<void*> ptrs;
     std::vector<double> node_seconds;  // SIMNPU_ENGINE_PROFILE: a sum per node, seconds
