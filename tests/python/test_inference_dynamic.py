@@ -212,6 +212,12 @@ def test_exported_tanh_gelu_is_fused(tmp_path):
         qk = [n for n in gear["nodes"] if n["op"] == "MatMul" and n["attrs"]["trans_b"] == 1
               and storage[n["inputs"][1]] == "arena"]
         assert len(qk) == 1
+        # One layout per weight for both gears (the decode gear's few-row [N, K] one), so the
+        # gears share every weight's bytes.
+        weights = {t["name"]: t["offset"] for t in gear["tensors"] if t["storage"] == "weight"}
+        first = {t["name"]: t["offset"] for t in dump["tensors"] if t["storage"] == "weight"}
+        assert {k: v for k, v in weights.items() if k.endswith("_nk")} == {
+            k: v for k, v in first.items() if k.endswith("_nk")} != {}
 
 
 def test_ais_bench_command_runs_a_gear(cnn_gears, tmp_path):
