@@ -240,3 +240,32 @@ def test_ais_bench_command_runs_a_gear(cnn_gears, tmp_path):
     r = subprocess.run([sys.executable, "-m", "ais_bench", "--model", om, "--dymBatch", "3"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "batch size 3 is not one of the model's gears" in r.stderr
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("dtype", "a gear's inputs"),
+    ("larger", "a gear's inputs"),
+    ("mode", "the gear table"),
+])
+def test_engine_refuses_inconsistent_gears(cnn_gears, tmp_path, damage, words):
+    """A hand-made or damaged .om whose gears disagree with the first gear (an input's dtype,
+    an input larger than the first gear's buffers) or with an unknown mode is refused at load
+    naming the problem (the checksum is right: the readers' own checks must catch it)."""
+    from ais_bench._acl import AclError
+    from atc import om as omfmt
+    _, om_path, _ = cnn_gears
+    with open(om_path, "rb") as f:
+        model = omfmt.parse(f.read(), om_path)
+    gear = model.gears[0]
+    t = gear.tensors[gear.inputs[0]]
+    if damage == "dtype":
+        t.dtype = np.dtype("int32")
+    elif damage == "larger":
+        t.dims = (16,) + tuple(t.dims[1:])
+        t.nbytes = int(np.prod(t.dims)) * 4
+    else:
+        model.dynamic_mode = 7
+    bad = tmp_path / "bad.om"
+    bad.write_bytes(omfmt.serialize(model))
+    with pytest.raises(AclError, match=words):
+        _session(bad)
