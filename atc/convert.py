@@ -1131,7 +1131,20 @@ def convert(path: str, input_shape: str | None, soc_version: str,
     import os
     mode, values, per_gear = gear_shapes(input_shape, dynamic_batch_size, dynamic_dims)
     store = WeightStore()
-    graphs = [_prepare_graph(path, shapes) for shapes in per_gear]
+    graphs = []
+    for k, shapes in enumerate(per_gear):
+        try:
+            graphs.append(_prepare_graph(path, shapes))
+        except ConvertError as e:
+            if mode == om.STATIC:
+                raise
+            # A model whose export baked a size in (a traced view(2, -1)) fails for some
+            # gears only: say which.
+            raise ConvertError(e.code, f"{str(e).split(': ', 1)[1]} (in the gear "
+                               f"{','.join(map(str, values[k]))} of "
+                               f"--{om.DYNAMIC_NAMES[mode]}: input shapes "
+                               f"{ {n: list(v) for n, v in shapes.items()} }; export the "
+                               "model with those dimensions dynamic)") from None
     few_rows = set().union(*(few_row_weights(g) for g in graphs))
     built = [_finish_graph(g, few_rows, precision_mode, soc_version, os.path.basename(path),
                            store) for g in graphs]

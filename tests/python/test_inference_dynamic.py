@@ -269,3 +269,19 @@ def test_engine_refuses_inconsistent_gears(cnn_gears, tmp_path, damage, words):
     bad.write_bytes(omfmt.serialize(model))
     with pytest.raises(AclError, match=words):
         _session(bad)
+
+
+def test_a_gear_the_export_cannot_take_is_named(tmp_path):
+    """A traced view(2, 12) bakes the batch in: the batch-1 gear cannot be built, and atc says
+    which gear and its input shapes."""
+    class Baked(torch.nn.Module):
+        def forward(self, x):
+            return x.view(2, 12).relu()
+    path = tmp_path / "baked.onnx"
+    torch.onnx.export(Baked(), (torch.randn(2, 3, 4),), str(path), dynamo=False,
+                      input_names=["x"], opset_version=17)
+    r = atc(f"--model={path}", "--framework=5", f"--output={tmp_path / 'baked'}",
+            "--soc_version=Ascend910B2", "--input_shape=x:-1,3,4", "--dynamic_batch_size=1,2")
+    assert r.returncode == 1
+    assert "E19011" in r.stderr and "cannot reshape [1, 3, 4] into [2, 12]" in r.stderr
+    assert "in the gear 1 of --dynamic_batch_size" in r.stderr and "'x': [1, 3, 4]" in r.stderr
