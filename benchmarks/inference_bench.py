@@ -210,12 +210,12 @@ def gears_main(args):
                 rows.update(bench_decoder(args.calls, args.threads, d))
             for k, v in rows.items():
                 runs.setdefault(k, []).append(v)
-    print(f"{'case':<17}{'engine ms':>11}{'ort ms':>9}{'engine/ort per run':>26}{'median':>8}")
+    print(f"{'case':<17}{'engine ms':>11}{'ort ms':>10}{'median':>8}  engine/ort per run")
     for k, v in runs.items():
         ratios = [e / o for e, o in v]
         print(f"{k:<17}{statistics.median(e for e, _ in v):>11.3f}"
-              f"{statistics.median(o for _, o in v):>9.3f}"
-              f"{', '.join(f'{x:.2f}' for x in ratios):>26}{statistics.median(ratios):>8.2f}")
+              f"{statistics.median(o for _, o in v):>10.3f}{statistics.median(ratios):>8.2f}  "
+              + ", ".join(f"{x:.2f}" for x in ratios))
 
 
 def main():
