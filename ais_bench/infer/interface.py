@@ -99,11 +99,17 @@ class InferSession:
     def get_outputs(self) -> list[TensorDesc]:
         return list(self._outputs)
 
-    def infer(self, feeds, mode: str = "static") -> list[np.ndarray]:
+    def infer(self, feeds, mode: str = "static", custom_sizes=None,
+              out_array: bool = True) -> list[np.ndarray]:
         """feeds: one array per input, in order (a list) or by name (a dict). Returns the
         outputs as NumPy arrays. mode: "static", or for a model converted with gears
         "dymbatch" (atc --dynamic_batch_size: the batch is the first feed's first dimension)
-        or "dymdims" (atc --dynamic_dims: the gear is the one whose shapes the feeds have)."""
+        or "dymdims" (atc --dynamic_dims: the gear is the one whose shapes the feeds have).
+        custom_sizes (ais_bench's output sizes for "dymshape") is not needed by any mode
+        here; out_array=False (device tensors) is not supported."""
+        if not out_array:
+            raise NotImplementedError("infer(out_array=False): outputs are returned as NumPy "
+                                      "arrays only; call infer(feeds) without out_array")
         if mode in ("dymhw", "dymshape"):
             raise NotImplementedError(f"infer(mode={mode!r}) is not supported: convert with "
                                       "atc --dynamic_dims and use mode='dymdims'")
