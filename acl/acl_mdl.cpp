@@ -21,6 +21,7 @@ struct aclDataBuffer {
 };
 struct aclmdlDataset {
   std::vector<aclDataBuffer*> buffers;
+  std::vector<int64_t> gear_values;  // aclmdlSetDynamicBatchSize / aclmdlSetInputDynamicDims
 };
 struct aclmdlDesc {
   struct IO {
@@ -30,6 +31,7 @@ struct aclmdlDesc {
     size_t bytes;
   };
   std::vector<IO> inputs, outputs;
+  std::weak_ptr<npu::engine::Model> model;  // for aclmdlGetCurOutputDims; unload frees it
 };
 
 namespace {
@@ -79,18 +81,21 @@ aclError load(const char* api, const std::function<engine::ModelDef()>& read,
 }
 
 aclError checkDataset(const char* api, const char* which, const aclmdlDataset* set,
-                      size_t count, const engine::TensorInfo& (engine::Model::*info)(size_t)
-                                                              const,
-                      const engine::Model& model, aclError mismatch,
-                      std::vector<void*>* pointers) {
+                      const engine::Model& model, size_t gear_index, bool is_input,
+                      aclError mismatch, std::vector<void*>* pointers) {
+  const engine::ModelDef& gear = model.gear(gear_index);
   ACL_REQUIRE_ARG(api, set, std::string(which) + " dataset must not be NULL");
-  if (set->buffers.size() != count) {
+  const auto& ids = is_input ? gear.inputs : gear.outputs;
+  const size_t count = ids.size();
+  // A CANN program adds a buffer for the ACL_DYNAMIC_TENSOR_NAME input; it is not read here.
+  const bool extra = is_input && model.def().dynamic_mode != engine::DynamicMode::Static;
+  if (set->buffers.size() != count && !(extra && set->buffers.size() == count + 1)) {
     return setError(mismatch, std::string(api) + ": the " + which + " dataset has " +
                                   std::to_string(set->buffers.size()) + " buffers; the model has " +
                                   std::to_string(count) + " " + which + "s");
   }
   for (size_t i = 0; i < count; ++i) {
-    const auto& t = (model.*info)(i);
+    const auto& t = gear.tensors[ids[i]];
     const aclDataBuffer* buf = set->buffers[i];
     if (!buf || !buf->data || buf->size < t.nbytes) {
       return setError(mismatch, std::string(api) + ": " + which + " " + std::to_string(i) +
@@ -129,20 +134,37 @@ aclError execute(const char* api, uint32_t modelId, const aclmdlDataset* input,
     return setError(ACL_ERROR_INVALID_MODEL_ID,
                     std::string(api) + ": no model is loaded with id " + std::to_string(modelId));
   }
+  size_t gear = 0;
+  if (model->def().dynamic_mode != engine::DynamicMode::Static) {
+    ACL_REQUIRE_ARG(api, input, "input dataset must not be NULL");
+    if (input->gear_values.empty()) {
+      return setError(ACL_ERROR_INVALID_PARAM,
+                      std::string(api) + ": the model has dynamic gears (atc --dynamic_" +
+                          (model->def().dynamic_mode == engine::DynamicMode::Batch
+                               ? "batch_size); call aclmdlSetDynamicBatchSize"
+                               : "dims); call aclmdlSetInputDynamicDims") +
+                          " on the input dataset first");
+    }
+    try {
+      gear = model->find_gear(input->gear_values);
+    } catch (const engine::ModelError& e) {
+      return setError(ACL_ERROR_INVALID_PARAM, std::string(api) + ": " + e.what());
+    }
+  }
   std::vector<void*> ins, outs;
-  if (aclError e = checkDataset(api, "input", input, model->num_inputs(), &engine::Model::input,
-                                *model, ACL_ERROR_MODEL_INPUT_NOT_MATCH, &ins)) {
+  if (aclError e = checkDataset(api, "input", input, *model, gear, true,
+                                ACL_ERROR_MODEL_INPUT_NOT_MATCH, &ins)) {
     return e;
   }
-  if (aclError e = checkDataset(api, "output", output, model->num_outputs(),
-                                &engine::Model::output, *model, ACL_ERROR_MODEL_OUTPUT_NOT_MATCH,
-                                &outs)) {
+  if (aclError e = checkDataset(api, "output", output, *model, gear, false,
+                                ACL_ERROR_MODEL_OUTPUT_NOT_MATCH, &outs)) {
     return e;
   }
+  ins.resize(model->num_inputs());
   npuStream_t s = static_cast<npuStream_t>(stream);
   if (!s) npuGetDefaultStream(model->device(), &s);
-  return simnpu_acl::fromRuntimeError(wait ? model->execute(s, ins, outs)
-                                           : model->execute_async(s, ins, outs));
+  return simnpu_acl::fromRuntimeError(wait ? model->execute(s, ins, outs, gear)
+                                           : model->execute_async(s, ins, outs, gear));
 }
 
 }  // namespace
@@ -234,6 +256,7 @@ aclError aclmdlGetDesc(aclmdlDesc* modelDesc, uint32_t modelId) {
   };
   modelDesc->inputs.clear();
   modelDesc->outputs.clear();
+  modelDesc->model = model;
   for (size_t i = 0; i < model->num_inputs(); ++i) {
     modelDesc->inputs.push_back(describe(model->input(i)));
   }
@@ -274,6 +297,12 @@ aclError aclmdlGetInputIndexByName(const aclmdlDesc* d, const char* name, size_t
       return ACL_SUCCESS;
     }
   }
+  auto model = d->model.lock();
+  if (std::string(name) == ACL_DYNAMIC_TENSOR_NAME && model &&
+      model->def().dynamic_mode != engine::DynamicMode::Static) {
+    *index = d->inputs.size();
+    return ACL_SUCCESS;
+  }
   return setError(ACL_ERROR_INVALID_PARAM,
                   std::string("aclmdlGetInputIndexByName: the model has no input named ") + name);
 }
@@ -286,6 +315,62 @@ aclDataType aclmdlGetOutputDataType(const aclmdlDesc* d, size_t i) {
 aclFormat aclmdlGetInputFormat(const aclmdlDesc* d, size_t i) {
   if (!d || i >= d->inputs.size()) return ACL_FORMAT_UNDEFINED;
   return d->inputs[i].dims.size() == 4 ? ACL_FORMAT_NCHW : ACL_FORMAT_ND;
+}
+
+namespace {
+aclError setGear(const char* api, uint32_t modelId, aclmdlDataset* dataset, size_t index,
+                 std::vector<int64_t> values, engine::DynamicMode mode) {
+  ACL_REQUIRE_INIT(api);
+  ACL_REQUIRE_ARG(api, dataset, "dataset must not be NULL");
+  auto model = find(modelId);
+  if (!model) {
+    return setError(ACL_ERROR_INVALID_MODEL_ID,
+                    std::string(api) + ": no model is loaded with id " + std::to_string(modelId));
+  }
+  if (model->def().dynamic_mode != mode) {
+    return setError(ACL_ERROR_INVALID_PARAM,
+                    std::string(api) + ": the model was not converted with atc --dynamic_" +
+                        (mode == engine::DynamicMode::Batch ? "batch_size" : "dims"));
+  }
+  ACL_REQUIRE_ARG(api, index == model->num_inputs(),
+                  "index " + std::to_string(index) + " is not the index of " +
+                      ACL_DYNAMIC_TENSOR_NAME + " (" + std::to_string(model->num_inputs()) +
+                      ", aclmdlGetInputIndexByName)");
+  try {
+    model->find_gear(values);
+  } catch (const engine::ModelError& e) {
+    return setError(ACL_ERROR_INVALID_PARAM, std::string(api) + ": " + e.what());
+  }
+  dataset->gear_values = std::move(values);
+  return ACL_SUCCESS;
+}
+}  // namespace
+
+aclError aclmdlSetDynamicBatchSize(uint32_t modelId, aclmdlDataset* dataset, size_t index,
+                                   uint64_t batchSize) {
+  return setGear("aclmdlSetDynamicBatchSize", modelId, dataset, index,
+                 {static_cast<int64_t>(batchSize)}, engine::DynamicMode::Batch);
+}
+
+aclError aclmdlSetInputDynamicDims(uint32_t modelId, aclmdlDataset* dataset, size_t index,
+                                   const aclmdlIODims* dims) {
+  ACL_REQUIRE_ARG("aclmdlSetInputDynamicDims", dims && dims->dimCount <= ACL_MAX_DIM_CNT,
+                  "dims must not be NULL and hold at most ACL_MAX_DIM_CNT values");
+  return setGear("aclmdlSetInputDynamicDims", modelId, dataset, index,
+                 std::vector<int64_t>(dims->dims, dims->dims + dims->dimCount),
+                 engine::DynamicMode::Dims);
+}
+
+aclError aclmdlGetCurOutputDims(const aclmdlDesc* d, size_t i, aclmdlIODims* dims) {
+  auto model = d ? d->model.lock() : nullptr;
+  ACL_REQUIRE_ARG("aclmdlGetCurOutputDims", model,
+                  "modelDesc must come from aclmdlGetDesc of a model still loaded");
+  ACL_REQUIRE_ARG("aclmdlGetCurOutputDims", dims && i < d->outputs.size(),
+                  "dims must not be NULL and index below the output count");
+  const auto& g = model->gear(model->current_gear());
+  const auto& t = g.tensors[g.outputs[i]];
+  std::vector<aclmdlDesc::IO> one{{t.name, t.dims, ACL_FLOAT, 0}};
+  return fillDims("aclmdlGetCurOutputDims", one, 0, dims);
 }
 
 aclError aclmdlExecuteAsync(uint32_t modelId, const aclmdlDataset* input, aclmdlDataset* output,

@@ -14,7 +14,8 @@ ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST = 1, 2
 ACL_ERROR_REPEAT_INITIALIZE = 100002
 ACL_MAX_DIM_CNT = 128
 DTYPES = {0: "float32", 1: "float16", 2: "int8", 3: "int32", 4: "uint8", 6: "int16",
-          7: "uint16", 8: "uint32", 9: "int64", 10: "uint64", 11: "float64", 12: "bool"}
+          7: "uint16", 8: "uint32", 9: "int64", 10: "uint64", 11: "float64", 12: "bool",
+          27: "bfloat16"}
 
 
 class AclError(RuntimeError):
@@ -86,6 +87,13 @@ def lib():
         "aclmdlDestroyDataset": (c.c_int, [c.c_void_p]),
         "aclmdlAddDatasetBuffer": (c.c_int, [c.c_void_p, c.c_void_p]),
         "aclmdlExecute": (c.c_int, [c.c_uint32, c.c_void_p, c.c_void_p]),
+        "aclmdlGetInputIndexByName": (c.c_int, [c.c_void_p, c.c_char_p,
+                                                c.POINTER(c.c_size_t)]),
+        "aclmdlSetDynamicBatchSize": (c.c_int, [c.c_uint32, c.c_void_p, c.c_size_t,
+                                                c.c_uint64]),
+        "aclmdlSetInputDynamicDims": (c.c_int, [c.c_uint32, c.c_void_p, c.c_size_t,
+                                                c.POINTER(IODims)]),
+        "aclmdlGetCurOutputDims": (c.c_int, [c.c_void_p, c.c_size_t, c.POINTER(IODims)]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(L, name)

@@ -25,7 +25,30 @@ def _parser():
                    help="samples per run, for the throughput figure (default: dim 0)")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--warmup_count", type=int, default=1)
+    p.add_argument("--dymBatch", type=int, default=0,
+                   help="the batch gear to run (a model converted with atc --dynamic_batch_size)")
+    p.add_argument("--dymDims", default=None,
+                   help='the dims gear to run, every input\'s shape: "x:1,32;y:1,32" (a model '
+                   'converted with atc --dynamic_dims)')
+    p.add_argument("--dymShape", default=None, help="not supported: use --dymDims")
     return p
+
+
+def _gear_shapes(args, inputs) -> list[list[int]] | None:
+    """The input shapes of the gear --dymBatch / --dymDims name (None: static)."""
+    if args.dymBatch:
+        return [[args.dymBatch] + t.shape[1:] for t in inputs]
+    if args.dymDims:
+        shapes = {}
+        for item in args.dymDims.split(";"):
+            name, _, dims = item.rpartition(":")
+            shapes[name] = [int(d) for d in dims.split(",")]
+        missing = [t.name for t in inputs if t.name not in shapes]
+        if missing:
+            raise ValueError(f"--dymDims {args.dymDims} does not give the inputs {missing}; "
+                             "give every input as name:d0,d1,... separated by ;")
+        return [shapes[t.name] for t in inputs]
+    return None
 
 
 def _files(spec: str) -> list[str]:
@@ -35,10 +58,10 @@ def _files(spec: str) -> list[str]:
     return [spec]
 
 
-def _load(path: str, t) -> np.ndarray:
+def _load(path: str, t, shape) -> np.ndarray:
     if path.endswith(".npy"):
         return np.load(path)
-    return np.fromfile(path, dtype=t.datatype).reshape(t.shape)
+    return np.fromfile(path, dtype=t.datatype).reshape(shape)
 
 
 def _stats(name: str, ms: list[float]) -> str:
@@ -65,6 +88,19 @@ def main(argv=None) -> int:
         print(f"[ERROR] {e}", file=sys.stderr)
         return 1
     inputs = session.get_inputs()
+    if args.dymShape:
+        print("[ERROR] --dymShape is not supported: this engine runs gears only; convert with "
+              "atc --dynamic_dims and run with --dymDims", file=sys.stderr)
+        return 1
+    if args.dymBatch and args.dymDims:
+        print("[ERROR] --dymBatch and --dymDims are mutually exclusive", file=sys.stderr)
+        return 1
+    mode = "dymbatch" if args.dymBatch else "dymdims" if args.dymDims else "static"
+    try:
+        shapes = _gear_shapes(args, inputs) or [t.shape for t in inputs]
+    except ValueError as e:
+        print(f"[ERROR] {e}", file=sys.stderr)
+        return 1
     if args.input:
         specs = args.input.split(",")
         if len(specs) != len(inputs):
@@ -77,20 +113,25 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 1
         samples = [(os.path.splitext(os.path.basename(group[0]))[0],
-                    [_load(f, t) for f, t in zip(group, inputs)])
+                    [_load(f, t, shape) for f, t, shape in zip(group, inputs, shapes)])
                    for group in zip(*per_input)]
     else:
-        samples = [("pure_infer_data", [np.zeros(t.shape, t.datatype) for t in inputs])]
-    for _, feeds in samples[:1]:
-        for _ in range(args.warmup_count):
-            session.infer(feeds)
+        samples = [("pure_infer_data", [np.zeros(shape, t.datatype)
+                                        for t, shape in zip(inputs, shapes)])]
+    for stem, feeds in samples[:1]:
+        try:
+            for _ in range(args.warmup_count):
+                session.infer(feeds, mode=mode)
+        except (AclError, ValueError) as e:
+            print(f"[ERROR] {stem}: {e}", file=sys.stderr)
+            return 1
     session.reset_summaryinfo()
     if args.output:
         os.makedirs(args.output, exist_ok=True)
     for stem, feeds in samples:
         try:
             for _ in range(args.loop):
-                outs = session.infer(feeds)
+                outs = session.infer(feeds, mode=mode)
         except (AclError, ValueError) as e:
             print(f"[ERROR] {stem}: {e}", file=sys.stderr)
             return 1
@@ -104,7 +145,7 @@ def main(argv=None) -> int:
                 else:
                     np.savetxt(base + ".txt", out.reshape(out.shape[0] if out.ndim else 1, -1))
     s = session.summary()
-    batch = args.batchsize or (inputs[0].shape[0] if inputs and inputs[0].shape else 1)
+    batch = args.batchsize or (shapes[0][0] if inputs and shapes[0] else 1)
     compute = float(np.mean(s["compute"]))
     print("[INFO] -----------------Performance Summary------------------")
     print(_stats("H2D_latency", s["h2d"]))

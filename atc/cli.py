@@ -27,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--framework", help="5 (ONNX); the only framework this atc reads")
     p.add_argument("--output", help="output path; .om is appended when missing")
     p.add_argument("--input_shape", help='static input shapes, "x:1,3,224,224;y:1,10"')
+    p.add_argument("--dynamic_batch_size", help='batch gears, "1,2,4,8", for the -1 batch '
+                   'dimension of --input_shape')
+    p.add_argument("--dynamic_dims", help='dims gears, "16;32;64" (one value per -1 of '
+                   '--input_shape in each gear, gears separated by ;)')
+    p.add_argument("--input_shape_range", help="not supported: use --dynamic_dims")
     p.add_argument("--input_format", default="NCHW", help="NCHW or ND (recorded only)")
     p.add_argument("--soc_version", help="the target chip, e.g. Ascend910B2")
     p.add_argument("--precision_mode", default="force_fp32",
@@ -58,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.soc_version not in SOC_VERSIONS:
         return _fail(f"E10001: Value [{args.soc_version}] for parameter [--soc_version] is "
                      f"invalid. Reason: the value must be one of {', '.join(SOC_VERSIONS)}.")
+    if args.input_shape_range:
+        return _fail(f"E10001: Value [{args.input_shape_range}] for parameter "
+                     "[--input_shape_range] is invalid. Reason: shape ranges (dynamic shapes "
+                     "planned at run time) are not supported by this engine, which plans its "
+                     "memory once per shape: use --dynamic_dims (or --dynamic_batch_size) "
+                     "with -1 in --input_shape to list the shapes as gears.")
     from atc.convert import PRECISION_MODES, ConvertError, convert
     if args.precision_mode not in PRECISION_MODES:
         known = args.precision_mode in ("force_fp16", "force_lowerprecision",
@@ -70,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{', '.join(PRECISION_MODES)}.")
     try:
         data, stats = convert(args.model, args.input_shape, args.soc_version,
-                              args.precision_mode)
+                              args.precision_mode, args.dynamic_batch_size, args.dynamic_dims)
     except (ConvertError, NotImplementedError) as e:
         return _fail(str(e))
     except Exception as e:  # a bug in atc: still an ATC-style failure, with what broke
@@ -84,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.log in ("debug", "info"):
         print(f"[INFO] {stats['onnx_nodes']} ONNX nodes -> {stats['nodes']} engine nodes; "
               f"arena {stats['arena_bytes']} bytes (unshared {stats['unshared_bytes']}); "
-              f"weights {stats['weight_bytes']} bytes")
+              f"weights {stats['weight_bytes']} bytes"
+              + (f"; {stats['gears']} gears" if stats.get("gears") else ""))
     print("ATC run success, welcome to the next use.")
     return 0
 

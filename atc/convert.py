@@ -67,6 +67,11 @@ class Graph:
         self.inputs: list[str] = []
         self.outputs: list[str] = []
         self.opset = 0
+        # A float16 / bfloat16 model runs in float32 with each op's result rounded to the
+        # model's type (see widen_narrow_model): `narrow` holds the float32 tensors that stand
+        # for 16-bit ones, `narrow_kind` that type ("float16" / "bfloat16", None for none).
+        self.narrow: set[str] = set()
+        self.narrow_kind: str | None = None
 
     def const(self, name):
         t = self.tensors.get(name)
@@ -89,7 +94,8 @@ class Graph:
 
 # ---- import -------------------------------------------------------------------------------
 
-def parse_input_shape(text: str | None) -> dict[str, tuple]:
+def parse_input_shape(text: str | None, dynamic: bool = False) -> dict[str, tuple]:
+    """--input_shape; -1 marks a dimension that --dynamic_batch_size / --dynamic_dims give."""
     shapes = {}
     if not text:
         return shapes
@@ -103,10 +109,11 @@ def parse_input_shape(text: str | None) -> dict[str, tuple]:
             raise ConvertError("E10002", f"Value [{text}] for parameter [--input_shape] is "
                                "invalid. Reason: expected \"name:d0,d1,...;name2:...\" with "
                                "integer dimensions, e.g. \"x:1,3,224,224\"") from None
-        if any(d < 1 for d in shape):
+        if any(d < 1 and not (dynamic and d == -1) for d in shape):
             raise ConvertError("E10002", f"Value [{text}] for parameter [--input_shape] is "
-                               f"invalid. Reason: dimension of {name} must be positive; "
-                               "dynamic shapes are not supported")
+                               f"invalid. Reason: dimension of {name} must be positive"
+                               + ("" if dynamic else "; a -1 (dynamic) dimension needs its "
+                                  "values as gears: --dynamic_batch_size or --dynamic_dims"))
         shapes[name] = shape
     return shapes
 
@@ -177,7 +184,75 @@ def import_onnx(path: str, input_shapes: dict[str, tuple]) -> Graph:
             attrs["_num_outputs"] = len(n.output)
         g.nodes.append(Node(n.op_type, n.name or f"{n.op_type}_{i}", list(n.input),
                             list(n.output), attrs))
+    widen_narrow_model(g, {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.output})
     return g
+
+
+NARROW_ONNX = {10: "float16", 16: "bfloat16"}  # TensorProto.FLOAT16, BFLOAT16
+ONNX_FLOAT = 1
+
+
+def _narrow_name(dtype: np.dtype) -> str | None:
+    return {"float16": "float16", "bfloat16": "bfloat16"}.get(np.dtype(dtype).name)
+
+
+def widen_narrow_model(g: Graph, output_types: dict[str, int]) -> None:
+    """A float16 / bfloat16 model becomes a float32 graph whose 16-bit tensors are marked
+    (g.narrow): the engine computes each op in float32 and rounds its result to the model's
+    type (to nearest even), as the card's fp16 / bf16 kernels accumulate in float32 and store
+    16 bits. So:
+      - 16-bit weights and Constant values become float32 (exactly: every 16-bit value is a
+        float32 value);
+      - a 16-bit graph input stays 16-bit (the caller's buffer) and is widened by a Cast at
+        the start; a 16-bit graph output is narrowed by a Cast at the end;
+      - a Cast to float16 / bfloat16 inside the graph becomes a float32 copy whose result is
+        rounded (a Cast to float32 of a narrow tensor is a plain copy).
+    A model mixing float16 and bfloat16 is refused."""
+    kinds = set()
+
+    def note(kind, where):
+        kinds.add(kind)
+        if len(kinds) > 1:
+            raise ConvertError("E19012", f"the model mixes float16 and bfloat16 ({where}); the "
+                               "engine runs one 16-bit type per model: export it in one of them")
+    for name, t in list(g.tensors.items()):
+        kind = _narrow_name(t.dtype)
+        if kind and t.value is not None:
+            note(kind, f"constant {name}")
+            g.add_const(name, t.value.astype(np.float32))
+            g.narrow.add(name)
+    for n in g.nodes:
+        if n.op == "Constant" and isinstance(n.attrs.get("value"), np.ndarray):
+            kind = _narrow_name(n.attrs["value"].dtype)
+            if kind:
+                note(kind, f"node {n.name}")
+                n.attrs["value"] = n.attrs["value"].astype(np.float32)
+                n.attrs["_narrow"] = True
+        if n.op == "Cast" and n.attrs.get("to") in NARROW_ONNX:
+            note(NARROW_ONNX[n.attrs["to"]], f"node {n.name}")
+            n.attrs["to"], n.attrs["_narrow"] = ONNX_FLOAT, True
+    head, tail, rename = [], [], {}
+    for name in g.inputs:
+        kind = _narrow_name(g.tensors[name].dtype)
+        if kind:
+            note(kind, f"input {name}")
+            wide = rename[name] = f"{name}__float32"
+            head.append(Node("Cast", f"{name}__widen", [name], [wide], {"to": ONNX_FLOAT}))
+            g.narrow.add(wide)
+    for name in g.outputs:
+        kind = NARROW_ONNX.get(output_types.get(name))
+        if kind:
+            note(kind, f"output {name}")
+            wide = rename[name] = f"{name}__float32"
+            tail.append(Node("Cast", f"{name}__narrow", [wide], [name],
+                             {"to": output_types[name], "_final": True}))
+    if not kinds:
+        return
+    g.narrow_kind = kinds.pop()
+    for n in g.nodes:
+        n.inputs = [rename.get(i, i) for i in n.inputs]
+        n.outputs = [rename.get(o, o) for o in n.outputs]
+    g.nodes = head + g.nodes + tail
 
 
 # ---- shape inference + constant folding --------------------------------------------------
@@ -196,9 +271,15 @@ def infer_and_fold(g: Graph) -> None:
             values = [np.array(ins[0].shape, dtype=np.int64)]
         elif all(c is not None for i, c in zip(n.inputs, consts) if i):
             values = evaluate(n.op, n.name, consts, n.attrs)
+        narrow = bool(n.attrs.get("_narrow")) or (
+            n.op != "Cast" and any(i in g.narrow for i in n.inputs))
         if values is not None:
             for name, v in zip(n.outputs, values):
-                g.add_const(name, np.asarray(v))
+                v = np.asarray(v)
+                if narrow and v.dtype == np.float32:
+                    v = _round_to(v, g.narrow_kind)
+                    g.narrow.add(name)
+                g.add_const(name, v)
             continue
         if n.op in FOLD_ONLY:
             raise ConvertError("E19010", f"node {n.name} (op {n.op!r}, opset {g.opset}) depends "
@@ -212,6 +293,8 @@ def infer_and_fold(g: Graph) -> None:
         for name, o in zip(n.outputs, outs):
             if name:
                 g.tensors[name] = Tensor(np.dtype(o[0]), tuple(int(d) for d in o[1]))
+                if narrow and g.tensors[name].dtype == np.float32:
+                    g.narrow.add(name)
         kept.append(n)
     g.nodes = kept
 
@@ -385,7 +468,8 @@ def fuse_gelu(g: Graph) -> None:
 
 def fuse_gelu_tanh(g: Graph) -> None:
     """The tanh GELU as written out (GPT-2's NewGELU), 0.5 * x * (1 + tanh(sqrt(2 / pi) *
-    (x + 0.044715 * x ^ 3))) (eight ops), -> one Gelu(approximate="tanh")."""
+    (x + 0.044715 * x ^ 3))) (eight ops; nine where x ^ 3 is x * (x * x), as the exporter
+    writes gelu(approximate="tanh")), -> one Gelu(approximate="tanh")."""
     def other(node, name):
         return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
 
@@ -409,10 +493,19 @@ def fuse_gelu_tanh(g: Graph) -> None:
         if cube_mul is None:
             continue
         x = other(add, cube_mul.outputs[0])
-        pw = next((prod.get(i) for i in cube_mul.inputs
-                   if prod.get(i) is not None and prod[i].op == "Pow"), None)
-        if (pw is None or pw.inputs[0] != x or _scalar(g.const(pw.inputs[1])) != 3.0
-                or abs((const_of(cube_mul, pw.outputs[0]) or 0) - 0.044715) > 1e-6):
+        # x ^ 3 as Pow(x, 3) (GPT-2's NewGELU) or x * (x * x) (the exporter's tanh gelu).
+        pw, cube_nodes = None, []
+        for i in cube_mul.inputs:
+            c3 = prod.get(i)
+            if c3 is None:
+                continue
+            if c3.op == "Pow" and c3.inputs[0] == x and _scalar(g.const(c3.inputs[1])) == 3.0:
+                pw, cube_nodes = c3, [c3]
+            elif c3.op == "Mul" and x in c3.inputs:
+                sq = prod.get(other(c3, x)) if c3.inputs.count(x) == 1 else None
+                if sq is not None and sq.op == "Mul" and sq.inputs == [x, x]:
+                    pw, cube_nodes = c3, [c3, sq]
+        if pw is None or abs((const_of(cube_mul, pw.outputs[0]) or 0) - 0.044715) > 1e-6:
             continue
         one = _single_use(g, uses, tanh.outputs[0])
         if not one or one.op != "Add" or const_of(one, tanh.outputs[0]) != 1.0:
@@ -431,7 +524,7 @@ def fuse_gelu_tanh(g: Graph) -> None:
             chain, out = [mul, half], half
         else:
             continue
-        chain += [pw, cube_mul, add, scale, one]
+        chain += cube_nodes + [cube_mul, add, scale, one]
         if any(n.outputs[0] in g.outputs or (n is not out and len(uses.get(n.outputs[0], []))
                                              != 1) for n in chain):
             continue
@@ -628,6 +721,68 @@ def fuse(g: Graph) -> None:
             _drop(g, act, n)
 
 
+FEW_ROWS = 8  # the kernel library's GEMM dot-product path: at most this many rows of A
+
+
+def _weight_matmuls(g: Graph):
+    """(node, weight, rows of A) for each MatMul against a constant 2-D float32 weight."""
+    for n in g.nodes:
+        if n.op != "MatMul" or n.attrs.get("trans_a") or n.attrs.get("trans_b"):
+            continue
+        b = g.const(n.inputs[1])
+        a_shape = g.tensors[n.inputs[0]].shape
+        if b is None or b.ndim != 2 or len(a_shape) < 2 or b.dtype != np.float32:
+            continue
+        yield n, b, int(np.prod(a_shape[:-1]))
+
+
+def few_row_weights(g: Graph) -> set[str]:
+    """The weights of MatMuls with at most FEW_ROWS rows of A (a Linear at decode time)."""
+    return {n.inputs[1] for n, _, rows in _weight_matmuls(g) if rows <= FEW_ROWS}
+
+
+def layout_few_row_weights(g: Graph, names: set[str]) -> None:
+    """MatMuls against the weights `names` read them as [N, K] (trans_b): with few rows of A
+    the GEMM takes its few-row path, dot products with each column of B contiguous in k, the
+    weight read once and never packed (the [K, N] layout the Gemm rewrite gives the packed
+    path would have to be gathered). A model with gears passes the weights that are few-row
+    in any gear, so every gear shares one layout (one copy of the weight): with more rows
+    (a prefill gear) the packed path reads [N, K] as fast, within noise (measured: the
+    KV-cache decoder's 32-token prefill gear 6.86 ms against 6.91 ms)."""
+    for n, b, _ in list(_weight_matmuls(g)):
+        if n.inputs[1] not in names:
+            continue
+        name = n.inputs[1] + "_nk"
+        if name not in g.tensors:
+            g.add_const(name, np.ascontiguousarray(b.T))
+            if n.inputs[1] in g.narrow:
+                g.narrow.add(name)
+        n.inputs[1] = name
+        n.attrs["trans_b"] = 1
+
+
+def fold_transposed_b(g: Graph) -> None:
+    """MatMul(A, Transpose(B)) where the Transpose swaps only B's last two dims (attention's
+    K^T left unfused, e.g. under a run-time mask) and feeds nothing else: the MatMul reads B
+    transposed (trans_b) and the copy disappears."""
+    prod, uses = {o: n for n in g.nodes for o in n.outputs}, g.consumers()
+    for n in list(g.nodes):
+        if n.op != "MatMul" or n.attrs.get("trans_a") or n.attrs.get("trans_b"):
+            continue
+        tr = prod.get(n.inputs[1])
+        if tr is None or tr.op != "Transpose" or tr.outputs[0] in g.outputs:
+            continue
+        rank = len(g.tensors[tr.inputs[0]].shape)
+        perm = tr.attrs.get("perm", list(range(rank))[::-1])
+        if rank < 3 or list(perm) != list(range(rank - 2)) + [rank - 1, rank - 2]:
+            continue  # 2-D transposes of run-time B stay (the 2-D path packs them anyway)
+        if len(uses.get(tr.outputs[0], [])) != 1 or len(g.tensors[n.inputs[0]].shape) != rank:
+            continue
+        n.inputs[1] = tr.inputs[0]
+        n.attrs["trans_b"] = 1
+        g.nodes.remove(tr)
+
+
 def remove_dead(g: Graph) -> None:
     live = set(g.outputs)
     kept = []
@@ -737,7 +892,26 @@ def _aligned(n: int) -> int:
     return (n + om.ALIGN - 1) // om.ALIGN * om.ALIGN
 
 
-def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]:
+class WeightStore:
+    """The weights section: each constant's bytes at a 64-byte aligned offset; identical bytes
+    are stored once (the gears of a dynamic model share their weights this way)."""
+
+    def __init__(self):
+        self.data = bytearray()
+        self.offsets: dict[bytes, int] = {}
+
+    def add(self, value: np.ndarray) -> int:
+        b = np.ascontiguousarray(value).tobytes()
+        if b not in self.offsets:
+            self.offsets[b] = len(self.data)
+            self.data += b
+            self.data += b"\0" * (-len(self.data) % om.ALIGN)
+        return self.offsets[b]
+
+
+def assemble(g: Graph, soc_version: str, source: str,
+             store: WeightStore | None = None) -> tuple[om.OmModel, dict]:
+    store = WeightStore() if store is None else store
     for n in g.nodes:
         if n.op not in ENGINE_OPS:
             raise ConvertError("E19010", f"node {n.name} (op {n.op!r}, opset {g.opset}) is not "
@@ -770,7 +944,7 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
         if n.op == "Reshape" and in_arena(n.inputs[0]) and in_arena(n.outputs[0]):
             alias[n.outputs[0]] = alias.get(n.inputs[0], n.inputs[0])
             g.nodes.remove(n)
-    first, last, weights = {}, {}, bytearray()
+    first, last = {}, {}
     for k, n in enumerate(g.nodes):
         for name in n.outputs:
             name = alias.get(name, name)
@@ -798,22 +972,31 @@ def assemble(g: Graph, soc_version: str, source: str) -> tuple[om.OmModel, dict]
         elif name in g.outputs:
             storage, offset = om.OUTPUT, g.outputs.index(name)
         elif t.value is not None:
-            storage, offset = om.WEIGHT, len(weights)
-            weights += np.ascontiguousarray(t.value).tobytes()
-            weights += b"\0" * (-len(weights) % om.ALIGN)
+            storage, offset = om.WEIGHT, store.add(t.value)
         else:
             storage, offset = om.ARENA, offsets[name]
-        if storage != om.WEIGHT and t.dtype not in ENGINE_DTYPES:
+        if storage != om.WEIGHT and t.dtype not in ENGINE_DTYPES and not (
+                storage in (om.INPUT, om.OUTPUT) and _narrow_name(t.dtype)):
             raise ConvertError("E19012", f"tensor {name} is {t.dtype}; the engine's tensors are "
                                "float32, int64, int32 or bool (cast the model to float32 "
                                "before export)")
         tensors.append(om.OmTensor(name, t.dtype, t.shape, storage, offset, nbytes))
+    def attrs(n):
+        a = lower_attrs(g, n)
+        # Math results are rounded; data movement copies values that already are 16-bit ones,
+        # except a Cast into the narrow type from a float32 tensor.
+        computes = n.op in FLOAT_OPS or (n.op == "Cast" and n.inputs[0] not in g.narrow
+                                         and not _narrow_name(g.tensors[n.inputs[0]].dtype))
+        if computes and any(o in g.narrow and g.tensors[o].dtype == np.float32
+                            for o in n.outputs):
+            a["round"] = g.narrow_kind  # the engine rounds the float32 result (ops.cpp)
+        return a
     nodes = [om.OmNode(n.op, n.name, [index[i] if i else om.NO_TENSOR for i in n.inputs],
-                       [index[o] for o in n.outputs], lower_attrs(g, n)) for n in g.nodes]
+                       [index[o] for o in n.outputs], attrs(n)) for n in g.nodes]
     model = om.OmModel(soc_version, source, tensors, [index[i] for i in g.inputs],
-                       [index[o] for o in g.outputs], arena_size, nodes, bytes(weights))
+                       [index[o] for o in g.outputs], arena_size, nodes, bytes(store.data))
     stats = {"nodes": len(g.nodes), "arena_bytes": arena_size,
-             "unshared_bytes": sum(arena_tensors.values()), "weight_bytes": len(weights)}
+             "unshared_bytes": sum(arena_tensors.values()), "weight_bytes": len(store.data)}
     return model, stats
 
 
@@ -853,16 +1036,140 @@ def lower_precision(g: Graph, kind: str | None) -> None:
                 n.inputs[k] = g.add_const(f"{name}.{kind}", _round_to(value, kind))
 
 
-def convert(path: str, input_shape: str | None, soc_version: str,
-            precision_mode: str = "force_fp32") -> tuple[bytes, dict]:
-    import os
-    g = import_onnx(path, parse_input_shape(input_shape))
-    imported = len(g.nodes)
+def _gear_error(option: str, text: str, reason: str) -> ConvertError:
+    return ConvertError("E10001", f"Value [{text}] for parameter [--{option}] is invalid. "
+                        f"Reason: {reason}")
+
+
+def _gear_list(option: str, text: str, sep: str) -> list[list[int]]:
+    try:
+        gears = [[int(v) for v in item.split(",")] for item in text.split(sep)]
+    except ValueError:
+        raise _gear_error(option, text, "the gears must be positive integers, e.g. "
+                          + ("\"1,2,4,8\"" if sep == "," else "\"16;32;64\"")) from None
+    if not 1 <= len(gears) <= 100:
+        raise _gear_error(option, text, "give 1 to 100 gears")
+    if any(v < 1 for g in gears for v in g):
+        raise _gear_error(option, text, "every value must be a positive integer")
+    if len({tuple(g) for g in gears}) != len(gears):
+        raise _gear_error(option, text, "a gear is given twice")
+    return gears
+
+
+def gear_shapes(input_shape: str | None, dynamic_batch_size: str | None,
+                dynamic_dims: str | None) -> tuple[int, list, list[dict]]:
+    """ATC's dynamic gears -> (mode, gear values, one --input_shape dict per gear)."""
+    if dynamic_batch_size and dynamic_dims:
+        raise ConvertError("E10001", "--dynamic_batch_size and --dynamic_dims are mutually "
+                           "exclusive: give one of them")
+    if not dynamic_batch_size and not dynamic_dims:
+        return om.STATIC, [], [parse_input_shape(input_shape)]
+    option = "dynamic_batch_size" if dynamic_batch_size else "dynamic_dims"
+    if not input_shape:
+        raise ConvertError("E10004", f"--{option} needs --input_shape with -1 for the "
+                           "dynamic dimensions, e.g. --input_shape=\"x:-1,3,224,224\"")
+    shapes = parse_input_shape(input_shape, dynamic=True)
+    holes = [(name, d) for name, shape in shapes.items() for d, v in enumerate(shape) if v == -1]
+    if dynamic_batch_size:
+        bad = [name for name, d in holes if d != 0]
+        if bad:
+            raise ConvertError("E10018", f"Value [{input_shape}] for shape [{bad[0]}] is "
+                               "invalid. When --dynamic_batch_size is included, only batch size "
+                               "N can be -1 in --input_shape.")
+        if not holes:
+            raise ConvertError("E10031", "--dynamic_batch_size is included, but none of the "
+                               "inputs in --input_shape has a batch size of -1: set the batch "
+                               "dimension to -1, or remove --dynamic_batch_size")
+        values = _gear_list(option, dynamic_batch_size, ",")
+        mode = om.DYN_BATCH
+        fills = [[b[0]] * len(holes) for b in values]
+    else:
+        if not holes:
+            raise ConvertError("E10031", "--dynamic_dims is included, but no dimension in "
+                               "--input_shape is -1: mark the dynamic dimensions with -1, or "
+                               "remove --dynamic_dims")
+        values = _gear_list(option, dynamic_dims, ";")
+        wrong = [g for g in values if len(g) != len(holes)]
+        if wrong:
+            raise _gear_error(option, dynamic_dims, f"each gear must give {len(holes)} values, "
+                              f"one per -1 in --input_shape ({input_shape}); the gear "
+                              f"{','.join(map(str, wrong[0]))} gives {len(wrong[0])}")
+        mode, fills = om.DYN_DIMS, values
+    per_gear = []
+    for fill in fills:
+        it = iter(fill)
+        per_gear.append({name: tuple(next(it) if v == -1 else v for v in shape)
+                         for name, shape in shapes.items()})
+    return mode, values, per_gear
+
+
+def _prepare_graph(path, shapes):
+    g = import_onnx(path, shapes)
+    g.imported = len(g.nodes)
     infer_and_fold(g)
     rewrite(g)
     fuse(g)
+    fold_transposed_b(g)
+    return g
+
+
+def _finish_graph(g, few_rows, precision_mode, soc_version, source, store):
+    layout_few_row_weights(g, few_rows)
     remove_dead(g)
     lower_precision(g, PRECISION_MODES[precision_mode])
-    model, stats = assemble(g, soc_version, os.path.basename(path))
-    stats["onnx_nodes"] = imported
+    model, stats = assemble(g, soc_version, source, store)
+    stats["onnx_nodes"] = g.imported
+    return model, stats
+
+
+def convert(path: str, input_shape: str | None, soc_version: str,
+            precision_mode: str = "force_fp32", dynamic_batch_size: str | None = None,
+            dynamic_dims: str | None = None) -> tuple[bytes, dict]:
+    """ONNX -> .om bytes. With gears (--dynamic_batch_size / --dynamic_dims) every gear is
+    converted and planned on its own; the .om holds all the plans over one weights section,
+    the largest gear first (its input and output sizes serve every gear)."""
+    import os
+    mode, values, per_gear = gear_shapes(input_shape, dynamic_batch_size, dynamic_dims)
+    store = WeightStore()
+    graphs = []
+    for k, shapes in enumerate(per_gear):
+        try:
+            graphs.append(_prepare_graph(path, shapes))
+        except ConvertError as e:
+            if mode == om.STATIC:
+                raise
+            # A model whose export baked a size in (a traced view(2, -1)) fails for some
+            # gears only: say which.
+            raise ConvertError(e.code, f"{str(e).split(': ', 1)[1]} (in the gear "
+                               f"{','.join(map(str, values[k]))} of "
+                               f"--{om.DYNAMIC_NAMES[mode]}: input shapes "
+                               f"{ {n: list(v) for n, v in shapes.items()} }; export the "
+                               "model with those dimensions dynamic)") from None
+    few_rows = set().union(*(few_row_weights(g) for g in graphs))
+    built = [_finish_graph(g, few_rows, precision_mode, soc_version, os.path.basename(path),
+                           store) for g in graphs]
+    if mode == om.STATIC:
+        model, stats = built[0]
+        return om.serialize(model), stats
+
+    def io_bytes(m):
+        return [m.tensors[i].nbytes for i in m.inputs + m.outputs]
+    order = sorted(range(len(built)), key=lambda k: -sum(io_bytes(built[k][0])))
+    first = built[order[0]][0]
+    for k in order[1:]:
+        if any(a > b for a, b in zip(io_bytes(built[k][0]), io_bytes(first))):
+            raise ConvertError("E10001", f"no gear of --{om.DYNAMIC_NAMES[mode]} is the largest "
+                               "in every input and output, which the engine needs (it sizes "
+                               "the buffers once); order the dimensions so one gear dominates")
+    model = first
+    model.weights = bytes(store.data)
+    model.dynamic_mode = mode
+    model.gear_values = [values[k] for k in order]
+    model.gears = [built[k][0] for k in order[1:]]
+    for g in model.gears:
+        g.weights = b""
+    stats = dict(built[order[0]][1])
+    stats["weight_bytes"] = len(store.data)
+    stats["gears"] = len(built)
+    stats["arena_bytes"] = max(b[1]["arena_bytes"] for b in built)
     return om.serialize(model), stats

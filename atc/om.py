@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MAGIC = b"SIMNPUOM"
-VERSION = 1
+VERSION = 2  # the newest this reader knows; a static model is written as version 1
+STATIC, DYN_BATCH, DYN_DIMS = 0, 1, 2
+DYNAMIC_NAMES = {STATIC: "static", DYN_BATCH: "dynamic_batch_size", DYN_DIMS: "dynamic_dims"}
 HEADER_SIZE = 64
 ALIGN = 64
 _HEADER = struct.Struct("<8sIIQQQQQII")
@@ -31,6 +33,11 @@ DTYPES = {
     np.dtype("int16"): 5, np.dtype("int32"): 6, np.dtype("int64"): 7, np.dtype("uint8"): 8,
     np.dtype("bool"): 9,
 }
+try:  # NumPy has no bfloat16; ml_dtypes (an onnx dependency) gives it
+    import ml_dtypes
+    DTYPES[np.dtype(ml_dtypes.bfloat16)] = 2
+except ImportError:  # pragma: no cover
+    pass
 DTYPE_OF_CODE = {code: dt for dt, code in DTYPES.items()}
 
 # Where a tensor's bytes are at run time.
@@ -75,7 +82,13 @@ class OmModel:
     arena_size: int
     nodes: list[OmNode]
     weights: bytes
-    version: int = VERSION
+    version: int = 1
+    # atc --dynamic_batch_size / --dynamic_dims: this graph is gear 0 (the largest); `gears`
+    # holds the others (their weights empty: all share this one's), gear_values each gear's
+    # values (batch: [b]; dims: the -1 dimensions' values).
+    dynamic_mode: int = STATIC
+    gear_values: list = field(default_factory=list)
+    gears: list = field(default_factory=list)
 
 
 def crc32(data: bytes) -> int:
@@ -109,10 +122,7 @@ def _attr(out: bytearray, name: str, value) -> None:
         raise TypeError(f"attribute {name}: cannot store a {type(value).__name__}")
 
 
-def serialize(model: OmModel) -> bytes:
-    g = bytearray()
-    _str(g, model.soc_version)
-    _str(g, model.source)
+def _graph(g: bytearray, model: OmModel) -> None:
     g += struct.pack("<I", len(model.tensors))
     for t in model.tensors:
         _str(g, t.name)
@@ -131,11 +141,29 @@ def serialize(model: OmModel) -> bytes:
         g += struct.pack("<I", len(n.attrs))
         for k in sorted(n.attrs):  # sorted: the same model always gives the same bytes
             _attr(g, k, n.attrs[k])
+
+
+def serialize(model: OmModel) -> bytes:
+    g = bytearray()
+    _str(g, model.soc_version)
+    _str(g, model.source)
+    _graph(g, model)
+    version = 1
+    if model.dynamic_mode != STATIC:
+        # Version 2's gear trailer: u8 mode, u32 gears, u32 values per gear, the values, then
+        # the graph of every gear after the first.
+        version = 2
+        per = len(model.gear_values[0])
+        g += struct.pack("<BII", model.dynamic_mode, len(model.gear_values), per)
+        for v in model.gear_values:
+            g += struct.pack(f"<{per}q", *v)
+        for gear in model.gears:
+            _graph(g, gear)
     g += b"\0" * (-len(g) % ALIGN)
     graph_offset = HEADER_SIZE
     weights_offset = graph_offset + len(g)
     body = bytes(g) + model.weights
-    header = _HEADER.pack(MAGIC, VERSION, HEADER_SIZE, HEADER_SIZE + len(body), graph_offset,
+    header = _HEADER.pack(MAGIC, version, HEADER_SIZE, HEADER_SIZE + len(body), graph_offset,
                           len(g), weights_offset, len(model.weights), crc32(body), 0)
     return header + body
 
@@ -171,9 +199,9 @@ def parse(data: bytes, what: str = "model") -> OmModel:
                             f"{HEADER_SIZE}-byte header")
     (_, version, header_size, file_size, graph_off, graph_size, weights_off, weights_size,
      checksum, _) = _HEADER.unpack_from(data)
-    if version != VERSION:
+    if not 1 <= version <= VERSION:
         raise OmFormatError(f"{what} has .om format version {version}; this reader knows "
-                            f"version {VERSION}: convert the model again with this atc")
+                            f"versions 1 to {VERSION}: convert the model again with this atc")
     if len(data) != file_size:
         raise OmFormatError(f"{what} is truncated or padded: the header says {file_size} "
                             f"bytes, the file has {len(data)}")
@@ -184,6 +212,18 @@ def parse(data: bytes, what: str = "model") -> OmModel:
         raise OmFormatError(f"{what} is corrupt: its checksum does not match its contents")
     r = _Reader(data[graph_off:graph_off + graph_size], what)
     soc, source = r.str(), r.str()
+    weights = bytes(data[weights_off:weights_off + weights_size])
+    model = _parse_graph(r, soc, source, weights, version)
+    if version >= 2:
+        mode, count, per = r.take("BII")
+        model.dynamic_mode = mode
+        model.gear_values = [list(r.take(f"{per}q")) for _ in range(count)]
+        model.gears = [_parse_graph(r, soc, source, b"", version) for _ in range(count - 1)]
+    return model
+
+
+def _parse_graph(r: _Reader, soc: str, source: str, weights: bytes, version: int) -> OmModel:
+    what = r.what
     tensors = []
     for _ in range(r.take("I")[0]):
         name = r.str()
@@ -216,8 +256,7 @@ def parse(data: bytes, what: str = "model") -> OmModel:
             else:
                 raise OmFormatError(f"{what}: unknown attribute type {kind} (corrupt file)")
         nodes.append(OmNode(op, name, ins, outs, attrs))
-    return OmModel(soc, source, tensors, inputs, outputs, arena_size, nodes,
-                   bytes(data[weights_off:weights_off + weights_size]), version)
+    return OmModel(soc, source, tensors, inputs, outputs, arena_size, nodes, weights, version)
 
 
 def to_json(model: OmModel) -> dict:
@@ -226,7 +265,7 @@ def to_json(model: OmModel) -> dict:
         t = model.tensors[i]
         return {"name": t.name, "dtype": str(t.dtype), "shape": list(t.dims),
                 "storage": STORAGE_NAMES[t.storage], "offset": t.offset, "bytes": t.nbytes}
-    return {
+    out = {
         "format": {"magic": MAGIC.decode(), "version": model.version},
         "soc_version": model.soc_version,
         "source": model.source,
@@ -239,3 +278,8 @@ def to_json(model: OmModel) -> dict:
                    "attrs": n.attrs} for n in model.nodes],
         "tensors": [tensor(i) for i in range(len(model.tensors))],
     }
+    if model.dynamic_mode != STATIC:
+        out["dynamic"] = {"mode": DYNAMIC_NAMES[model.dynamic_mode], "gears": model.gear_values,
+                          "arena_bytes": [model.arena_size] + [g.arena_size for g in model.gears]}
+        out["gears"] = [to_json(g) for g in model.gears]
+    return out

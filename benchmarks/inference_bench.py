@@ -5,6 +5,13 @@ run. Issue 15's goals: engine / onnxruntime <= 1.5 (moonshot 1.0); engine faster
   mlp      4 Linear layers (512 wide), batch 64
   cnn      conv-BN-relu x3 with pooling, 3x64x64 images, batch 8 (BNs folded by atc)
   encoder  one transformer encoder layer (d=128, 4 heads), batch 4 x 64 tokens
+  cnn b=N  the same CNN (first convolution on 3 input channels) at batch 1, 2, 4, 8: one .om
+           with batch gears (atc --dynamic_batch_size=1,2,4,8, infer mode "dymbatch") against
+           onnxruntime on the ONNX file with a dynamic batch axis
+  decoder  a GPT-2-shaped decoder with a static KV cache (tests/python/onnx_models.py's
+           KVCacheDecoder: d=256, 4 heads, 4 layers, vocab 2048, cache 128): the prefill gear
+           (32 tokens) and the decode gear (1 token) of one .om (atc --dynamic_dims), each call
+           feeding and returning both caches (2 x 512 KiB), against onnxruntime the same way
 
 Each variant's figure is the median of `--calls` timed calls after a warm-up, each call taking
 and returning host arrays (InferSession.infer copies in and out; so does onnxruntime's run);
@@ -29,7 +36,8 @@ from torch import nn
 import torch_npu  # noqa: F401
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
-from onnx_models import Encoder  # noqa: E402
+from onnx_models import (Encoder, KV_INPUTS, KVCacheDecoder, export_kv_decoder,  # noqa: E402
+                         kv_decoder_input_shape)
 
 
 class MLP(nn.Module):
@@ -123,14 +131,109 @@ def bench(name, calls, threads, directory):
     return row
 
 
+def _ort(onnx_path, threads):
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(onnx_path, opts, providers=["CPUExecutionProvider"])
+
+
+def _atc(onnx_path, out, *extra):
+    subprocess.run([sys.executable, "-m", "atc", f"--model={onnx_path}", "--framework=5",
+                    f"--output={out}", "--soc_version=Ascend910B2", *extra],
+                   check=True, capture_output=True)
+    return out + ".om"
+
+
+def bench_cnn_batches(calls, threads, directory):
+    """{"cnn b=N": (engine ms, onnxruntime ms)} for the gears of one dynamic-batch .om."""
+    from ais_bench.infer.interface import InferSession
+    torch.manual_seed(0)
+    model = CNN().eval()
+    onnx_path = os.path.join(directory, "cnn_dyn.onnx")
+    with torch.no_grad():
+        torch.onnx.export(model, (torch.randn(2, 3, 64, 64),), onnx_path, dynamo=False,
+                          input_names=["x"], opset_version=17, do_constant_folding=False,
+                          dynamic_axes={"x": {0: "N"}})
+    om = _atc(onnx_path, os.path.join(directory, "cnn_dyn"), "--input_shape=x:-1,3,64,64",
+              "--dynamic_batch_size=1,2,4,8")
+    session, ort_session = InferSession(0, om), _ort(onnx_path, threads)
+    out = {}
+    for b in (1, 2, 4, 8):
+        xn = torch.randn(b, 3, 64, 64).numpy()
+        (ref,) = ort_session.run(None, {"x": xn})
+        (got,) = session.infer([xn], mode="dymbatch")
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+        out[f"cnn b={b}"] = (median_ms(lambda: session.infer([xn], mode="dymbatch"), calls),
+                             median_ms(lambda: ort_session.run(None, {"x": xn}), calls))
+    session.free_resource()
+    return out
+
+
+def bench_decoder(calls, threads, directory):
+    """{"decoder prefill" / "decoder decode": (engine ms, onnxruntime ms)}."""
+    from ais_bench.infer.interface import InferSession
+    torch.manual_seed(0)
+    model = KVCacheDecoder(vocab=2048, d=256, heads=4, layers=4, context=128).eval()
+    onnx_path = export_kv_decoder(model, os.path.join(directory, "kv.onnx"), prompt=32)
+    om = _atc(onnx_path, os.path.join(directory, "kv"),
+              f"--input_shape={kv_decoder_input_shape(model)}",
+              "--dynamic_dims=32,32,32,32;1,1,1,1")
+    session, ort_session = InferSession(0, om), _ort(onnx_path, threads)
+    ck, cv = (c.numpy() for c in model.empty_cache())
+    out = {}
+    for label, ids, start in (("decoder prefill", torch.randint(0, 2048, (1, 32)), 0),
+                              ("decoder decode", torch.randint(0, 2048, (1, 1)), 40)):
+        feeds = [ids.numpy()] + [t.numpy() for t in model.step_inputs(ids, start)] + [ck, cv]
+        got = session.infer(feeds, mode="dymdims")
+        ref = ort_session.run(None, dict(zip(KV_INPUTS, feeds)))
+        for g, r in zip(got, ref):
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+        out[label] = (median_ms(lambda: session.infer(feeds, mode="dymdims"), calls),
+                      median_ms(lambda: ort_session.run(None, dict(zip(KV_INPUTS, feeds))),
+                                calls))
+    session.free_resource()
+    return out
+
+
+def gears_main(args):
+    """The CNN's batch gears and the decoder's gears: engine / onnxruntime, per run and the
+    median over --runs runs (each run a median of --calls calls)."""
+    runs: dict[str, list] = {}
+    with tempfile.TemporaryDirectory() as d:
+        for r in range(args.runs):
+            rows = {}
+            if args.only in ("all", "cnn"):
+                rows.update(bench_cnn_batches(args.calls, args.threads, d))
+            if args.only in ("all", "decoder"):
+                rows.update(bench_decoder(args.calls, args.threads, d))
+            for k, v in rows.items():
+                runs.setdefault(k, []).append(v)
+    print(f"{'case':<17}{'engine ms':>11}{'ort ms':>10}{'median':>8}  engine/ort per run")
+    for k, v in runs.items():
+        ratios = [e / o for e, o in v]
+        print(f"{k:<17}{statistics.median(e for e, _ in v):>11.3f}"
+              f"{statistics.median(o for _, o in v):>10.3f}{statistics.median(ratios):>8.2f}  "
+              + ", ".join(f"{x:.2f}" for x in ratios))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--runs", type=int, default=3, help="runs of the gear cases (median taken)")
+    p.add_argument("--only", default="all", choices=("all", "static", "cnn", "decoder"),
+                   help="static: the three models of issue 15; cnn / decoder: the gear cases")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(f"threads: {args.threads} (onnxruntime intra-op, torch; the engine's kernel pool uses "
-          f"{os.environ.get('NPU_KERNEL_THREADS', 'all')} cores); median of {args.calls} calls")
+          f"{os.environ.get('NPU_KERNEL_THREADS', 'all')} cores); median of {args.calls} calls; "
+          f"load average {os.getloadavg()[0]:.2f} (a shared machine: compare ratios of one run)")
+    if args.only != "static":
+        gears_main(args)
+    if args.only not in ("all", "static"):
+        return
     cols = ["engine", "engine exec", "onnxruntime", "torch cpu eager", "torch_npu eager"]
     print(f"{'model':<9}" + "".join(f"{c + ' ms':>19}" for c in cols)
           + f"{'engine/ort':>12}{'engine/npu':>12}")

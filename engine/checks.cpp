@@ -74,11 +74,14 @@ int64_t window_out(int64_t size, int64_t k, int64_t pad, int64_t stride, int64_t
 Dims matmul_shape(const NodeInfo& n, Dims a, Dims b) {
   bool ta = int_attr(n, "trans_a", 0) != 0, tb = int_attr(n, "trans_b", 0) != 0;
   if (a.empty() || b.empty()) refuse(n, "MatMul of a scalar");
-  if ((ta || tb) && (a.size() != 2 || b.size() != 2)) {
-    refuse(n, "transposed operands are supported for 2-D matrices only");
+  // trans_b reads B's last two dims swapped (any rank: atc's few-row weight layout, a folded
+  // Transpose of K in attention); trans_a needs 2-D operands.
+  if (ta && (a.size() != 2 || b.size() != 2)) {
+    refuse(n, "a transposed A is supported for 2-D matrices only");
   }
+  if (tb && b.size() < 2) refuse(n, "a transposed B needs at least 2 dimensions");
   if (ta) std::swap(a[0], a[1]);
-  if (tb) std::swap(b[0], b[1]);
+  if (tb) std::swap(b[b.size() - 2], b[b.size() - 1]);
   bool a1 = a.size() == 1, b1 = b.size() == 1;
   if (a1) a.insert(a.begin(), 1);
   if (b1) b.push_back(1);

@@ -95,45 +95,9 @@ const Attr* NodeInfo::attr(const std::string& key) const {
   return nullptr;
 }
 
-ModelDef parse_om(const void* data_v, size_t size, const std::string& what) {
-  const auto* data = static_cast<const uint8_t*>(data_v);
-  if (size < sizeof(kOmMagic) || std::memcmp(data, kOmMagic, sizeof(kOmMagic)) != 0) {
-    throw ModelError(what + " is not an offline model (.om): it does not start with the magic "
-                     "'SIMNPUOM'; convert the model with atc first");
-  }
-  if (size < kOmHeaderSize) {
-    throw ModelError(what + " is truncated: " + std::to_string(size) +
-                     " bytes, shorter than the 64-byte header");
-  }
-  Reader header(data, kOmHeaderSize, what);
-  header.get<uint64_t>();  // the magic
-  ModelDef def;
-  def.version = header.get<uint32_t>();
-  uint32_t header_size = header.get<uint32_t>();
-  uint64_t file_size = header.get<uint64_t>();
-  uint64_t graph_offset = header.get<uint64_t>(), graph_size = header.get<uint64_t>();
-  uint64_t weights_offset = header.get<uint64_t>(), weights_size = header.get<uint64_t>();
-  uint32_t checksum = header.get<uint32_t>();
-  if (def.version != kOmVersion) {
-    throw ModelError(what + " has .om format version " + std::to_string(def.version) +
-                     "; this engine reads version " + std::to_string(kOmVersion) +
-                     ": convert the model again with this atc");
-  }
-  if (file_size != size) {
-    throw ModelError(what + " is truncated or padded: its header says " +
-                     std::to_string(file_size) + " bytes, the file has " + std::to_string(size));
-  }
-  if (header_size != kOmHeaderSize || graph_offset > size || graph_size > size - graph_offset ||
-      weights_offset > size || weights_size > size - weights_offset) {
-    throw ModelError(what + " is corrupt: its header's section offsets lie outside the file");
-  }
-  if (crc32(data + kOmHeaderSize, size - kOmHeaderSize) != checksum) {
-    throw ModelError(what + " is corrupt: its checksum does not match its contents");
-  }
-
-  Reader r(data + graph_offset, graph_size, what);
-  def.soc_version = r.str();
-  def.source = r.str();
+// One planned graph (a gear's): tensors, inputs, outputs, arena size, nodes; every reference
+// checked against the graph's tensors and the weights section.
+static void parse_graph(Reader& r, ModelDef& def, uint64_t weights_size, const std::string& what) {
   uint32_t num_tensors = r.count(4 + 6 + 16);
   def.tensors.resize(num_tensors);
   for (auto& t : def.tensors) {
@@ -217,6 +181,81 @@ ModelDef parse_om(const void* data_v, size_t size, const std::string& what) {
     }
     for (uint32_t i : n.outputs) {
       if (i >= num_tensors) r.corrupt("a node's output");
+    }
+  }
+}
+
+ModelDef parse_om(const void* data_v, size_t size, const std::string& what) {
+  const auto* data = static_cast<const uint8_t*>(data_v);
+  if (size < sizeof(kOmMagic) || std::memcmp(data, kOmMagic, sizeof(kOmMagic)) != 0) {
+    throw ModelError(what + " is not an offline model (.om): it does not start with the magic "
+                     "'SIMNPUOM'; convert the model with atc first");
+  }
+  if (size < kOmHeaderSize) {
+    throw ModelError(what + " is truncated: " + std::to_string(size) +
+                     " bytes, shorter than the 64-byte header");
+  }
+  Reader header(data, kOmHeaderSize, what);
+  header.get<uint64_t>();  // the magic
+  ModelDef def;
+  def.version = header.get<uint32_t>();
+  uint32_t header_size = header.get<uint32_t>();
+  uint64_t file_size = header.get<uint64_t>();
+  uint64_t graph_offset = header.get<uint64_t>(), graph_size = header.get<uint64_t>();
+  uint64_t weights_offset = header.get<uint64_t>(), weights_size = header.get<uint64_t>();
+  uint32_t checksum = header.get<uint32_t>();
+  if (def.version < 1 || def.version > kOmVersion) {
+    throw ModelError(what + " has .om format version " + std::to_string(def.version) +
+                     "; this engine reads versions 1 to " + std::to_string(kOmVersion) +
+                     ": convert the model again with this atc");
+  }
+  if (file_size != size) {
+    throw ModelError(what + " is truncated or padded: its header says " +
+                     std::to_string(file_size) + " bytes, the file has " + std::to_string(size));
+  }
+  if (header_size != kOmHeaderSize || graph_offset > size || graph_size > size - graph_offset ||
+      weights_offset > size || weights_size > size - weights_offset) {
+    throw ModelError(what + " is corrupt: its header's section offsets lie outside the file");
+  }
+  if (crc32(data + kOmHeaderSize, size - kOmHeaderSize) != checksum) {
+    throw ModelError(what + " is corrupt: its checksum does not match its contents");
+  }
+
+  Reader r(data + graph_offset, graph_size, what);
+  def.soc_version = r.str();
+  def.source = r.str();
+  parse_graph(r, def, weights_size, what);
+  if (def.version >= 2) {
+    // The gear trailer (docs/inference.md): u8 mode, u32 gear count, u32 values per gear, the
+    // values of every gear, then the planned graph of every gear after the first.
+    uint8_t mode = r.get<uint8_t>();
+    uint32_t num_gears = r.count(8);
+    uint32_t per_gear = r.count(8);
+    if (mode < 1 || mode > 2 || num_gears < 1 || per_gear < 1) r.corrupt("the gear table");
+    def.dynamic_mode = static_cast<DynamicMode>(mode);
+    def.gear_values.resize(num_gears, std::vector<int64_t>(per_gear));
+    for (auto& g : def.gear_values) {
+      for (auto& v : g) v = r.get<int64_t>();
+    }
+    for (uint32_t k = 1; k < num_gears; ++k) {
+      ModelDef gear;
+      parse_graph(r, gear, weights_size, what);
+      if (gear.inputs.size() != def.inputs.size() || gear.outputs.size() != def.outputs.size()) {
+        r.corrupt("a gear's inputs or outputs");
+      }
+      for (size_t i = 0; i < def.inputs.size(); ++i) {
+        const auto &a = gear.tensors[gear.inputs[i]], &b = def.tensors[def.inputs[i]];
+        if (a.name != b.name || a.dtype != b.dtype || a.nbytes > b.nbytes) {
+          r.corrupt("a gear's inputs (names, dtypes or sizes differ from the first gear's)");
+        }
+      }
+      for (size_t i = 0; i < def.outputs.size(); ++i) {
+        const auto &a = gear.tensors[gear.outputs[i]], &b = def.tensors[def.outputs[i]];
+        if (a.name != b.name || a.dtype != b.dtype || a.nbytes > b.nbytes) {
+          r.corrupt("a gear's outputs (names, dtypes or sizes differ from the first gear's)");
+        }
+      }
+      def.gears.push_back(std::move(gear));
     }
   }
   def.weights.assign(data + weights_offset, data + weights_offset + weights_size);

@@ -215,7 +215,8 @@ std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& 
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
   int64_t m = trans_a ? a[1] : a[a.size() - 2], kk = trans_a ? a[0] : a.back();
-  int64_t nn = trans_b ? b[0] : b.back();
+  // trans_b: B is stored [..., N, K] (atc folds a Transpose of B's last two dims this way).
+  int64_t nn = trans_b ? b[b.size() - 2] : b.back();
   const int64_t es = 4;  // float32
   auto matrix = [](int64_t rows, int64_t cols, bool trans) {
     // A row-major [cols, rows] matrix read transposed, or a row-major [rows, cols] one.
@@ -248,12 +249,14 @@ std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& 
   // One gemm_batched call when each operand either has the full batch or none (stride 0).
   if ((a_total == total || a_total == 1) && (b_total == total || b_total == 1) &&
       (ab == batch || a_total == 1) && (bb == batch || b_total == 1)) {
-    auto batch3 = [total](int64_t rows, int64_t cols, bool broadcast) {
+    auto batch3 = [total](int64_t rows, int64_t cols, bool broadcast, bool trans = false) {
+      // trans: a row-major [cols, rows] matrix per batch index, read transposed.
       return TensorDesc::make(nullptr, DType::Float32, {total, rows, cols},
-                              {broadcast ? 0 : rows * cols, cols, 1});
+                              {broadcast ? 0 : rows * cols, trans ? 1 : cols, trans ? rows : 1});
     };
-    MatMulKernel::Gemm g{batch3(m, kk, a_total == 1 && total > 1), batch3(kk, nn, b_total == 1 && total > 1),
-           batch3(m, nn, false), 0, 0, 0, true};
+    MatMulKernel::Gemm g{batch3(m, kk, a_total == 1 && total > 1),
+                         batch3(kk, nn, b_total == 1 && total > 1, trans_b),
+                         batch3(m, nn, false), 0, 0, 0, true};
     kr->gemms.push_back(g);
     return kr;
   }
@@ -265,7 +268,7 @@ std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& 
       if (ab[d] != 1) ai += idx * as[d];
       if (bb[d] != 1) bi += idx * bs[d];
     }
-    kr->gemms.push_back({matrix(m, kk, false), matrix(kk, nn, false), matrix(m, nn, false),
+    kr->gemms.push_back({matrix(m, kk, false), matrix(kk, nn, trans_b), matrix(m, nn, false),
                          static_cast<size_t>(ai * m * kk * es),
                          static_cast<size_t>(bi * kk * nn * es),
                          static_cast<size_t>(i * m * nn * es)});
@@ -945,6 +948,49 @@ std::unique_ptr<Model::Kernel> rounded16(const ModelDef& def, const NodeInfo& n,
   return kr;
 }
 
+// A float16 / bfloat16 model (node attr "round"): atc made the graph float32 and marks each
+// op whose result stands for a 16-bit tensor; the op computes in float32 (the card's 16-bit
+// kernels accumulate in float32 too) and its float32 outputs are rounded in place to the
+// model's type, to nearest even, through a 16-bit buffer of this node's (sized at load).
+struct RoundOutputsKernel : Model::Kernel {
+  struct Output {
+    uint32_t id;
+    std::vector<uint16_t> narrow;
+    TensorDesc narrow_desc, wide_desc;
+  };
+  std::unique_ptr<Model::Kernel> inner;
+  std::vector<Output> outputs;
+  void run(void* const* ptrs) override {
+    inner->run(ptrs);
+    for (auto& o : outputs) {
+      o.wide_desc.data = ptrs[o.id];
+      k::copy(o.narrow_desc, o.wide_desc);
+      k::copy(o.wide_desc, o.narrow_desc);
+    }
+  }
+};
+
+std::unique_ptr<Model::Kernel> round_outputs(const ModelDef& def, const NodeInfo& n,
+                                             std::unique_ptr<Model::Kernel> inner) {
+  std::string kind = string_attr(n, "round");
+  if (kind != "float16" && kind != "bfloat16") refuse(n, "unknown rounding type " + kind);
+  const DType narrow = kind == "float16" ? DType::Float16 : DType::BFloat16;
+  auto kr = std::make_unique<RoundOutputsKernel>();
+  kr->inner = std::move(inner);
+  for (uint32_t id : n.outputs) {
+    const auto& t = def.tensors[id];
+    if (t.dtype != DType::Float32) continue;
+    RoundOutputsKernel::Output o;
+    o.id = id;
+    int64_t count = static_cast<int64_t>(t.nbytes / 4);
+    o.narrow.resize(count);
+    o.narrow_desc = TensorDesc::make(o.narrow.data(), narrow, {count});
+    o.wide_desc = TensorDesc::make(nullptr, DType::Float32, {count});
+    kr->outputs.push_back(std::move(o));
+  }
+  return kr;
+}
+
 }  // namespace
 
 std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& n) {
@@ -957,7 +1003,8 @@ std::unique_ptr<Model::Kernel> make_kernel(const ModelDef& def, const NodeInfo& 
   check_dtypes(def, n);
   check_shapes(def, n);
   auto kernel = it->second(def, n);
-  if (!string_attr(n, "precision").empty()) return rounded16(def, n, std::move(kernel));
+  if (!string_attr(n, "precision").empty()) kernel = rounded16(def, n, std::move(kernel));
+  if (!string_attr(n, "round").empty()) kernel = round_outputs(def, n, std::move(kernel));
   return kernel;
 }
 

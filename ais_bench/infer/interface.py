@@ -8,6 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:  # registers NumPy's "bfloat16" dtype name (ml_dtypes comes with onnx)
+    import ml_dtypes  # noqa: F401
+except ImportError:  # pragma: no cover
+    ml_dtypes = None
+
 from ais_bench import _acl
 from ais_bench._acl import call
 
@@ -52,6 +57,12 @@ class InferSession:
         self._in_set = self._dataset(self._in_mem, self._inputs)
         self._out_set = self._dataset(self._out_mem, self._outputs)
         self._times: list[tuple[float, float, float]] = []  # (h2d, compute, d2h) seconds
+        # A model converted with gears (atc --dynamic_batch_size / --dynamic_dims) has the
+        # index of ACL_DYNAMIC_TENSOR_NAME, where the gear is selected; None for a static one.
+        index = ctypes.c_size_t()
+        found = _acl.lib().aclmdlGetInputIndexByName(self._desc, b"ascend_mbatch_shape_data",
+                                                     ctypes.byref(index))
+        self._dynamic_index = index.value if found == 0 else None
 
     def _describe(self, kind: str) -> list[TensorDesc]:
         L = _acl.lib()
@@ -88,12 +99,31 @@ class InferSession:
     def get_outputs(self) -> list[TensorDesc]:
         return list(self._outputs)
 
-    def infer(self, feeds, mode: str = "static") -> list[np.ndarray]:
+    def infer(self, feeds, mode: str = "static", custom_sizes=None,
+              out_array: bool = True) -> list[np.ndarray]:
         """feeds: one array per input, in order (a list) or by name (a dict). Returns the
-        outputs as NumPy arrays."""
-        if mode != "static":
-            raise NotImplementedError(f"infer(mode={mode!r}): only static-shape models are "
-                                      "supported; convert with fixed --input_shape")
+        outputs as NumPy arrays. mode: "static", or for a model converted with gears
+        "dymbatch" (atc --dynamic_batch_size: the batch is the first feed's first dimension)
+        or "dymdims" (atc --dynamic_dims: the gear is the one whose shapes the feeds have).
+        custom_sizes (ais_bench's output sizes for "dymshape") is not needed by any mode
+        here; out_array=False (device tensors) is not supported."""
+        if not out_array:
+            raise NotImplementedError("infer(out_array=False): outputs are returned as NumPy "
+                                      "arrays only; call infer(feeds) without out_array")
+        if mode in ("dymhw", "dymshape"):
+            raise NotImplementedError(f"infer(mode={mode!r}) is not supported: convert with "
+                                      "atc --dynamic_dims and use mode='dymdims'")
+        if mode not in ("static", "dymbatch", "dymdims"):
+            raise ValueError(f"infer: unknown mode {mode!r}; use 'static', 'dymbatch' or "
+                             "'dymdims'")
+        dynamic = mode != "static"
+        if dynamic and self._dynamic_index is None:
+            raise ValueError(f"infer(mode={mode!r}): the model has static shapes; convert it "
+                             "with atc --dynamic_batch_size / --dynamic_dims, or use "
+                             "mode='static'")
+        if not dynamic and self._dynamic_index is not None:
+            raise ValueError("infer: the model has dynamic gears; call infer(feeds, "
+                             "mode='dymbatch') or mode='dymdims' as it was converted")
         if isinstance(feeds, dict):
             missing = [t.name for t in self._inputs if t.name not in feeds]
             if missing:
@@ -104,21 +134,41 @@ class InferSession:
         if len(feeds) != len(self._inputs):
             raise ValueError(f"infer: the model has {len(self._inputs)} inputs "
                              f"({[t.name for t in self._inputs]}); {len(feeds)} feeds given")
-        t0 = time.perf_counter()
-        for feed, t, mem in zip(feeds, self._inputs, self._in_mem):
-            a = np.ascontiguousarray(feed)
-            if str(a.dtype) != t.datatype or list(a.shape) != t.shape:
+        arrays = [np.ascontiguousarray(f) for f in feeds]
+        for a, t in zip(arrays, self._inputs):
+            if str(a.dtype) != t.datatype or (
+                    list(a.shape) != t.shape if not dynamic
+                    else a.ndim != len(t.shape) or a.nbytes > t.size):
                 raise ValueError(f"infer: input {t.name} must be {t.datatype} of shape "
-                                 f"{t.shape}; got {a.dtype} of shape {list(a.shape)}")
+                                 f"{t.shape}{' or a gear of it' if dynamic else ''}; got "
+                                 f"{a.dtype} of shape {list(a.shape)}")
+        if mode == "dymbatch":
+            call("aclmdlSetDynamicBatchSize", self._model_id, self._in_set, self._dynamic_index,
+                 arrays[0].shape[0])
+        elif mode == "dymdims":
+            dims = _acl.IODims()
+            values = [d for a in arrays for d in a.shape]
+            dims.dimCount = len(values)
+            for k, v in enumerate(values):
+                dims.dims[k] = v
+            call("aclmdlSetInputDynamicDims", self._model_id, self._in_set, self._dynamic_index,
+                 ctypes.byref(dims))
+        t0 = time.perf_counter()
+        for a, t, mem in zip(arrays, self._inputs, self._in_mem):
             call("aclrtMemcpy", mem, t.size, a.ctypes.data, a.nbytes,
                  _acl.ACL_MEMCPY_HOST_TO_DEVICE)
         t1 = time.perf_counter()
         call("aclmdlExecute", self._model_id, self._in_set, self._out_set)
         t2 = time.perf_counter()
         outs = []
-        for t, mem in zip(self._outputs, self._out_mem):
-            a = np.empty(t.shape, dtype=t.datatype)
-            call("aclrtMemcpy", a.ctypes.data, a.nbytes, mem, t.size,
+        for i, (t, mem) in enumerate(zip(self._outputs, self._out_mem)):
+            shape = t.shape
+            if dynamic:
+                dims = _acl.IODims()
+                call("aclmdlGetCurOutputDims", self._desc, i, ctypes.byref(dims))
+                shape = [int(dims.dims[d]) for d in range(dims.dimCount)]
+            a = np.empty(shape, dtype=t.datatype)
+            call("aclrtMemcpy", a.ctypes.data, a.nbytes, mem, a.nbytes,
                  _acl.ACL_MEMCPY_DEVICE_TO_HOST)
             outs.append(a)
         self._times.append((t1 - t0, t2 - t1, time.perf_counter() - t2))

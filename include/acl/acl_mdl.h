@@ -111,6 +111,23 @@ ACL_FUNC_VISIBILITY aclDataType aclmdlGetOutputDataType(const aclmdlDesc* modelD
                                                         size_t index);
 ACL_FUNC_VISIBILITY aclFormat aclmdlGetInputFormat(const aclmdlDesc* modelDesc, size_t index);
 
+/* ---- dynamic gears (atc --dynamic_batch_size / --dynamic_dims) ---------------------------
+ * Such a model holds one planned graph per gear and runs the one the dataset selects. As in
+ * CANN, the selection is made on the input dataset with the index of the input named
+ * ACL_DYNAMIC_TENSOR_NAME (aclmdlGetInputIndexByName; it is the model's input count here, and
+ * the dataset needs no buffer for it: one is accepted and ignored). The model's input and
+ * output sizes are the largest gear's; aclmdlGetCurOutputDims gives the dims of the gear last
+ * executed. A value that matches no gear fails with ACL_ERROR_INVALID_PARAM naming the gears. */
+#define ACL_DYNAMIC_TENSOR_NAME "ascend_mbatch_shape_data"
+/* batchSize: one of the --dynamic_batch_size gears. */
+ACL_FUNC_VISIBILITY aclError aclmdlSetDynamicBatchSize(uint32_t modelId, aclmdlDataset* dataset,
+                                                       size_t index, uint64_t batchSize);
+/* dims: every input's dims, concatenated in input order (a --dynamic_dims gear's shapes). */
+ACL_FUNC_VISIBILITY aclError aclmdlSetInputDynamicDims(uint32_t modelId, aclmdlDataset* dataset,
+                                                       size_t index, const aclmdlIODims* dims);
+ACL_FUNC_VISIBILITY aclError aclmdlGetCurOutputDims(const aclmdlDesc* modelDesc, size_t index,
+                                                    aclmdlIODims* dims);
+
 /* ---- execution ---------------------------------------------------------------------------- */
 /* input / output: one buffer per model input / output, each at least its size. Execute
  * returns when the outputs are written; ExecuteAsync queues the run on `stream` (NULL: the

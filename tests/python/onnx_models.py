@@ -168,5 +168,87 @@ DAMAGED_OM = [
     (lambda b: b[:40], "truncated"),
     (lambda b: b[:-100] + bytes(100), "corrupt"),
     (lambda b: b"PK\x03\x04" + b[4:], "not an offline model"),
-    (lambda b: b[:8] + (2).to_bytes(4, "little") + b[12:], "version 2"),
+    (lambda b: b[:8] + (3).to_bytes(4, "little") + b[12:], "version 3"),
 ]
+
+
+class KVCacheDecoder(nn.Module):
+    """A GPT-2-shaped decoder (learned positions, pre-LN blocks, fused qkv, tanh GELU, tied
+    head) with a static KV cache, written so that one ONNX graph serves the prefill (S prompt
+    tokens) and each decode step (S = 1) and needs no scatter: the caller gives
+    `place` [S, T], one-hot (row s has a 1 at the cache slot of token s), and `mask` [S, T],
+    additive (0 where token s may attend, -1e4 elsewhere). The new keys / values enter the
+    cache as cache * (1 - slots written) + place^T @ new; the caches are returned whole.
+    Inputs: ids [B, S] int64, pos [B, S] int64, place [S, T], mask [S, T],
+    cache_k / cache_v [L, B, H, T, D]. Outputs: logits [B, S, vocab], cache_k, cache_v."""
+
+    def __init__(self, vocab=96, d=64, heads=4, layers=2, context=32):
+        super().__init__()
+        self.heads, self.layers, self.context = heads, layers, context
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(context, d)
+        self.ln1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+        self.ln2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d) for _ in range(layers))
+        self.proj = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+        self.ff1 = nn.ModuleList(nn.Linear(d, 4 * d) for _ in range(layers))
+        self.ff2 = nn.ModuleList(nn.Linear(4 * d, d) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+
+    def forward(self, ids, pos, place, mask, cache_k, cache_v):
+        b, s = ids.shape
+        d = self.tok.weight.shape[1]
+        hd = d // self.heads
+        x = self.tok(ids) + self.pos(pos)
+        keep = (1.0 - place.sum(0)).unsqueeze(-1)  # [T, 1]: 0 at the slots written now
+        new_k, new_v = [], []
+        for i in range(self.layers):
+            q, k, v = self.qkv[i](self.ln1[i](x)).split(d, dim=-1)
+            q, k, v = (z.reshape(b, s, self.heads, hd).transpose(1, 2) for z in (q, k, v))
+            ck = cache_k[i] * keep + place.t() @ k  # [B, H, T, D]
+            cv = cache_v[i] * keep + place.t() @ v
+            new_k.append(ck)
+            new_v.append(cv)
+            att = torch.softmax(q @ ck.transpose(-1, -2) * hd ** -0.5 + mask, dim=-1)
+            x = x + self.proj[i]((att @ cv).transpose(1, 2).reshape(b, s, d))
+            x = x + self.ff2[i](nn.functional.gelu(self.ff1[i](self.ln2[i](x)),
+                                                   approximate="tanh"))
+        logits = self.ln_f(x) @ self.tok.weight.t()
+        return logits, torch.stack(new_k), torch.stack(new_v)
+
+    def step_inputs(self, ids, start, batch=1):
+        """pos, place and mask for tokens ids [B, S] written at slots start..start+S-1."""
+        s, t = ids.shape[1], self.context
+        slots = torch.arange(start, start + s)
+        pos = slots.unsqueeze(0).expand(batch, s).contiguous()
+        place = torch.zeros(s, t)
+        place[torch.arange(s), slots] = 1.0
+        mask = torch.where(torch.arange(t).unsqueeze(0) <= slots.unsqueeze(1), 0.0, -1e4)
+        return pos, place, mask
+
+    def empty_cache(self, batch=1):
+        d = self.tok.weight.shape[1]
+        shape = (self.layers, batch, self.heads, self.context, d // self.heads)
+        return torch.zeros(shape), torch.zeros(shape)
+
+
+KV_INPUTS = ["ids", "pos", "place", "mask", "cache_k", "cache_v"]
+KV_OUTPUTS = ["logits", "cache_k_out", "cache_v_out"]
+
+
+def export_kv_decoder(model, path, prompt=8):
+    """Exports KVCacheDecoder with the sequence length dynamic (batch 1)."""
+    model.eval()
+    ids = torch.randint(0, model.tok.num_embeddings, (1, prompt))
+    args = (ids, *model.step_inputs(ids, 0), *model.empty_cache())
+    dyn = {"ids": {1: "S"}, "pos": {1: "S"}, "place": {0: "S"}, "mask": {0: "S"}}
+    with torch.no_grad():
+        torch.onnx.export(model, args, str(path), dynamo=False, input_names=KV_INPUTS,
+                          output_names=KV_OUTPUTS, dynamic_axes=dyn, opset_version=17)
+    return str(path)
+
+
+def kv_decoder_input_shape(model, batch=1):
+    t, d = model.context, model.tok.weight.shape[1]
+    cache = f"{model.layers},{batch},{model.heads},{t},{d // model.heads}"
+    return (f"ids:{batch},-1;pos:{batch},-1;place:-1,{t};mask:-1,{t};"
+            f"cache_k:{cache};cache_v:{cache}")

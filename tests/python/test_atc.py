@@ -28,12 +28,13 @@ def test_cnn_passes_fold_and_fuse(models, tmp_path):
     assert [n["attrs"]["activation"] for n in dump["nodes"] if n["op"] == "Conv"] == [
         "Relu", "", "Relu"]
     assert ops[-1] == "MatMul" and dump["nodes"][-1]["inputs"][2]  # the classifier's bias
-    # The classifier's Gemm (transB=1, a [10, 272] weight) runs on a weight atc stored as
-    # [272, 10], so that the engine's GEMM packs contiguous rows.
+    # The classifier's Gemm (transB=1, a [10, 272] weight) at batch 2 has at most 8 rows:
+    # atc gives its GEMM the weight as [N, K] = [10, 272] read transposed, the layout of the
+    # kernel's few-row (dot product) path; a larger batch gets [272, 10] (packed rows).
     fc = dump["nodes"][-1]
-    assert fc["attrs"]["trans_b"] == 0
+    assert fc["attrs"]["trans_b"] == 1
     weight = next(t for t in dump["tensors"] if t["name"] == fc["inputs"][1])
-    assert weight["storage"] == "weight" and weight["shape"] == [272, 10]
+    assert weight["storage"] == "weight" and weight["shape"] == [10, 272]
     arena = dump["memory_plan"]["arena_bytes"]
     unshared = sum(t["bytes"] for t in dump["tensors"] if t["storage"] == "arena")
     assert arena < unshared  # buffers were reused
