@@ -20,7 +20,9 @@
 // no im2col matrix goes through memory, W is packed once for the batch, and the tasks of all
 // samples share the threads (a small batch of small samples still keeps every core busy). The
 // bias and a fused relu are added to each block of C by the task that computed it, while it is
-// in cache.
+// in cache. The float32 grad_input of a stride-1 convolution whose padding is at most
+// dilation * (k - 1) is that same implicit GEMM run on grad_output, with the weight flipped and
+// transposed (conv2d_grad_input_implicit); other grad_input cases and grad_weight take im2col.
 //
 // Otherwise samples are split into chunks: one chunk (and gemm using every thread) when a sample is
 // big, one chunk per thread (single-threaded gemms, since nested parallel_for runs inline)
@@ -447,6 +449,52 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
   return true;
 }
 
+// grad_input of a float32 conv2d with stride 1 as an implicit GEMM: it is the forward
+// convolution of grad_output ([N, O, OH, OW]) with the weight flipped in (KH, KW) and with its
+// in/out channels swapped per group (wt[g * Cg + c, o, kh, kw] = W[g * Og + o, c, KH-1-kh,
+// KW-1-kw], [C, Og, KH, KW]), padding dilation * (k - 1) - padding and the same dilation and
+// groups. That padding must not be negative (padding <= dilation * (k - 1)); a stride above 1
+// would need a dilated grad_output. False when the case does not qualify (the caller then takes
+// the im2col path).
+bool conv2d_grad_input_implicit(const TensorDesc& grad_input, const TensorDesc& grad_output,
+                                const TensorDesc& weight, const ConvGeom& g) {
+  const Conv2dParams& p = g.p;
+  const int64_t ph = p.dilation[0] * (g.KH - 1) - p.padding[0];
+  const int64_t pw = p.dilation[1] * (g.KW - 1) - p.padding[1];
+  if (grad_input.dtype != DType::Float32 || grad_output.dtype != DType::Float32 ||
+      weight.dtype != DType::Float32 || p.stride[0] != 1 || p.stride[1] != 1 || ph < 0 ||
+      pw < 0 || merged_stride(grad_input, 2, 3) != 1) {
+    return false;
+  }
+  const int64_t khw = g.KH * g.KW;
+  std::unique_ptr<float[]> flipped(new float[static_cast<size_t>(g.C * g.Og * khw)]);
+  const float* w = static_cast<const float*>(weight.data);
+  const int64_t s0 = weight.strides[0], s1 = weight.strides[1], s2 = weight.strides[2],
+                s3 = weight.strides[3];
+  for (int64_t gr = 0; gr < g.G; ++gr) {
+    for (int64_t c = 0; c < g.Cg; ++c) {
+      for (int64_t o = 0; o < g.Og; ++o) {
+        float* dst = flipped.get() + ((gr * g.Cg + c) * g.Og + o) * khw;
+        const float* src = w + (gr * g.Og + o) * s0 + c * s1;
+        for (int64_t kh = 0; kh < g.KH; ++kh) {
+          for (int64_t kw = 0; kw < g.KW; ++kw) {
+            dst[(g.KH - 1 - kh) * g.KW + (g.KW - 1 - kw)] = src[kh * s2 + kw * s3];
+          }
+        }
+      }
+    }
+  }
+  const int64_t sizes[4] = {g.C, g.Og, g.KH, g.KW};
+  const TensorDesc wt = TensorDesc::make(flipped.get(), DType::Float32, sizes, 4);
+  Conv2dParams pt = p;
+  pt.padding[0] = ph, pt.padding[1] = pw;
+  pt.fuse_relu = false;
+  const ConvGeom gt(grad_output, wt, grad_input, pt);
+  NPU_KERNEL_ASSERT(gt.OH == g.H && gt.OW == g.W,
+                    "conv2d_backward: the transposed convolution's output is not the input's size");
+  return conv2d_implicit(grad_input, grad_output, wt, nullptr, gt);
+}
+
 // Chunks of samples: [N * i / P, N * (i + 1) / P) for i < P.
 int64_t sample_chunks(const ConvGeom& g) {
   const double flops = 2.0 * double(g.O) * double(g.K) * double(g.L);
@@ -623,8 +671,12 @@ void conv2d_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight
     if (has_data(grad_weight)) fill(*grad_weight, 0);
     return;
   }
+  const TensorDesc* im2col_grad_input = grad_input;
+  if (has_data(grad_input) && conv2d_grad_input_implicit(*grad_input, grad_output, weight, g)) {
+    im2col_grad_input = nullptr;  // done
+  }
   dispatch_nn_float(input.dtype, [&]<class S, class T>() {
-    conv2d_backward_typed<S, T>(grad_input, grad_weight, grad_output, input, weight, g);
+    conv2d_backward_typed<S, T>(im2col_grad_input, grad_weight, grad_output, input, weight, g);
   });
 }
 
