@@ -21,7 +21,8 @@
 // samples share the threads (a small batch of small samples still keeps every core busy). The
 // bias and a fused relu are added to each block of C by the task that computed it, while it is
 // in cache. The float32 grad_input of a stride-1 convolution whose padding is at most
-// dilation * (k - 1) is that same implicit GEMM run on grad_output, with the weight flipped and
+// dilation * (k - 1) and whose in channels (per group) are at least 16 and at least its out
+// channels is that same implicit GEMM run on grad_output, with the weight flipped and
 // transposed (conv2d_grad_input_implicit); other grad_input cases and grad_weight take im2col.
 //
 // Otherwise samples are split into chunks: one chunk (and gemm using every thread) when a sample is
@@ -454,8 +455,13 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
 // in/out channels swapped per group (wt[g * Cg + c, o, kh, kw] = W[g * Og + o, c, KH-1-kh,
 // KW-1-kw], [C, Og, KH, KW]), padding dilation * (k - 1) - padding and the same dilation and
 // groups. That padding must not be negative (padding <= dilation * (k - 1)); a stride above 1
-// would need a dilated grad_output. False when the case does not qualify (the caller then takes
-// the im2col path).
+// would need a dilated grad_output. It is taken only where it does less work than im2col +
+// col2im: the GEMM's M is Cg, padded to the micro-kernel's 14 rows, and its packed B has
+// Og * KH * KW rows per pixel where im2col's column matrix has Cg * KH * KW, so it needs
+// Cg >= Og and Cg >= 16. Measured on 3x3 convolutions, grad_input alone, one kernel thread,
+// process CPU time (2026-12-07, loaded 2-core host): 16->16 -19%, 32->32 -14%, 64->64 -11%,
+// 128->128 -12%, 64->32 -40%; but 8->16 +20%, 16->64 +66%, 32->64 +17%, 32->128 +44%.
+// False when the case does not qualify (the caller then takes the im2col path).
 bool conv2d_grad_input_implicit(const TensorDesc& grad_input, const TensorDesc& grad_output,
                                 const TensorDesc& weight, const ConvGeom& g) {
   const Conv2dParams& p = g.p;
@@ -463,7 +469,7 @@ bool conv2d_grad_input_implicit(const TensorDesc& grad_input, const TensorDesc& 
   const int64_t pw = p.dilation[1] * (g.KW - 1) - p.padding[1];
   if (grad_input.dtype != DType::Float32 || grad_output.dtype != DType::Float32 ||
       weight.dtype != DType::Float32 || p.stride[0] != 1 || p.stride[1] != 1 || ph < 0 ||
-      pw < 0 || merged_stride(grad_input, 2, 3) != 1) {
+      pw < 0 || g.Cg < g.Og || g.Cg < 16 || merged_stride(grad_input, 2, 3) != 1) {
     return false;
   }
   const int64_t khw = g.KH * g.KW;

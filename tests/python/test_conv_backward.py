@@ -1,8 +1,9 @@
 """conv2d's backward on npu (grad_input, grad_weight, grad_bias) against the CPU device's, in
 float32 with HF32 off, over a table of shapes that reaches both of the kernel's grad_input paths:
-the implicit GEMM (stride 1 and padding <= dilation * (k - 1): the forward convolution of
-grad_output with the flipped, transposed weight) and im2col + col2im (stride 2, or a padding
-larger than the kernel's reach). To add a shape: one row of SHAPES."""
+the implicit GEMM (stride 1, padding <= dilation * (k - 1), in channels per group >= 16 and >=
+out channels: the forward convolution of grad_output with the flipped, transposed weight) and
+im2col + col2im (the others: stride 2, a padding larger than the kernel's reach, few or fewer
+in than out channels). To add a shape: one row of SHAPES."""
 
 import pytest
 import torch
@@ -31,6 +32,20 @@ SHAPES = [
     (2, 8, 7, 9, 16, 1, 1, 1, 1, 1),     # 1x1 with padding 1: im2col
     (2, 8, 7, 9, 16, 1, 2, 0, 1, 2),     # 1x1, stride 2, groups 2
     (1, 16, 40, 40, 32, 3, 1, 1, 1, 1),  # several K blocks and column blocks
+    # in channels >= 16 and >= out channels: the implicit GEMM where stride and padding allow
+    (8, 16, 8, 8, 16, 3, 1, 1, 1, 1),
+    (1, 32, 15, 17, 16, 3, 1, 1, 1, 1),   # batch 1, odd sizes
+    (2, 16, 11, 13, 16, 3, 1, 0, 1, 1),   # padding 0
+    (2, 32, 11, 13, 16, 5, 1, 2, 1, 1),   # 5x5, padding 2
+    (2, 32, 11, 13, 16, 5, 1, 1, 1, 1),   # 5x5, padding 1
+    (2, 16, 12, 12, 16, 3, 1, 2, 2, 1),   # dilation 2, padding 2
+    (2, 16, 12, 12, 16, 3, 1, 1, 2, 1),   # dilation 2, padding 1
+    (2, 16, 12, 12, 16, 3, 1, 2, 1, 1),   # padding 2 > k - 1: im2col
+    (2, 16, 12, 12, 16, 3, 2, 1, 1, 1),   # stride 2: im2col
+    (8, 32, 9, 9, 32, 3, 1, 1, 1, 2),     # groups 2, batch 8, odd sizes
+    (2, 32, 9, 9, 32, 3, 1, 1, 1, 32),    # depthwise, 32 channels (Cg = 1: im2col)
+    (4, 32, 7, 9, 16, 1, 1, 0, 1, 1),     # 1x1
+    (1, 64, 40, 40, 32, 3, 1, 1, 1, 1),   # several K blocks and column blocks
 ]
 
 
@@ -90,7 +105,7 @@ def _close(actual, expected, name):
 def test_grad_input_of_a_non_contiguous_grad_output():
     """grad_output arrives transposed (the conv output was used through a permute): the
     implicit GEMM reads it through its strides."""
-    shape = (4, 8, 10, 10, 8, 3, 1, 1, 1, 1)
+    shape = (4, 16, 10, 10, 16, 3, 1, 1, 1, 1)
     x, w, b, go = _inputs(shape)
     res = {}
     for device in ("cpu", "npu"):
