@@ -25,10 +25,10 @@ from torch_npu.testing.timing import timed
 
 
 
-def compare(make, repeats):
-    """(cpu seconds, npu seconds) per unit of work of `make` (a cases.py Make): medians over
-    `repeats` rounds that alternate the devices, each a warm-up call, a pause and the median of
-    three timed calls."""
+def compare(make, repeats, stat=statistics.median):
+    """(cpu seconds, npu seconds) per unit of work of `make` (a cases.py Make): `stat` (the
+    median; train_bench.py also asks for the min) over `repeats` rounds that alternate the
+    devices, each a warm-up call, a pause and the median of three timed calls."""
     runs = {}
     for device in ("cpu", "npu"):
         fn, per = make(device)
@@ -42,7 +42,7 @@ def compare(make, repeats):
             time.sleep(0.1)
             block = [timed(fn, device) / per for _ in range(3)]
             times[device].append(statistics.median(block))
-    return statistics.median(times["cpu"]), statistics.median(times["npu"])
+    return stat(times["cpu"]), stat(times["npu"])
 
 
 def main():
