@@ -459,8 +459,8 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
 // KW-1-kw], [C, Og, KH, KW]), padding dilation * (k - 1) - padding and the same dilation and
 // groups. That padding must not be negative (padding <= dilation * (k - 1)); a stride above 1
 // would need a dilated grad_output. It is taken only where it does less work than im2col +
-// col2im: the GEMM's M is Cg, padded to the micro-kernel's 14 rows, and its packed B has
-// Og * KH * KW rows per pixel where im2col's column matrix has Cg * KH * KW, so it needs
+// col2im: its packed B has Og * KH * KW rows per pixel where im2col's column matrix has
+// Cg * KH * KW, and each packed element feeds Cg rows of the GEMM (M = Cg), so it needs
 // Cg >= Og and Cg >= 16. Measured on 3x3 convolutions, grad_input alone, one kernel thread,
 // process CPU time (2026-12-07, loaded 2-core host): 16->16 -19%, 32->32 -14%, 64->64 -11%,
 // 128->128 -12%, 64->32 -40%; but 8->16 +20%, 16->64 +66%, 32->64 +17%, 32->128 +44%.
