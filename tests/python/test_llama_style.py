@@ -33,7 +33,8 @@ def test_llama_style_loss_and_grads_match_the_cpu(size):
     cpu, cpu_params = _two_steps("cpu", size)
     npu, npu_params = _two_steps("npu", size)
     for step, ((cl, cg), (nl, ng)) in enumerate(zip(cpu, npu)):
-        torch.testing.assert_close(nl, cl, rtol=1e-5, atol=1e-5, msg=lambda m: f"step {step} loss: {m}")
+        torch.testing.assert_close(nl, cl, rtol=1e-5, atol=1e-5,
+                                   msg=lambda m: f"step {step} loss: {m}")
         assert ng.keys() == cg.keys()
         for name in cg:
             scale = float(cg[name].abs().max())
