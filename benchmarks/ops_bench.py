@@ -25,6 +25,25 @@ from torch_npu.testing.timing import timed
 
 
 
+def compare(make, repeats, stat=statistics.median):
+    """(cpu seconds, npu seconds) per unit of work of `make` (a cases.py Make): `stat` (the
+    median; train_bench.py also asks for the min) over `repeats` rounds that alternate the
+    devices, each a warm-up call, a pause and the median of three timed calls."""
+    runs = {}
+    for device in ("cpu", "npu"):
+        fn, per = make(device)
+        timed(fn, device)  # warm-up
+        runs[device] = (fn, per)
+    times = {"cpu": [], "npu": []}
+    for _ in range(repeats):
+        for device in ("cpu", "npu"):
+            fn, per = runs[device]
+            timed(fn, device)
+            time.sleep(0.1)
+            block = [timed(fn, device) / per for _ in range(3)]
+            times[device].append(statistics.median(block))
+    return stat(times["cpu"]), stat(times["npu"])
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -39,20 +58,7 @@ def main():
         name, goal = case.name, case.goal
         if ns.only and ns.only not in name:
             continue
-        runs = {}
-        for device in ("cpu", "npu"):
-            fn, per = case.make(device)
-            timed(fn, device)  # warm-up
-            runs[device] = (fn, per)
-        times = {"cpu": [], "npu": []}
-        for _ in range(ns.repeats):
-            for device in ("cpu", "npu"):
-                fn, per = runs[device]
-                timed(fn, device)
-                time.sleep(0.1)
-                block = [timed(fn, device) / per for _ in range(3)]
-                times[device].append(statistics.median(block))
-        cpu, npu = statistics.median(times["cpu"]), statistics.median(times["npu"])
+        cpu, npu = compare(case.make, ns.repeats)
         ratio = npu / cpu
         missed += ratio > goal
         unit, scale = ("us", 1e6) if cpu < 1e-3 else ("ms", 1e3)

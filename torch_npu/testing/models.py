@@ -1,5 +1,6 @@
-"""Small models written for the tests and benchmarks (no downloads): an MLP, a CNN and a
-GPT-style decoder, with a seeded batch generator and a training loop that records losses."""
+"""Small models written for the tests and benchmarks (no downloads): an MLP, a CNN, a
+GPT-style decoder and a LLaMA-style decoder written without fused kernels, with a seeded batch
+generator and a training loop that records losses."""
 import math
 
 import torch
@@ -75,12 +76,101 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight, from elementwise ops and a mean."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    """Pre-norm attention and SwiGLU MLP, attention spelled out: q @ k^T, masked_fill with the
+    causal mask, softmax, @ v; rotary embeddings applied as q * cos + rotate_half(q) * sin."""
+
+    def __init__(self, d, heads, ffn):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = RMSNorm(d)
+        self.wq = nn.Linear(d, d, bias=False)
+        self.wk = nn.Linear(d, d, bias=False)
+        self.wv = nn.Linear(d, d, bias=False)
+        self.wo = nn.Linear(d, d, bias=False)
+        self.mlp_norm = RMSNorm(d)
+        self.gate = nn.Linear(d, ffn, bias=False)
+        self.up = nn.Linear(d, ffn, bias=False)
+        self.down = nn.Linear(ffn, d, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        b, t, d = x.shape
+        dh = d // self.heads
+        h = self.attn_norm(x)
+        q, k, v = (w(h).view(b, t, self.heads, dh).transpose(1, 2)
+                   for w in (self.wq, self.wk, self.wv))
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+        att = att.masked_fill(mask, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.wo(y)
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class LLaMA(nn.Module):
+    """A LLaMA-style decoder as written without fused kernels (RMSNorm, rotary embeddings and
+    attention in Python, SwiGLU MLP), with the output head tied to the token embedding."""
+
+    def __init__(self, vocab=64, d=32, heads=4, layers=2, block=16):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        ffn = (8 * d // 3 + 15) // 16 * 16
+        self.blocks = nn.ModuleList(LlamaBlock(d, heads, ffn) for _ in range(layers))
+        self.norm = RMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.tok.weight  # tied embeddings
+        dh = d // heads
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dh, 2, dtype=torch.float32) / dh))
+        freqs = torch.outer(torch.arange(block, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("mask", torch.ones(block, block, dtype=torch.bool).triu(1),
+                             persistent=False)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        cos, sin, mask = self.cos[:t], self.sin[:t], self.mask[:t, :t]
+        x = self.tok(idx)
+        for blk in self.blocks:
+            x = blk(x, cos, sin, mask)
+        return self.head(self.norm(x))
+
+
+# LLaMA-style sizes by model width: the model's arguments and the tokens per sequence.
+LLAMA_SIZES = {
+    32: dict(vocab=64, d=32, heads=4, layers=2, block=16),
+    128: dict(vocab=256, d=128, heads=4, layers=2, block=64),
+}
+
+
 def make_model(kind, **kwargs):
-    return {"mlp": MLP, "cnn": CNN, "gpt": GPT}[kind](**kwargs)
+    return {"mlp": MLP, "cnn": CNN, "gpt": GPT, "llama": LLaMA}[kind](**kwargs)
 
 
-def batches(kind, steps, batch=8, seed=0):
-    """The same inputs and targets for every device (generated on the CPU)."""
+def batches(kind, steps, batch=8, seed=0, vocab=64, seq=16):
+    """The same inputs and targets for every device (generated on the CPU). Token models
+    ("gpt", "llama") take `seq` tokens of a `vocab`-word vocabulary, targets shifted by one."""
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         if kind == "mlp":
@@ -88,12 +178,12 @@ def batches(kind, steps, batch=8, seed=0):
         elif kind == "cnn":
             yield torch.randn(batch, 3, 16, 16, generator=g), torch.randint(0, 10, (batch,), generator=g)
         else:
-            seq = torch.randint(0, 64, (batch, 17), generator=g)
-            yield seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
+            tokens = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+            yield tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
 def loss_fn(kind, out, target):
-    if kind == "gpt":
+    if kind in ("gpt", "llama"):
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
     return F.cross_entropy(out, target)
 
