@@ -17,6 +17,12 @@ the median of ``--runs`` timed generates after ``--warmup`` untimed ones (the co
 graph captures fall in the warm-up). Cases run grouped per device, cpu first. Every case's
 tokens are compared with cpu eager's; a mismatch is printed loudly (never hidden in a ratio).
 
+The machine's floor (printed with every run): each decode step reads every weight matrix of the
+model once (the embedding only one row). ``floor`` times exactly that work with nothing else,
+``F.linear`` of a batch-row activation through every Linear of the model back to back on the
+CPU device (the faster of one thread and all its threads), and turns it into the ceiling in tokens/s that no
+implementation of a float32 decode step can pass on this host, whatever its overheads.
+
     .venv/bin/python benchmarks/decode_bench.py [--batches 1,8] [--runs 3] [--cases ...]
 """
 
@@ -54,6 +60,37 @@ def generate_fn(model, ids, new_tokens, static):
         with torch.no_grad():
             return model.generate(ids, **kwargs)
     return run
+
+
+def floor(cpu_model, batches, runs):
+    """Tokens/s ceiling per batch: the time of the step's weight reads and GEMMs alone."""
+    weights = [m.weight for m in cpu_model.modules() if isinstance(m, torch.nn.Linear)]
+    nbytes = sum(w.numel() * w.element_size() for w in weights)
+    ceilings = {}
+    with torch.no_grad():
+        for batch in batches:
+            xs = {w.shape[1]: torch.randn(batch, w.shape[1]) for w in weights}
+
+            def step():
+                for w in weights:
+                    torch.nn.functional.linear(xs[w.shape[1]], w)
+            best = float("inf")
+            threads = torch.get_num_threads()
+            try:
+                # The best of one thread and all: one core may already reach the bandwidth.
+                for n in sorted({1, threads}):
+                    torch.set_num_threads(n)
+                    step()
+                    times = []
+                    for _ in range(max(runs, 5) * 4):
+                        start = time.perf_counter()
+                        step()
+                        times.append(time.perf_counter() - start)
+                    best = min(best, statistics.median(times))
+            finally:
+                torch.set_num_threads(threads)
+            ceilings[batch] = (batch / best, nbytes / best / 1e9)
+    return nbytes, ceilings
 
 
 def bench_case(case, cpu_model, prompts, args):
@@ -118,6 +155,7 @@ def main():
           f"{torch.get_num_threads()} threads (cpu eager: {args.cpu_threads or 'default'}), {args.new_tokens} new tokens, prompt "
           f"{args.prompt}, median of {args.runs} after {args.warmup} warm-up, load average "
           f"{os.getloadavg()[0]:.1f}")
+    nbytes, ceilings = floor(cpu_model, args.batches, args.runs)
     table = {case: bench_case(case, cpu_model, prompts, args) for case in cases}
     mismatches = 0
     print(f"# finished {time.strftime('%H:%M UTC', time.gmtime())}, load average "
@@ -133,6 +171,13 @@ def main():
             print(f"| {case} | {batch} | {tps:.1f} | {tps / ref_tps:.2f} | {warm:.1f} | "
                   + ", ".join(f"{t:.2f}" for t in times)
                   + f" | {'same' if same else '**MISMATCH**'} |")
+    print(f"\nfloor: the step's {nbytes / 1e6:.0f} MB of Linear weights read once per token "
+          "(F.linear through every Linear, CPU device, best of 1 and all threads):")
+    for batch in args.batches:
+        ceiling, bandwidth = ceilings[batch]
+        ref_tps = table["cpu eager"][batch][0]
+        print(f"  batch {batch}: at most {ceiling:.0f} tokens/s ({bandwidth:.1f} GB/s of weights)"
+              f" = {ceiling / ref_tps:.2f}x cpu eager")
     if mismatches:
         print(f"!!! {mismatches} case(s) gave tokens different from cpu eager's !!!",
               file=sys.stderr)
