@@ -340,10 +340,9 @@ void pack_rows(const float* x, int64_t sc, int64_t k0, int64_t kc, int64_t c0, i
   }
 }
 
-// Zero-padded copy of samples [n0, n0 + nb) of the input into xp ([nb, C, Hp, Wp]), rounded
-// to HF32 when hf32 is set.
+// Zero-padded copy of samples [n0, n0 + nb) of the input into xp ([nb, C, Hp, Wp]).
 void pad_input(const TensorDesc& input, int64_t n0, int64_t nb, const ConvGeom& g, int64_t Hp,
-               int64_t Wp, float* xp, bool hf32 = false) {
+               int64_t Wp, float* xp) {
   const float* x = static_cast<const float*>(input.data);
   const int64_t s0 = input.strides[0], s1 = input.strides[1], s2 = input.strides[2],
                 s3 = input.strides[3];
@@ -363,168 +362,10 @@ void pad_input(const TensorDesc& input, int64_t n0, int64_t nb, const ConvGeom& 
           for (int64_t w = 0; w < g.W; ++w) d[pw + w] = sr[w * s3];
         }
         std::fill(d + pw + g.W, d + Wp, 0.0f);
-        if (hf32) {
-          for (int64_t w = 0; w < g.W; ++w) d[pw + w] = round_to_hf32(d[pw + w]);
-        }
       }
       std::fill(dst + (ph + g.H) * Wp, dst + Hp * Wp, 0.0f);
     }
   });
-}
-
-// ---- direct convolution from the padded input (float32, stride 1 along W, AVX-512) ----------
-//
-// The implicit GEMM above still copies every patch into B panels (about 15% of a 3x3 conv of 32
-// channels at batch 1, measured with perf), then runs the micro-kernel over them. With the
-// zero-padded input xp, the 16 patch values (c, kh, kw) of 16 adjacent output pixels of one row
-// are 16 consecutive floats of xp, so the micro-kernel below loads them straight from xp: no B
-// panel at all.
-//  - A tile is kDirectRows output channels x two "segments" (up to 16 pixels of one output
-//    row each, masked at the row's end): 16 accumulators, each k step is two (masked) loads
-//    from xp at row_off[k] + segment offset and kDirectRows broadcasts of the packed weight.
-//  - The weight is packed once per call as panels [K][kDirectRows] (zero rows past Og).
-//  - Tasks are runs of tiles over (sample, group, segment pair), each tile computing every
-//    output channel of its group (the xp rows it reads stay in L1 across the channel panels).
-//  - Bias and a fused relu are applied when the tile is stored; HF32 rounds the weight when
-//    packed and xp when padded (each input value once, not once per patch).
-constexpr int kDirectRows = 8;
-
-struct DirectSegment {
-  int64_t in_off;   // xp offset of the segment's first pixel for patch element (0, 0, 0)
-  int64_t out_off;  // output offset (oh * OW + ow) of that pixel
-  __mmask16 mask;   // the segment's pixels (low lanes)
-};
-
-// Fraction of vector lanes the segments use: OW / (16 * ceil(OW / 16)).
-double direct_lane_use(const ConvGeom& g) {
-  return double(g.OW) / double(16 * ((g.OW + 15) / 16));
-}
-
-// What the tasks of conv2d_direct_avx512 share.
-struct DirectJob {
-  const ConvGeom* g;
-  const float* xp;  // [nb, C, Hp, Wp]
-  int64_t Hp, Wp;
-  const float* ap;  // packed weight: G groups of `panels` panels [K][kDirectRows]
-  int64_t panels;
-  const DirectSegment* segs;  // an even number: tile t is segments 2 t and 2 t + 1
-  int64_t tiles;
-  const int64_t* row_off;  // [K]: xp offset of patch element k
-  float* out;              // sample n0 of the output
-  int64_t out_sn, out_sc;  // output strides of N and C
-  const float* bias;       // nullptr without bias
-  int64_t bias_stride;
-  bool relu;
-};
-
-// Tiles [t0, t1) of (sample, group, segment pair), every output channel of the group each.
-// One function (the kernel loop inlined) so that the 16 accumulators stay in registers.
-__attribute__((target("avx512f"))) void direct_tiles_avx512(const DirectJob& j, int64_t t0,
-                                                             int64_t t1) {
-  const ConvGeom& g = *j.g;
-  const int64_t K = g.K;
-  const int64_t* row_off = j.row_off;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t tile = t % j.tiles, gr = t / j.tiles % g.G, n = t / (j.tiles * g.G);
-    const DirectSegment& s0 = j.segs[2 * tile];
-    const DirectSegment& s1 = j.segs[2 * tile + 1];
-    const float* x = j.xp + (n * g.C + gr * g.Cg) * j.Hp * j.Wp;
-    const float* x0 = x + s0.in_off;
-    const float* x1 = x + s1.in_off;
-    float* y = j.out + n * j.out_sn + gr * g.Og * j.out_sc;
-    for (int64_t pi = 0; pi < j.panels; ++pi) {
-      const float* ap = j.ap + (gr * j.panels + pi) * K * kDirectRows;
-      __m512 acc[2 * kDirectRows];
-#pragma GCC unroll 16
-      for (int i = 0; i < 2 * kDirectRows; ++i) acc[i] = _mm512_setzero_ps();
-      for (int64_t k = 0; k < K; ++k) {
-        const __m512 b0 = _mm512_maskz_loadu_ps(s0.mask, x0 + row_off[k]);
-        const __m512 b1 = _mm512_maskz_loadu_ps(s1.mask, x1 + row_off[k]);
-        const float* a = ap + k * kDirectRows;
-#pragma GCC unroll 8
-        for (int r = 0; r < kDirectRows; ++r) {
-          const __m512 av = _mm512_set1_ps(a[r]);
-          acc[2 * r] = _mm512_fmadd_ps(av, b0, acc[2 * r]);
-          acc[2 * r + 1] = _mm512_fmadd_ps(av, b1, acc[2 * r + 1]);
-        }
-      }
-      const int rows = static_cast<int>(std::min<int64_t>(kDirectRows, g.Og - pi * kDirectRows));
-#pragma GCC unroll 8
-      for (int r = 0; r < kDirectRows; ++r) {
-        if (r >= rows) break;
-        const int64_t o = pi * kDirectRows + r;
-        const __m512 b = _mm512_set1_ps(j.bias ? j.bias[(gr * g.Og + o) * j.bias_stride] : 0.0f);
-        float* yo = y + o * j.out_sc;
-        __m512 v0 = _mm512_add_ps(acc[2 * r], b), v1 = _mm512_add_ps(acc[2 * r + 1], b);
-        if (j.relu) {  // relu(NaN) = NaN, as the unary Relu: keep lanes > 0 or unordered
-          v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, _mm512_setzero_ps(), _CMP_NLE_UQ), v0);
-          v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, _mm512_setzero_ps(), _CMP_NLE_UQ), v1);
-        }
-        _mm512_mask_storeu_ps(yo + s0.out_off, s0.mask, v0);
-        _mm512_mask_storeu_ps(yo + s1.out_off, s1.mask, v1);
-      }
-    }
-  }
-}
-
-// The forward from xp ([nb, C, Hp, Wp], padded by pad_input) into out, samples [n0, n0 + nb).
-void conv2d_direct_avx512(const TensorDesc& out, const TensorDesc* bias, const ConvGeom& g,
-                          const float* xp, int64_t Hp, int64_t Wp, int64_t n0, int64_t nb,
-                          const float* ap) {
-  const Conv2dParams& p = g.p;
-  // Segments of one sample: up to 16 pixels of one output row each, padded to an even count.
-  std::vector<DirectSegment> segs;
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    for (int64_t ow = 0; ow < g.OW; ow += 16) {
-      const int lanes = static_cast<int>(std::min<int64_t>(16, g.OW - ow));
-      segs.push_back({oh * p.stride[0] * Wp + ow, oh * g.OW + ow,
-                      static_cast<__mmask16>((1u << lanes) - 1u)});
-    }
-  }
-  if (segs.size() % 2) segs.push_back({segs.back().in_off, segs.back().out_off, 0});
-  const int64_t khw = g.KH * g.KW;
-  std::vector<int64_t> row_off(static_cast<size_t>(g.K));
-  for (int64_t r = 0; r < g.K; ++r) {
-    const int64_t c = r / khw, kh = r / g.KW % g.KH, kw = r % g.KW;
-    row_off[r] = (c * Hp + kh * p.dilation[0]) * Wp + kw * p.dilation[1];
-  }
-  DirectJob j;
-  j.g = &g, j.xp = xp, j.Hp = Hp, j.Wp = Wp, j.ap = ap;
-  j.panels = (g.Og + kDirectRows - 1) / kDirectRows;
-  j.segs = segs.data(), j.tiles = static_cast<int64_t>(segs.size()) / 2;
-  j.row_off = row_off.data();
-  j.out = static_cast<float*>(out.data) + n0 * out.strides[0];
-  j.out_sn = out.strides[0], j.out_sc = out.strides[1];
-  j.bias = has_data(bias) ? static_cast<const float*>(bias->data) : nullptr;
-  j.bias_stride = has_data(bias) ? bias->strides[0] : 0;
-  j.relu = p.fuse_relu;
-  // Chunks of at least ~1 MFLOP, so that a task outweighs its hand-off to a thread.
-  const double tile_flops = 2.0 * double(g.Og) * double(g.K) * 32.0;
-  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(1e6 / tile_flops));
-  parallel_for(0, nb * g.G * j.tiles, grain,
-               [&](int64_t t0, int64_t t1) { direct_tiles_avx512(j, t0, t1); });
-}
-
-// The weight as G groups of panels [K][kDirectRows] (direct_tile's A), HF32-rounded if asked.
-std::unique_ptr<float[]> pack_direct_weight(const WeightMatrices<float>& wm, const ConvGeom& g) {
-  const int64_t panels = (g.Og + kDirectRows - 1) / kDirectRows;
-  std::unique_ptr<float[]> ap(new float[static_cast<size_t>(g.G * panels * g.K * kDirectRows)]);
-  const bool hf32 = g.p.math == CubeMath::HF32;
-  for (int64_t gr = 0; gr < g.G; ++gr) {
-    const TensorDesc a = wm.group(gr, g);
-    const float* w = static_cast<const float*>(a.data);
-    for (int64_t pi = 0; pi < panels; ++pi) {
-      float* dst = ap.get() + (gr * panels + pi) * g.K * kDirectRows;
-      for (int64_t k = 0; k < g.K; ++k) {
-        for (int r = 0; r < kDirectRows; ++r) {
-          const int64_t o = pi * kDirectRows + r;
-          const float v = o < g.Og ? w[o * a.strides[0] + k * a.strides[1]] : 0.0f;
-          dst[k * kDirectRows + r] = hf32 ? round_to_hf32(v) : v;
-        }
-      }
-    }
-  }
-  return ap;
 }
 
 // The float32 forward as an implicit GEMM per group (see the top of the file); false when the
@@ -544,10 +385,6 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
   // Patches from a zero-padded copy (pack_padded_avx512), a batch slice of at most ~16 MB at a
   // time, when the rows are contiguous along W.
   const bool padded = !rows && g.p.stride[1] == 1 && patch_packing_avx512();
-  // ... and read straight from that copy (conv2d_direct_avx512) when output rows fill most of
-  // the 16-pixel segments.
-  const bool direct = padded && direct_lane_use(g) >= 0.75;
-  const std::unique_ptr<float[]> direct_weight(direct ? pack_direct_weight(wm, g) : nullptr);
   const int64_t Hp = g.H + 2 * g.p.padding[0], Wp = g.W + 2 * g.p.padding[1];
   const int64_t slice =
       padded ? std::clamp<int64_t>((int64_t{4} << 20) / std::max<int64_t>(1, g.C * Hp * Wp), 1, g.N)
@@ -560,11 +397,7 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
   const float* const bias_data = with_bias ? static_cast<const float*>(bias->data) : nullptr;
   for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
     const int64_t nb = std::min(slice, g.N - n0);
-    if (padded) pad_input(input, n0, nb, g, Hp, Wp, xp.get(), direct && g.p.math == CubeMath::HF32);
-    if (direct) {
-      conv2d_direct_avx512(out, bias, g, xp.get(), Hp, Wp, n0, nb, direct_weight.get());
-      continue;
-    }
+    if (padded) pad_input(input, n0, nb, g, Hp, Wp, xp.get());
     for (int64_t gr = 0; gr < g.G; ++gr) {
       ImplicitGemm ig;
       ig.M = g.Og, ig.N = g.L, ig.K = g.K, ig.batch = nb;
