@@ -346,9 +346,12 @@ void pack_rows(const float* x, int64_t sc, int64_t k0, int64_t kc, int64_t c0, i
   }
 }
 
-// Zero-padded copy of samples [n0, n0 + nb) of the input into xp ([nb, C, Hp, Wp]).
+// Zero-padded copy of samples [n0, n0 + nb) of the input into xp ([nb, C, Hp, Wp]), its values
+// rounded to HF32 when the conv computes in HF32: once per input element here, where rounding
+// the packed patches would round each element once per kernel tap and per column block.
 void pad_input(const TensorDesc& input, int64_t n0, int64_t nb, const ConvGeom& g, int64_t Hp,
                int64_t Wp, float* xp) {
+  const bool hf32 = g.p.math == CubeMath::HF32;
   const float* x = static_cast<const float*>(input.data);
   const int64_t s0 = input.strides[0], s1 = input.strides[1], s2 = input.strides[2],
                 s3 = input.strides[3];
@@ -362,7 +365,9 @@ void pad_input(const TensorDesc& input, int64_t n0, int64_t nb, const ConvGeom& 
         float* d = dst + (ph + h) * Wp;
         std::fill(d, d + pw, 0.0f);
         const float* sr = src + h * s2;
-        if (s3 == 1) {
+        if (hf32) {
+          for (int64_t w = 0; w < g.W; ++w) d[pw + w] = round_to_hf32(sr[w * s3]);
+        } else if (s3 == 1) {
           std::copy(sr, sr + g.W, d + pw);
         } else {
           for (int64_t w = 0; w < g.W; ++w) d[pw + w] = sr[w * s3];
@@ -408,6 +413,7 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
       ImplicitGemm ig;
       ig.M = g.Og, ig.N = g.L, ig.K = g.K, ig.batch = nb;
       ig.math = g.p.math;
+      ig.b_is_hf32 = padded;  // pad_input rounded the padded copy
       ig.a = wm.group(gr, g);
       ig.c = out_data + n0 * out.strides[0] + gr * g.Og * out.strides[1];
       ig.ldc = out.strides[1], ig.c_batch_stride = out.strides[0];
@@ -597,6 +603,7 @@ bool conv2d_grad_weight_implicit(const TensorDesc& grad_weight, const TensorDesc
     ImplicitGemm ig;
     ig.M = g.Og, ig.N = g.K, ig.K = NL, ig.batch = 1;
     ig.math = g.p.math;
+    ig.b_is_hf32 = true;  // B's patches come from the padded copy, which pad_input rounded
     ig.a = matrix(go.get() + gr * g.Og * NL, DType::Float32, g.Og, NL, NL, 1);
     ig.c = gw + gr * g.Og * grad_weight.strides[0];
     ig.ldc = grad_weight.strides[0], ig.c_batch_stride = 0;

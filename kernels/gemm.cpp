@@ -553,7 +553,9 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
           if constexpr (std::is_same_v<P, float>) {
             if (imp) {
               imp->pack_b(item, pc, kc, jc, nc, nr, bp);
-              if (imp->math == CubeMath::HF32) round_panel_to_hf32(bp, n_panels * nr * kc);
+              if (imp->math == CubeMath::HF32 && !imp->b_is_hf32) {
+                round_panel_to_hf32(bp, n_panels * nr * kc);
+              }
             } else {
               pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
             }

@@ -27,6 +27,9 @@ struct ImplicitGemm {
   // on the thread that computed it.
   std::function<void(int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1)> epilogue;
   CubeMath math = CubeMath::KeepDtype;  // HF32: A and the packed B are rounded to HF32
+  // HF32 only: pack_b's values are HF32 values already (the caller rounded its source once, as
+  // conv does while padding the input), so the packed panels need no rounding pass.
+  bool b_is_hf32 = false;
 };
 
 // C_n = A @ B_n for every n in [0, batch).
