@@ -78,9 +78,11 @@ class TestCase(_Base):
         if np.isnan(x).any() or np.isnan(y).any():
             if not np.array_equal(np.isnan(x), np.isnan(y)):
                 self.fail(message or "result error: NaNs at different places")
-        diff = np.abs(y.astype(np.float64) - x.astype(np.float64))
-        diff[np.isnan(diff)] = 0
-        bound = np.maximum(np.abs(x.astype(np.float64)), np.abs(y.astype(np.float64)))
+        x64 = np.asarray(x, dtype=np.float64)
+        y64 = np.asarray(y, dtype=np.float64)
+        diff = np.abs(y64 - x64)
+        diff = np.where(np.isnan(diff), 0.0, diff)
+        bound = np.maximum(np.abs(x64), np.abs(y64))
         abs_ok = diff <= tol
         rel_ok = diff / (bound + tiny) <= tol
         if abs_ok.all() or rel_ok.all():
