@@ -107,10 +107,12 @@ def run_one(test_dir: Path, rel: str, timeout: float, python: str) -> dict:
     if status != "ran":
         rows.append({"test": "<file>", "outcome": "error", "cause": status.split(" after")[0]
                      if "timeout" in status else status, "where": ""})
-    elif not rows:
+    elif not rows and proc.returncode != 0:
         rows.append({"test": "<file>", "outcome": "error",
-                     "cause": "no test ran: " + (tail.strip().splitlines() or ["?"])[-1][:200],
-                     "where": ""})
+                     "cause": f"exit {proc.returncode}, no test ran: "
+                     + (tail.strip().splitlines() or ["?"])[-1][:200], "where": ""})
+    elif not rows:
+        status = "no tests"  # e.g. a class-level SupportedDevices, which hides the class
     counts = collections.Counter(r["outcome"] for r in rows)
     return {"file": rel, "status": status, "seconds": round(time.monotonic() - start, 1),
             **{o: counts.get(o, 0) for o in OUTCOMES}, "rows": rows}

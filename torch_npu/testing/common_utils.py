@@ -87,10 +87,10 @@ def set_npu_device() -> str:
 def create_common_tensor(item, minValue, maxValue, device=None):
     """(cpu_tensor, npu_tensor) holding the same uniform sample; `item` is
     (numpy dtype, acl format or -1, shape)."""
-    if not isinstance(item, (list, tuple)) or len(item) != 3:
+    if not isinstance(item, (list, tuple)) or len(item) < 3:
         raise ValueError("create_common_tensor: item must be (dtype, acl_format, shape), "
                          f"got {item!r}")
-    dtype, acl_format, shape = item
+    dtype, acl_format, shape = item[:3]  # tests may carry more fields; torch_npu ignores them
     device = get_npu_device() if device is None else device
     values = np.random.uniform(minValue, maxValue, shape).astype(dtype)
     cpu_input = torch.from_numpy(values)
