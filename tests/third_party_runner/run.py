@@ -72,7 +72,7 @@ def select_files(test_dir: Path, sample: int | None = None, pattern: str | None 
                 chosen.add(rel)
     files = sorted(chosen)
     if pattern:
-        files = [f for f in files if pattern in f]
+        files = [f for f in files if any(p in f.rsplit("/", 1)[-1] for p in pattern.split(","))]
     if sample is not None and sample < len(files):
         files = sorted(random.Random(seed).sample(files, sample))
     return files
@@ -200,7 +200,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("test_dir", nargs="?", help="op-plugin's test/ folder (fetched)")
     ap.add_argument("--sample", type=int, help="run a seeded random sample of N files")
-    ap.add_argument("-k", dest="pattern", help="only files whose path contains this")
+    ap.add_argument("-k", dest="pattern", help="only files whose name contains one of these "
+                    "(comma-separated)")
     ap.add_argument("--jobs", type=int, default=2, help="files at a time (at most 2 here)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per file")
     ap.add_argument("--out", help="write the results (JSON) here")

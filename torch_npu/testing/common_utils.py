@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import re
 import unittest
 from contextlib import contextmanager
 from typing import List
@@ -196,26 +195,8 @@ class SupportedDevices:
         return wrapper
 
 
-def _version_key(version: str):
-    """A sortable key of a CANN version string: "8.0.RC3" < "8.0.0" ordering follows CANN's
-    (release candidates before the release), other text after the numbers is ignored."""
-    key = []
-    for part in str(version).split("."):
-        m = re.fullmatch(r"(\d+)", part)
-        if m:
-            key.append((int(m.group(1)), 1, 0))
-            continue
-        m = re.match(r"(?i)(rc|alpha|beta|t)(\d*)", part)
-        if m:
-            key.append((-1, 0, int(m.group(2) or 0)))
-            continue
-        break
-    return key
-
-
 def is_gte_cann_version(version: str, module: str = "CANN") -> bool:
-    current = torch_npu.utils.get_cann_version(module=module)
-    return _version_key(current) >= _version_key(version)
+    return torch_npu.npu.utils._is_gte_cann_version(version, module)
 
 
 class SkipIfNotGteCANNVersion:
