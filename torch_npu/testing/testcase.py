@@ -153,8 +153,8 @@ class TestCase(_Base):
         b = b.detach().cpu()
         if a.is_quantized:
             a, b = a.dequantize(), b.dequantize()
-        if (a.dtype == torch.bool) != (b.dtype == torch.bool):
-            raise TypeError("Was expecting both tensors to be bool type.")
+        # `b` takes `a`'s dtype first (as torch_npu's helper does), so a float reference and a
+        # bool result compare as numbers.
         if a.dtype in (torch.float16, torch.bfloat16, torch.bool):
             a = a.to(torch.float32)
         b = b.to(a.dtype)
@@ -234,8 +234,10 @@ class TestCase(_Base):
                 super().assertEqual(set(x.keys()), set(y.keys()), message)
                 for key in x:
                     self._equal(x[key], y[key], prec, message, allow_inf, exact_dtype)
-        elif is_iterable(x) and is_iterable(y) and not isinstance(x, torch.Tensor) \
-                and not isinstance(y, torch.Tensor):
+        elif is_iterable(x) and is_iterable(y) and not (isinstance(x, torch.Tensor)
+                                                         and x.dim() == 0) \
+                and not (isinstance(y, torch.Tensor) and y.dim() == 0):
+            # a tensor against a list compares element by element, as torch_npu's helper does
             x, y = list(x), list(y)
             super().assertEqual(len(x), len(y), message)
             for a, b in zip(x, y):
