@@ -78,7 +78,20 @@ def select_files(test_dir: Path, sample: int | None = None, pattern: str | None 
     return files
 
 
-def run_one(test_dir: Path, rel: str, timeout: float, python: str) -> dict:
+def _limit_memory(gib: float):
+    """A preexec hook capping the child's writable private memory (RLIMIT_DATA): a test that
+    needs more fails with an out-of-memory error instead of waking the kernel's OOM killer on
+    a shared machine. Reserved, inaccessible address space (the allocator's PROT_NONE
+    reservations) does not count against it."""
+    import resource
+
+    def apply():
+        limit = int(gib * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    return apply
+
+
+def run_one(test_dir: Path, rel: str, timeout: float, python: str, mem_gib: float = 5) -> dict:
     """Runs one file in a subprocess; returns its per-test rows and totals."""
     fd, jsonl = tempfile.mkstemp(prefix="tpr-", suffix=".jsonl")
     os.close(fd)
@@ -88,7 +101,8 @@ def run_one(test_dir: Path, rel: str, timeout: float, python: str) -> dict:
     try:
         proc = subprocess.run(["nice", "-n", "19", python, str(HERE / "_driver.py"),
                                str(test_dir / rel), jsonl], env=env, timeout=timeout,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=_limit_memory(mem_gib))
         tail = proc.stderr[-2000:]
         if proc.returncode < 0:
             status = f"killed by signal {-proc.returncode}"
@@ -205,6 +219,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="files at a time (at most 2 here)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per file")
     ap.add_argument("--out", help="write the results (JSON) here")
+    ap.add_argument("--mem-gib", type=float, default=5,
+                    help="cap on each file's writable memory in GiB (RLIMIT_DATA)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter with SimNPU")
     ap.add_argument("--write-docs", metavar="RESULTS", help="render RESULTS into the docs page")
     ap.add_argument("--before", help="with --write-docs: the results before the fixes")
@@ -228,7 +244,8 @@ def main() -> int:
         return 0
     results = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = {pool.submit(run_one, test_dir, f, args.timeout, args.python): f for f in files}
+        futures = {pool.submit(run_one, test_dir, f, args.timeout, args.python,
+                               args.mem_gib): f for f in files}
         for fut in concurrent.futures.as_completed(futures):
             r = fut.result()
             results.append(r)
