@@ -224,6 +224,9 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="the interpreter with SimNPU")
     ap.add_argument("--write-docs", metavar="RESULTS", help="render RESULTS into the docs page")
     ap.add_argument("--before", help="with --write-docs: the results before the fixes")
+    ap.add_argument("--rerun-failed", metavar="RESULTS",
+                    help="run only the files with failures or errors in RESULTS and write "
+                    "RESULTS updated with them to --out (files that passed keep their rows)")
     ap.add_argument("--list", action="store_true", help="print the selected files and stop")
     args = ap.parse_args()
 
@@ -239,6 +242,12 @@ def main() -> int:
     if args.jobs < 1 or args.jobs > 2:
         ap.error("--jobs must be 1 or 2 (the machine is shared)")
     files = select_files(test_dir, args.sample, args.pattern)
+    kept = []
+    if args.rerun_failed:
+        previous = json.loads(Path(args.rerun_failed).read_text())["results"]
+        redo = {r["file"] for r in previous if r["failed"] + r["error"]}
+        kept = [r for r in previous if r["file"] not in redo and r["file"] in set(files)]
+        files = [f for f in files if f in redo]
     if args.list:
         print("\n".join(files))
         return 0
@@ -252,6 +261,7 @@ def main() -> int:
             print(f"[{len(results)}/{len(files)}] {r['file']}: {r['passed']} passed, "
                   f"{r['failed']} failed, {r['error']} errors, {r['skipped']} skipped "
                   f"({r['seconds']}s) {r['status'] if r['status'] != 'ran' else ''}", flush=True)
+    results += kept
     print_report(results)
     if args.out:
         Path(args.out).write_text(json.dumps(
