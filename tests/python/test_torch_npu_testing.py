@@ -134,3 +134,19 @@ def test_config_and_compatible_impl_switches():
     torch.npu.use_compatible_impl(False)
     with pytest.raises(TypeError, match="bool"):
         torch.npu.use_compatible_impl("yes")
+
+
+def test_npu_drop_path_drops_whole_samples():
+    from torch_npu.contrib.module import NpuDropPath
+
+    x = torch.ones(4000, 3, device="npu")
+    dp = NpuDropPath(0.25).npu()
+    y = dp(x).cpu()
+    kept = (y[:, 0] != 0)
+    assert torch.equal(y[kept], torch.full((int(kept.sum()), 3), 1 / 0.75))  # scaled rows
+    assert torch.equal(y[~kept], torch.zeros(int((~kept).sum()), 3))         # whole rows
+    assert abs(kept.float().mean().item() - 0.75) < 0.05
+    dp.eval()
+    assert torch.equal(dp(x), x)
+    with pytest.raises(ValueError, match="drop_prob"):
+        NpuDropPath(1.5)
