@@ -246,8 +246,8 @@ def main() -> int:
     if args.rerun_failed:
         previous = json.loads(Path(args.rerun_failed).read_text())["results"]
         redo = {r["file"] for r in previous if r["failed"] + r["error"]}
-        kept = [r for r in previous if r["file"] not in redo and r["file"] in set(files)]
         files = [f for f in files if f in redo]
+        kept = [r for r in previous if r["file"] not in set(files)]
     if args.list:
         print("\n".join(files))
         return 0
