@@ -60,6 +60,38 @@ EXCLUDE = [
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
 
+# Kinds of cause, first match wins: (label, where the fix belongs, regex on the cause).
+KINDS = [
+    ("torch_npu operator or name SimNPU lacks", "adapter schemas + kernels or composites",
+     r"has no attribute|No module named 'torch_npu"),
+    ("refused by design (hardware not simulated, undocumented update rule)", "none",
+     r"needs hardware SimNPU does not simulate|is not implemented in SimNPU"),
+    ("op with no kernel for npu: ATen has only a CUDA kernel, or a sparse/quantized npu layout",
+     "adapter/ops (C++)",
+     r"Could not run 'aten::|Quantizednpu|Sparsenpu|Copying from quantized"),
+    ("ATen's CPU kernel, run as the npu kernel, lacks a dtype torch_npu supports (float16, int32 "
+     "indices, ...)", "kernels/ + adapter/ops (C++)",
+     r"not implemented for '|expected scalar type|Expected a long tensor|same dtype|"
+     r"LongTensor|INTERNAL ASSERT FAILED.*BinaryOps|Mismatched Tensor types|Low precision"),
+    ("numerics: float16 results further from the float32 reference than torch_npu's tolerance "
+     "(intermediate rounding in float16), and a few float32 gaps", "kernels/ (C++)",
+     r"result error|max abs diff"),
+    ("argument check raised late (on the stream), with another message, or another exception "
+     "type (IndexError vs RuntimeError)", "adapter/ops checks (C++)",
+     r"not raised|does not match|AcceleratorError|IndexError|Expected all tensors|"
+     r"expectValue|Expected a value of type|non-positive-norm|too many CPU scalars|"
+     r"Attempting to broadcast"),
+    ("memory: the test needs more than the runner's cap on a shared machine", "none (runner cap)",
+     r"MemoryError|can't allocate memory|killed by signal 9|Resource temporarily unavailable"),
+]
+
+
+def kind_of(cause: str) -> str:
+    for label, _, pattern in KINDS:
+        if re.search(pattern, cause):
+            return label
+    return "other"
+
 
 def select_files(test_dir: Path, sample: int | None = None, pattern: str | None = None,
                  seed: int = 25) -> list[str]:
@@ -91,7 +123,7 @@ def _limit_memory(gib: float):
     return apply
 
 
-def run_one(test_dir: Path, rel: str, timeout: float, python: str, mem_gib: float = 5) -> dict:
+def run_one(test_dir: Path, rel: str, timeout: float, python: str, mem_gib: float = 8) -> dict:
     """Runs one file in a subprocess; returns its per-test rows and totals."""
     fd, jsonl = tempfile.mkstemp(prefix="tpr-", suffix=".jsonl")
     os.close(fd)
@@ -189,6 +221,16 @@ def write_docs(after: dict, before: dict | None) -> None:
         out.append(f"{ta['files']} files: {ta['passed']} passed, {ta['failed']} failed, "
                    f"{ta['error']} errors, {ta['skipped']} skipped; pass rate "
                    f"**{100 * ta['pass_rate']:.1f}%**.")
+    kinds = collections.Counter()
+    for r in ra:
+        for row in r["rows"]:
+            if row["outcome"] in ("failed", "error"):
+                kinds[kind_of(row.get("cause", ""))] += 1
+    where = {label: fix for label, fix, _ in KINDS}
+    out += ["", "### Kinds of cause left", "", "| tests | kind | where the fix belongs |",
+            "|---|---|---|"]
+    for label, n in kinds.most_common():
+        out.append(f"| {n} | {label} | {where.get(label, '?')} |")
     out += ["", "### Causes left", "", "| tests | cause | files |", "|---|---|---|"]
     for cause, n, files in causes(ra):
         shown = ", ".join(files[:6]) + (f" (+{len(files) - 6})" if len(files) > 6 else "")
@@ -219,7 +261,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="files at a time (at most 2 here)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per file")
     ap.add_argument("--out", help="write the results (JSON) here")
-    ap.add_argument("--mem-gib", type=float, default=5,
+    ap.add_argument("--mem-gib", type=float, default=8,
                     help="cap on each file's writable memory in GiB (RLIMIT_DATA)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter with SimNPU")
     ap.add_argument("--write-docs", metavar="RESULTS", help="render RESULTS into the docs page")
