@@ -99,6 +99,8 @@ from .graphs import (  # noqa: F401
 )
 from . import npu_config  # noqa: F401
 from .npu_config import (  # noqa: F401
+    are_compatible_impl_enabled,
+    config,
     conv,
     get_mm_bmm_format_nd,
     is_jit_compile_false,
@@ -106,6 +108,7 @@ from .npu_config import (  # noqa: F401
     set_compile_mode,
     set_mm_bmm_format_nd,
     set_option,
+    use_compatible_impl,
 )
 from ._backends import (  # noqa: F401
     enable_flash_sdp,
@@ -160,6 +163,7 @@ __all__ = [
     "flash_sdp_enabled", "get_mm_bmm_format_nd", "is_jit_compile_false", "math_sdp_enabled",
     "matmul", "mem_efficient_sdp_enabled", "preferred_linalg_library", "sdp_kernel",
     "set_compile_mode", "set_mm_bmm_format_nd", "set_option",
+    "are_compatible_impl_enabled", "use_compatible_impl", "config",
     # torch_npu.npu.utils
     "can_device_access_peer", "clear_npu_overflow_flag", "current_blas_handle", "finalize_dump",
     "get_allocator_backend", "get_npu_overflow_flag", "get_sync_debug_mode", "init_dump",

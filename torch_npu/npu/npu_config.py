@@ -24,7 +24,8 @@ import numbers
 from ._device import _lazy_init, is_initialized, synchronize
 
 __all__ = ["set_option", "set_compile_mode", "is_jit_compile_false", "set_mm_bmm_format_nd",
-           "get_mm_bmm_format_nd", "get_option"]
+           "get_mm_bmm_format_nd", "get_option", "use_compatible_impl", "config",
+           "are_compatible_impl_enabled"]
 
 # The options torch_npu checks, with their allowed values (anything else it passes on as is).
 _CHECKED_OPTIONS = {
@@ -73,6 +74,47 @@ def set_option(option: dict) -> None:
 def get_option(name: str) -> str | None:
     """The value set for option `name` (as a string), or None if it was never set."""
     return _options.get(name)
+
+
+class _NPUConfig:
+    """torch.npu.config: `allow_internal_format` (False by default, torch_npu's default on Atlas
+    A2 / 910B) chooses whether operators may keep private storage formats (NC1HWC0, FRACTAL_NZ)
+    for their outputs; the ALLOW_INTERNAL_FORMAT option. SimNPU stores formats as a tensor
+    property that changes no result (torch_npu.npu_format_cast / get_npu_format), so the switch
+    is stored and read back."""
+
+    _names = ("allow_internal_format",)
+
+    def __setattr__(self, name, value):
+        if name not in self._names:
+            raise AttributeError(f"torch.npu.config has no setting {name!r}; settings: "
+                                 f"{', '.join(self._names)}")
+        _options["ALLOW_INTERNAL_FORMAT"] = "enable" if value else "disable"
+
+    def __getattr__(self, name):
+        if name not in type(self)._names:
+            raise AttributeError(f"torch.npu.config has no setting {name!r}; settings: "
+                                 f"{', '.join(type(self)._names)}")
+        return _options.get("ALLOW_INTERNAL_FORMAT", "disable") == "enable"
+
+
+config = _NPUConfig()
+
+
+def use_compatible_impl(is_enable: bool) -> None:
+    """torch.npu.use_compatible_impl(True): have operators follow PyTorch's CPU/CUDA semantics
+    where torch_npu's own kernels differ (the TORCH_NPU_USE_COMPATIBLE_IMPL option). SimNPU's
+    kernels always compute PyTorch's semantics, so the switch is stored and read back
+    (are_compatible_impl_enabled) and changes no result."""
+    if not isinstance(is_enable, (bool, numbers.Integral)):
+        raise TypeError(f"use_compatible_impl(is_enable=...) expects a bool, got "
+                        f"{type(is_enable).__name__}")
+    _options["TORCH_NPU_USE_COMPATIBLE_IMPL"] = "1" if is_enable else "0"
+
+
+def are_compatible_impl_enabled() -> bool:
+    """Whether use_compatible_impl(True) is in force (False until it is called)."""
+    return _options.get("TORCH_NPU_USE_COMPATIBLE_IMPL") == "1"
 
 
 def set_compile_mode(jit_compile: bool = False) -> None:

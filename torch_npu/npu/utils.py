@@ -86,6 +86,32 @@ def get_allocator_backend() -> str:
     return "native"
 
 
+def _cann_version_key(version: str) -> list:
+    """A sortable key of a CANN version string ("8.0.RC3", "9.0.0", "8.0.RC3.sim"): numbers
+    compare as numbers, a release candidate (RCn, alpha/beta/Tn) sorts before the release of
+    the same numbers, and text after that (".sim") is ignored."""
+    import re
+
+    key = []
+    for part in str(version).split("."):
+        if part.isdigit():
+            key.append((int(part), 1, 0))
+            continue
+        m = re.match(r"(?i)(rc|alpha|beta|t)(\d*)", part)
+        if not m:
+            break
+        key.append((-1, 0, int(m.group(2) or 0)))
+    return key
+
+
+def _is_gte_cann_version(version: str, module: str = "CANN") -> bool:
+    """Whether the `module` version (torch_npu.utils.get_cann_version) is at least `version`;
+    torch_npu gates features on it. SimNPU reports its runtime's version as CANN's."""
+    from torch_npu.utils import get_cann_version
+
+    return _cann_version_key(get_cann_version(module=module)) >= _cann_version_key(version)
+
+
 def _not_simulated(what: str):
     def refuse(*args, **kwargs):
         raise NotImplementedError(f"torch.npu.{what} needs hardware SimNPU does not simulate "

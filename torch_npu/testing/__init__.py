@@ -2,6 +2,11 @@
 
 `torch_npu.testing.models`: small models (an MLP, a CNN, a GPT-style decoder), a seeded batch
 generator and a training loop that records losses; no downloads.
+
+`testcase`, `common_utils`, `decorator`, `common_distributed`: torch_npu's test helpers under
+torch_npu's names (TestCase with assertRtolEqual, create_common_tensor, SupportedDevices, Dtypes,
+...), written from their documented behaviour so torch_npu's own test files run unchanged
+(tests/third_party_runner/, docs/third_party_tests.md).
 """
 
 
