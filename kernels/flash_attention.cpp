@@ -425,6 +425,94 @@ void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& d
   }
 }
 
+// ---- few query rows: decoding ----------------------------------------------------------
+//
+// A sequence with at most kDecodeRows query rows (one new token, or a few speculative ones,
+// against a KV cache) would fill a 64- or 128-row query block with padding: its tile or GEMM
+// work is that of 64-128 rows. Here each (sequence, head) reads its keys and values once: the
+// scores of its rows over all keys by dot products (Skv floats per row of scratch), one exact
+// softmax, then O = P V by axpys. Same masks, bias and statistics as forward_block.
+constexpr int64_t kDecodeRows = 8;
+
+float dot_f32(const float* x, const float* y, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+  }
+  float sum = hsum256(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+void decode_block(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int64_t n,
+                  const TensorDesc& out, const TensorDesc& smax, const TensorDesc& ssum) {
+  const int64_t rows = s.sq, skv = s.skv, D = dm.d, Dv = dm.dv, h = n / dm.group;
+  float* Q = block_scratch(static_cast<size_t>(rows * D + rows * skv + rows * Dv + 2 * rows +
+                                               kBc * std::max(D, Dv)));
+  float* S = Q + rows * D;  // [rows, skv]
+  float* O = S + rows * skv;
+  float* m = O + rows * Dv;
+  float* l = m + rows;
+  float* KV = l + rows;  // one block of keys, then of values, as float rows
+  HeadRows(a.q, s.b, n, s.q0).load(0, rows, Q);
+  const HeadRows kr(a.k, s.b, h, s.k0), vr(a.v, s.b, h, s.k0);
+  const Visibility vis(a, s, n);
+  const PseRows pse(a, s, n);
+  const float scale = static_cast<float>(a.scale);
+  for (int64_t j0 = 0; j0 < skv; j0 += kBc) {
+    const int64_t cols = std::min(kBc, skv - j0);
+    const int cls = vis.classify(0, rows, j0, j0 + cols);
+    if (cls == 0) {
+      for (int64_t r = 0; r < rows; ++r) std::fill_n(S + r * skv + j0, cols, kNegInf);
+      continue;
+    }
+    kr.load(j0, cols, KV);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        S[r * skv + j0 + c] = scale * dot_f32(Q + r * D, KV + c * D, D);
+      }
+    }
+    if (pse) pse.add(S + j0, rows, cols, skv, 0, j0, scale);
+    if (cls == 2) apply_visibility(S + j0, rows, cols, skv, vis, 0, j0);
+  }
+  std::fill(O, O + rows * Dv, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    m[r] = row_max(S + r * skv, skv);
+    l[r] = m[r] == kNegInf ? 0.0f : exp_row(S + r * skv, skv, m[r], 1.0f);
+  }
+  for (int64_t j0 = 0; j0 < skv; j0 += kBc) {
+    const int64_t cols = std::min(kBc, skv - j0);
+    if (vis.classify(0, rows, j0, j0 + cols) == 0) continue;
+    vr.load(j0, cols, KV);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (m[r] == kNegInf) continue;  // nothing visible: the row's output is 0
+      const float* p = S + r * skv + j0;
+      float* o = O + r * Dv;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float w = p[c];
+        if (w == 0.0f) continue;
+        const float* v = KV + c * Dv;
+        for (int64_t d = 0; d < Dv; ++d) o[d] += w * v[d];
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    for (int64_t d = 0; d < Dv; ++d) O[r * Dv + d] *= inv;
+  }
+  HeadRows(out, s.b, n, s.q0).store(0, rows, O);
+  const StatRows sm(smax, s.b, n, s.q0), ss(ssum, s.b, n, s.q0);
+  for (int64_t r = 0; r < rows; ++r) {
+    sm.set(r, m[r]);
+    ss.set(r, l[r]);
+  }
+}
+
 // Work items over (sequence, head, block) flattened.
 struct Items {
   std::vector<Seq> seqs;
@@ -847,8 +935,25 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
                         (a.k.dtype != DType::Int8 ||
                          (a.antiquant.k_scale && a.antiquant.v_scale)),
                     "an int8 key / value needs both int8 and their antiquant scales");
-  if (detail::fast_forward(a, out, softmax_max, softmax_sum)) return;
   const Dims dm = dims_of(a);
+  if (a.keep_prob >= 1.0 && a.k.dtype != DType::Int8) {
+    std::vector<Seq> seqs = sequences(a);
+    const bool few_rows = std::all_of(seqs.begin(), seqs.end(),
+                                      [](const Seq& s) { return s.sq <= kDecodeRows; });
+    if (few_rows) {  // decoding: one item per (sequence, head), keys and values read once
+      const Items items(std::move(seqs), dm.nq, kDecodeRows, false);
+      parallel_for(0, items.total(), 1, [&](int64_t b, int64_t e) {
+        for (int64_t it = b; it < e; ++it) {
+          const Seq* s;
+          int64_t n, i0;
+          items.locate(it, &s, &n, &i0);
+          decode_block(a, dm, *s, n, out, softmax_max, softmax_sum);
+        }
+      });
+      return;
+    }
+  }
+  if (detail::fast_forward(a, out, softmax_max, softmax_sum)) return;
   const Dropout drop(a);
   const Items items(sequences(a), dm.nq, kBr, false);
   // Last query blocks first: under a causal band they are the heavy ones, and the pool hands
