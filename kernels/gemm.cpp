@@ -133,6 +133,8 @@ struct MatRef {
 
 // Below this many flops a GEMM is not worth waking the pool's workers for.
 constexpr double kThreadedFlops = 4e6;
+// Below this many bytes of B a few-row GEMM (a GEMV: B read once) stays on one thread.
+constexpr double kThreadedBytes = 256 * 1024;
 
 // Rounds n packed floats to HF32 in place (round_to_hf32, npu/kernels/matmul.h). One extra pass
 // over a panel that was just written, so it is still in cache; zero padding stays zero.
@@ -676,7 +678,9 @@ bool few_rows_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& a
     ap = a_rounded.data();
     lda = K;
   }
-  const bool small = 2.0 * M * N * K < kThreadedFlops;
+  // Memory-bound: B is read once, so B's size decides whether the pool's threads are worth
+  // waking (one core streams about half of what two stream), not the flop count.
+  const bool small = static_cast<double>(N) * K * sizeof(float) < kThreadedBytes;
   parallel_for(0, N, small ? N : 64, [&](int64_t n0, int64_t n1) {
     std::vector<float> col_rounded(b.hf32 ? static_cast<size_t>(K) : 0);
     for (int64_t n = n0; n < n1; ++n) {
