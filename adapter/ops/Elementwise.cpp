@@ -273,7 +273,13 @@ Result powScalarBody(const char* name, const at::Tensor& out, const at::Tensor& 
   const bool float_exp = exponent.isFloatingPoint();
   if (!float_exp || at::isFloatingType(self.scalar_type())) {
     if (exponent.equal(2)) return unary(name, UOp::Square, Kind::Same, out, self);
-    if (exponent.equal(1) && out.defined() && out.is_same(self)) return out;
+    if (exponent.equal(1)) {
+      if (out.defined() && out.is_same(self)) return out;
+      // x ** 1 (pow(x, 2)'s backward asks for it) is x * 1, exact for every value (NaN, -0,
+      // inf), with pow's type promotion: not the generic std::pow kernel (20x slower).
+      return binary(name, BOp::Mul, Kind::Same, out, self,
+                    at::native::wrapped_scalar_tensor(exponent));
+    }
     if (float_exp && exponent.toDouble() == 0.5) {
       return unary(name, UOp::Sqrt, Kind::Same, out, self);
     }

@@ -362,3 +362,19 @@ def test_max_pool2d_values_and_indices_equal_the_cpu(kernel, stride, padding, di
     assert torch.equal(yc.isnan(), yn.cpu().isnan())
     assert torch.equal(yc.nan_to_num(), yn.cpu().nan_to_num())
     assert torch.equal(ic, i_n.cpu())
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.int32])
+@pytest.mark.parametrize("exponent", [1, 1.0, 2, 0.5])
+def test_pow_with_the_exponents_that_have_their_own_kernels(dtype, exponent):
+    # pow(x, 2)'s backward asks for pow(x, 1.0): it, x ** 2 and x ** 0.5 take dedicated kernels
+    # (Elementwise.cpp, powScalarBody); results, dtypes (promotion) and special values as the CPU.
+    x = make((257,), dtype, low=-3 if exponent != 0.5 else 0, high=3)
+    if dtype.is_floating_point:
+        x[:3] = torch.tensor([float("nan"), -0.0, float("inf")]).to(dtype)
+    ref = torch.pow(x, exponent)
+    got = torch.pow(x.npu(), exponent).cpu()
+    assert got.dtype == ref.dtype
+    torch.testing.assert_close(got, ref, rtol=tol(dtype)[0], atol=tol(dtype)[1], equal_nan=True)
+    if dtype.is_floating_point and exponent in (1, 1.0):
+        assert torch.signbit(got[1])  # -0 ** 1 is -0
