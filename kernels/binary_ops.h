@@ -370,6 +370,18 @@ struct SiluBackward {  // b = self
     T s = T(1) / (T(1) + std::exp(-x));
     return g * s * (T(1) + x * (T(1) - s));
   }
+  // 8 lanes at a time through sigmoid256, as the forward Silu (the scalar exp was 0.5 ms of a
+  // 350k-element MLP's backward).
+  void apply(float* out, int64_t n, const float* g, const float* x) const
+    requires std::is_same_v<T, float>
+  {
+    map8_2(out, g, x, n, [](__m256 vg, __m256 vx) {
+      const __m256 one = _mm256_set1_ps(1.0f);
+      const __m256 s = sigmoid256(vx);
+      return _mm256_mul_ps(_mm256_mul_ps(vg, s),
+                           _mm256_fmadd_ps(vx, _mm256_sub_ps(one, s), one));
+    });
+  }
 };
 
 template <class T>

@@ -136,7 +136,13 @@ void softmax_backward(const TensorDesc& grad_input, const TensorDesc& grad_outpu
       double s = 0;
       if (log) {
         for (int64_t i = 0; i < n; ++i) s += g[i];
-        for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - std::exp(y[i]) * T(s);
+        if constexpr (std::is_same_v<T, float>) {  // exp 8 lanes at a time, as the forward
+          const __m256 vs = _mm256_set1_ps(static_cast<float>(s));
+          map8_2(gi, g, y, n,
+                 [&](__m256 vg, __m256 vy) { return _mm256_fnmadd_ps(exp256(vy), vs, vg); });
+        } else {
+          for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - std::exp(y[i]) * T(s);
+        }
       } else {
         for (int64_t i = 0; i < n; ++i) s += double(g[i]) * y[i];
         for (int64_t i = 0; i < n; ++i) gi[i] = y[i] * (g[i] - T(s));
