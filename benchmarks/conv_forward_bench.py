@@ -14,28 +14,17 @@ NPU_KERNEL_THREADS (else OMP_NUM_THREADS, else the usable CPUs) when the process
 import argparse
 import io
 import os
-import statistics
-import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 import torch_npu  # noqa: F401
+from inference_bench import median_ms  # same warm-up, then the median of the calls
 
 LAYERS = [(3, 32, 64), (32, 64, 32), (64, 128, 16)]  # C_in, C_out, H = W; 3x3, padding 1
 
 
-def median_ms(fn, calls, warmup_s=0.2):
-    end = time.perf_counter() + warmup_s
-    while time.perf_counter() < end:
-        fn()
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
 
 
 def ort_session(cin, cout, b, hw, threads):
