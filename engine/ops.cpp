@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -880,71 +881,77 @@ const std::map<std::string, Factory>& factories() {
   return table;
 }
 
+// A float32 tensor of the plan rounded through a 16-bit type, to nearest even, by way of a
+// 16-bit buffer of the node's (sized at load): what both 16-bit wrappers below do.
+struct Narrowing {
+  uint32_t id;
+  std::vector<uint16_t> narrow;
+  TensorDesc narrow_desc, wide_desc;  // wide_desc.data is set at each run
+
+  Narrowing(const ModelDef& def, uint32_t tensor, DType type) : id(tensor) {
+    const int64_t count = static_cast<int64_t>(def.tensors[tensor].nbytes / 4);
+    narrow.resize(count);  // a move keeps the buffer, so narrow_desc stays valid
+    narrow_desc = TensorDesc::make(narrow.data(), type, {count});
+    wide_desc = TensorDesc::make(nullptr, DType::Float32, {count});
+  }
+  // The float32 values at src, rounded, into dst (src itself: in place).
+  void round(void* src, void* dst) {
+    wide_desc.data = src;
+    k::copy(narrow_desc, wide_desc);
+    wide_desc.data = dst;
+    k::copy(wide_desc, narrow_desc);
+  }
+};
+
+DType narrow_type(const NodeInfo& n, const std::string& kind, const char* what) {
+  if (kind != "float16" && kind != "bfloat16") {
+    refuse(n, std::string("unknown ") + what + " " + kind);
+  }
+  return kind == "float16" ? DType::Float16 : DType::BFloat16;
+}
+
 // atc's --precision_mode=allow_fp32_to_fp16 / _bf16 (node attr "precision"): a matrix op runs
 // on 16-bit operands with float32 accumulation and gives a 16-bit result, as on the cube unit.
 // Its constant operands were rounded by atc; here each run-time float32 input is rounded
 // through the 16-bit type into a buffer of this node's (sized at load), the op reads those,
 // and its output is rounded in place.
 struct Rounded16Kernel : Model::Kernel {
-  struct Operand {
-    uint32_t id;
-    std::vector<float> wide;
-    std::vector<uint16_t> narrow;
-    TensorDesc wide_desc, narrow_desc, src_desc;
-  };
   std::unique_ptr<Model::Kernel> inner;
-  std::vector<Operand> operands;
-  Operand result;  // src_desc: the output itself
+  std::vector<Narrowing> operands;
+  std::vector<std::vector<float>> rounded;  // rounded[i]: operands[i] as the op reads it
+  std::optional<Narrowing> result;          // the output, rounded in place
   std::vector<void*> local;
 
   void run(void* const* ptrs) override {
     std::copy(ptrs, ptrs + local.size(), local.begin());
-    for (auto& o : operands) {
-      o.src_desc.data = ptrs[o.id];
-      k::copy(o.narrow_desc, o.src_desc);
-      k::copy(o.wide_desc, o.narrow_desc);
-      local[o.id] = o.wide.data();
+    for (size_t i = 0; i < operands.size(); ++i) {
+      operands[i].round(ptrs[operands[i].id], rounded[i].data());
+      local[operands[i].id] = rounded[i].data();
     }
     inner->run(local.data());
-    result.src_desc.data = ptrs[result.id];
-    k::copy(result.narrow_desc, result.src_desc);
-    k::copy(result.src_desc, result.narrow_desc);
+    result->round(ptrs[result->id], ptrs[result->id]);
   }
 };
 
 std::unique_ptr<Model::Kernel> rounded16(const ModelDef& def, const NodeInfo& n,
                                          std::unique_ptr<Model::Kernel> inner) {
-  std::string kind = string_attr(n, "precision");
-  if (kind != "float16" && kind != "bfloat16") refuse(n, "unknown precision " + kind);
+  const DType narrow = narrow_type(n, string_attr(n, "precision"), "precision");
   if (n.op != "MatMul" && n.op != "Conv" && n.op != "Attention") {
     refuse(n, "a precision is given only to matrix ops (MatMul, Conv, Attention)");
   }
-  const DType narrow = kind == "float16" ? DType::Float16 : DType::BFloat16;
   auto kr = std::make_unique<Rounded16Kernel>();
   kr->inner = std::move(inner);
   kr->local.resize(def.tensors.size());
-  auto operand = [&](uint32_t id, bool own_buffer) {
-    Rounded16Kernel::Operand o;
-    o.id = id;
-    int64_t count = static_cast<int64_t>(def.tensors[id].nbytes / 4);
-    o.narrow.resize(count);
-    o.narrow_desc = TensorDesc::make(o.narrow.data(), narrow, {count});
-    o.src_desc = TensorDesc::make(nullptr, DType::Float32, {count});
-    if (own_buffer) {
-      o.wide.resize(count);
-      o.wide_desc = TensorDesc::make(o.wide.data(), DType::Float32, {count});
-    }
-    return o;
-  };
   std::set<uint32_t> seen;
   for (uint32_t id : n.inputs) {
     if (id == kNoTensor || !seen.insert(id).second) continue;
     const auto& t = def.tensors[id];
     if (t.storage != Storage::Weight && t.dtype == DType::Float32) {
-      kr->operands.push_back(operand(id, true));
+      kr->operands.emplace_back(def, id, narrow);
+      kr->rounded.emplace_back(t.nbytes / 4);
     }
   }
-  kr->result = operand(n.outputs[0], false);
+  kr->result.emplace(def, n.outputs[0], narrow);
   return kr;
 }
 
@@ -953,40 +960,21 @@ std::unique_ptr<Model::Kernel> rounded16(const ModelDef& def, const NodeInfo& n,
 // kernels accumulate in float32 too) and its float32 outputs are rounded in place to the
 // model's type, to nearest even, through a 16-bit buffer of this node's (sized at load).
 struct RoundOutputsKernel : Model::Kernel {
-  struct Output {
-    uint32_t id;
-    std::vector<uint16_t> narrow;
-    TensorDesc narrow_desc, wide_desc;
-  };
   std::unique_ptr<Model::Kernel> inner;
-  std::vector<Output> outputs;
+  std::vector<Narrowing> outputs;
   void run(void* const* ptrs) override {
     inner->run(ptrs);
-    for (auto& o : outputs) {
-      o.wide_desc.data = ptrs[o.id];
-      k::copy(o.narrow_desc, o.wide_desc);
-      k::copy(o.wide_desc, o.narrow_desc);
-    }
+    for (auto& o : outputs) o.round(ptrs[o.id], ptrs[o.id]);
   }
 };
 
 std::unique_ptr<Model::Kernel> round_outputs(const ModelDef& def, const NodeInfo& n,
                                              std::unique_ptr<Model::Kernel> inner) {
-  std::string kind = string_attr(n, "round");
-  if (kind != "float16" && kind != "bfloat16") refuse(n, "unknown rounding type " + kind);
-  const DType narrow = kind == "float16" ? DType::Float16 : DType::BFloat16;
+  const DType narrow = narrow_type(n, string_attr(n, "round"), "rounding type");
   auto kr = std::make_unique<RoundOutputsKernel>();
   kr->inner = std::move(inner);
   for (uint32_t id : n.outputs) {
-    const auto& t = def.tensors[id];
-    if (t.dtype != DType::Float32) continue;
-    RoundOutputsKernel::Output o;
-    o.id = id;
-    int64_t count = static_cast<int64_t>(t.nbytes / 4);
-    o.narrow.resize(count);
-    o.narrow_desc = TensorDesc::make(o.narrow.data(), narrow, {count});
-    o.wide_desc = TensorDesc::make(nullptr, DType::Float32, {count});
-    kr->outputs.push_back(std::move(o));
+    if (def.tensors[id].dtype == DType::Float32) kr->outputs.emplace_back(def, id, narrow);
   }
   return kr;
 }
