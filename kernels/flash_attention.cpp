@@ -352,6 +352,24 @@ Dims dims_of(const FlashAttentionArgs& a) {
 
 // ---- forward ----------------------------------------------------------------------------
 
+// Rows [i0, i0 + rows) of one (sequence, head) done: O (unnormalised, [rows, Dv]) divided by
+// the softmax sums l (a row with nothing visible stays 0), stored, and the statistics m and l
+// written for the backward.
+void finish_rows(const Seq& s, int64_t n, int64_t i0, int64_t rows, int64_t Dv, float* O,
+                 const float* m, const float* l, const TensorDesc& out, const TensorDesc& smax,
+                 const TensorDesc& ssum) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    for (int64_t c = 0; c < Dv; ++c) O[r * Dv + c] *= inv;
+  }
+  HeadRows(out, s.b, n, s.q0).store(i0, rows, O);
+  const StatRows sm(smax, s.b, n, s.q0 + i0), ss(ssum, s.b, n, s.q0 + i0);
+  for (int64_t r = 0; r < rows; ++r) {
+    sm.set(r, m[r]);
+    ss.set(r, l[r]);
+  }
+}
+
 void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& drop,
                    const Seq& s, int64_t n, int64_t i0, const TensorDesc& out,
                    const TensorDesc& smax, const TensorDesc& ssum) {
@@ -413,16 +431,7 @@ void forward_block(const FlashAttentionArgs& a, const Dims& dm, const Dropout& d
     gemm(mat(O, rows, Dv, Dv, 1), mat(S, rows, cols, cols, 1),
          dequant ? mat(Vq, cols, Dv, Dv, 1) : vr.matrix(j0, cols, false), 1.0, 1.0);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    for (int64_t c = 0; c < Dv; ++c) O[r * Dv + c] *= inv;
-  }
-  HeadRows(out, s.b, n, s.q0).store(i0, rows, O);
-  const StatRows sm(smax, s.b, n, s.q0 + i0), ss(ssum, s.b, n, s.q0 + i0);
-  for (int64_t r = 0; r < rows; ++r) {
-    sm.set(r, m[r]);
-    ss.set(r, l[r]);
-  }
+  finish_rows(s, n, i0, rows, Dv, O, m, l, out, smax, ssum);
 }
 
 // ---- few query rows: decoding ----------------------------------------------------------
@@ -501,16 +510,7 @@ void decode_block(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int
       }
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    for (int64_t d = 0; d < Dv; ++d) O[r * Dv + d] *= inv;
-  }
-  HeadRows(out, s.b, n, s.q0).store(0, rows, O);
-  const StatRows sm(smax, s.b, n, s.q0), ss(ssum, s.b, n, s.q0);
-  for (int64_t r = 0; r < rows; ++r) {
-    sm.set(r, m[r]);
-    ss.set(r, l[r]);
-  }
+  finish_rows(s, n, 0, rows, Dv, O, m, l, out, smax, ssum);
 }
 
 // Work items over (sequence, head, block) flattened.
@@ -936,26 +936,24 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
                          (a.antiquant.k_scale && a.antiquant.v_scale)),
                     "an int8 key / value needs both int8 and their antiquant scales");
   const Dims dm = dims_of(a);
-  if (a.keep_prob >= 1.0 && a.k.dtype != DType::Int8) {
-    std::vector<Seq> seqs = sequences(a);
-    const bool few_rows = std::all_of(seqs.begin(), seqs.end(),
-                                      [](const Seq& s) { return s.sq <= kDecodeRows; });
-    if (few_rows) {  // decoding: one item per (sequence, head), keys and values read once
-      const Items items(std::move(seqs), dm.nq, kDecodeRows, false);
-      parallel_for(0, items.total(), 1, [&](int64_t b, int64_t e) {
-        for (int64_t it = b; it < e; ++it) {
-          const Seq* s;
-          int64_t n, i0;
-          items.locate(it, &s, &n, &i0);
-          decode_block(a, dm, *s, n, out, softmax_max, softmax_sum);
-        }
-      });
-      return;
-    }
+  std::vector<Seq> seqs = sequences(a);
+  if (a.keep_prob >= 1.0 && a.k.dtype != DType::Int8 &&
+      std::all_of(seqs.begin(), seqs.end(), [](const Seq& s) { return s.sq <= kDecodeRows; })) {
+    // decoding: one item per (sequence, head), keys and values read once
+    const Items items(std::move(seqs), dm.nq, kDecodeRows, false);
+    parallel_for(0, items.total(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t it = b; it < e; ++it) {
+        const Seq* s;
+        int64_t n, i0;
+        items.locate(it, &s, &n, &i0);
+        decode_block(a, dm, *s, n, out, softmax_max, softmax_sum);
+      }
+    });
+    return;
   }
   if (detail::fast_forward(a, out, softmax_max, softmax_sum)) return;
   const Dropout drop(a);
-  const Items items(sequences(a), dm.nq, kBr, false);
+  const Items items(std::move(seqs), dm.nq, kBr, false);
   // Last query blocks first: under a causal band they are the heavy ones, and the pool hands
   // out chunks in order, so the light ones fill the tail instead of one thread finishing late.
   parallel_for(0, items.total(), 1, [&](int64_t b, int64_t e) {
