@@ -83,3 +83,40 @@ def test_out_kernels_that_resize_internally():
     a, b = sample(8, 1), sample(8, 1, seed=1)
     got = torch.nn.functional.mse_loss(a.npu(), b.npu())
     assert torch.allclose(got.cpu(), torch.nn.functional.mse_loss(a, b))
+
+
+def test_remembered_meta_results_follow_every_argument():
+    # The meta kernels' results are remembered per signature (ExecutionPaths.cpp,
+    # MetaResultCache): every call below differs from an earlier one in one thing only (a size,
+    # a stride, a dtype, an int, a bool) and must be sized and computed for itself.
+    a = sample(6, 8)
+    x = a.npu()
+    before = torch_npu._C._host_kernel_ops().get("aten::kthvalue.values", 0)
+    calls = [
+        (lambda t: torch.kthvalue(t, 2, 1), a),
+        (lambda t: torch.kthvalue(t, 2, 1), a),                      # the same: remembered
+        (lambda t: torch.kthvalue(t, 3, 1), a),                      # another k
+        (lambda t: torch.kthvalue(t, 2, 0), a),                      # another dim: other shape
+        (lambda t: torch.kthvalue(t, 2, 1, keepdim=True), a),        # a bool: other shape
+        (lambda t: torch.kthvalue(t, 2, 1), a[:5]),                  # another size
+        (lambda t: torch.kthvalue(t, 2, 1), a.t()),                  # another stride
+        (lambda t: torch.kthvalue(t, 2, 1), a.double()),             # another dtype
+    ]
+    for f, ref in calls:
+        got = f(ref.npu())
+        want = f(ref)
+        assert got.values.shape == want.values.shape and got.values.dtype == want.values.dtype
+        assert torch.equal(got.values.cpu(), want.values)
+        assert torch.equal(got.indices.cpu(), want.indices)
+    assert torch_npu._C._host_kernel_ops()["aten::kthvalue.values"] >= before + len(calls)
+    torch.erfinv(x)                       # remembered once it succeeded ...
+    for bad in (lambda: torch.kthvalue(x, 9, 1), lambda: torch.kthvalue(x, 2, 5)):
+        try:                              # ... but a refusal is not: it raises every time
+            bad()
+            torch.npu.synchronize()
+        except (RuntimeError, IndexError):
+            pass
+        else:
+            raise AssertionError("a bad kthvalue call was accepted")
+    assert torch.allclose(torch.erfinv(x.clamp(-0.9, 0.9)).cpu(), torch.erfinv(a.clamp(-0.9, 0.9)),
+                          equal_nan=True)
