@@ -1,19 +1,36 @@
 // What engine/model.cpp and engine/ops.cpp share; not part of the public header.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "npu/engine.h"
+#include "npu/kernels/matmul.h"
 
 namespace npu::engine {
+
+// Weights put once into the layout a kernel reads them in (a MatMul's constant B as GEMM
+// panels), when the model is loaded; shared by every gear's kernels, which read the same
+// weights. Keyed by the weight's address and how it is read (sizes and strides).
+class PreparedWeights {
+ public:
+  std::shared_ptr<const kernels::PackedB> packed_b(const kernels::TensorDesc& b);
+
+ private:
+  using Key = std::tuple<const void*, int64_t, int64_t, int64_t, int64_t>;
+  std::map<Key, std::shared_ptr<const kernels::PackedB>> packed_b_;
+};
 
 // A prepared node: descriptors built at load, data pointers bound per run. `ptrs` holds one
 // data pointer per tensor index of the model.
 struct Model::Kernel {
   virtual ~Kernel() = default;
   virtual void run(void* const* ptrs) = 0;
+  // Called once, when the weights are in device memory (with the gear's pointers).
+  virtual void prepare_weights(void* const* ptrs, PreparedWeights& prepared) {}
 };
 
 // Throws ModelError naming the node when the engine cannot run it.

@@ -75,6 +75,17 @@ Model::Model(ModelDef def) : def_(std::move(def)) {
       if (t.storage == Storage::Weight) g.ptrs[i] = static_cast<char*>(weights_) + t.offset;
     }
   }
+  PreparedWeights prepared;  // what the kernels keep of it outlives this
+  for (auto& g : gears_) {
+    for (auto& k : g.kernels) k->prepare_weights(g.ptrs.data(), prepared);
+  }
+}
+
+std::shared_ptr<const kernels::PackedB> PreparedWeights::packed_b(const kernels::TensorDesc& b) {
+  const Key key{b.data, b.sizes[0], b.sizes[1], b.strides[0], b.strides[1]};
+  auto& slot = packed_b_[key];
+  if (!slot) slot = std::make_shared<const kernels::PackedB>(b);
+  return slot;
 }
 
 size_t Model::find_gear(const std::vector<int64_t>& values) const {

@@ -152,6 +152,11 @@ struct ConvKernel : Model::Kernel {
 // out = alpha * A @ B + beta * bias, then the activation. A and B are split into 2-D
 // matrices: a 2-D B with a row-major A is one gemm over all of A's rows; otherwise one gemm
 // per broadcast batch index.
+//
+// A Linear layer (one gemm by a constant B, the model's weight): B is packed into the GEMM's
+// panels once, at load (PreparedWeights), and a bias per output column and the activation are
+// applied to each block of C as the GEMM finishes it, while it is in cache, instead of a copy
+// of the bias into C before and a pass of the activation after.
 struct MatMulKernel : Model::Kernel {
   struct Gemm {
     TensorDesc a, b, c;
@@ -165,11 +170,26 @@ struct MatMulKernel : Model::Kernel {
   double alpha = 1, beta = 1;
   Activation act;
   TensorDesc out_flat;
+  bool b_is_weight = false;
+  std::shared_ptr<const k::PackedB> packed;
+  // The bias varies along the output's last dimension only (bias[j * stride]).
+  bool bias_per_column = false;
+
+  void prepare_weights(void* const* ptrs, PreparedWeights& prepared) override {
+    if (!b_is_weight || gemms.size() != 1 || gemms[0].batched || gemms[0].b_off != 0) return;
+    TensorDesc b = gemms[0].b;
+    b.data = ptrs[b_id];
+    packed = prepared.packed_b(b);
+  }
 
   void run(void* const* ptrs) override {
     char* a = static_cast<char*>(ptrs[a_id]);
     char* b = static_cast<char*>(ptrs[b_id]);
     char* c = static_cast<char*>(ptrs[out_id]);
+    if (packed) {
+      run_linear(ptrs, a, b, c);
+      return;
+    }
     if (has_bias) {
       bias.bind(ptrs);
       TensorDesc out = bias.desc;  // the bias broadcast to the output's shape
@@ -193,6 +213,37 @@ struct MatMulKernel : Model::Kernel {
     }
     out_flat.data = c;
     act.apply(out_flat);
+  }
+
+  void run_linear(void* const* ptrs, char* a, char* b, char* c) {
+    Gemm g = gemms[0];
+    g.a.data = a + g.a_off;
+    g.b.data = b;
+    g.c.data = c + g.c_off;
+    const float* bias_data = nullptr;
+    int64_t bias_stride = 0;
+    const float bias_scale = static_cast<float>(beta);
+    if (has_bias) {
+      bias.bind(ptrs);
+      bias_data = static_cast<const float*>(bias.desc.data);
+      bias_stride = bias.desc.strides[bias.desc.ndim - 1];
+    }
+    float* const out = static_cast<float*>(g.c.data);
+    const int64_t ldc = g.c.strides[0];
+    k::GemmEpilogue epilogue;
+    if (bias_data != nullptr || act.on) {
+      epilogue = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        if (bias_data != nullptr) {
+          for (int64_t i = r0; i < r1; ++i) {
+            float* row = out + i * ldc;
+            for (int64_t j = c0; j < c1; ++j) row[j] += bias_scale * bias_data[j * bias_stride];
+          }
+        }
+        act.apply(TensorDesc::make(out + r0 * ldc + c0, DType::Float32, {r1 - r0, c1 - c0},
+                                   {ldc, 1}));
+      };
+    }
+    k::gemm_prepacked(g.c, g.a, g.b, *packed, alpha, 0.0, epilogue);
   }
 };
 
@@ -224,9 +275,24 @@ std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& 
     return trans ? TensorDesc::make(nullptr, DType::Float32, {rows, cols}, {1, rows})
                  : TensorDesc::make(nullptr, DType::Float32, {rows, cols});
   };
+  // A Linear layer: packed weights and a fused epilogue (MatMulKernel), when the model's float32
+  // weight is B and any bias varies along the output's columns only.
+  auto as_linear = [&] {
+    const auto& bt = def.tensors[kr->b_id];
+    bool per_column = true;
+    if (kr->has_bias) {
+      const TensorDesc& d = kr->bias.desc;
+      for (int i = 0; i + 1 < d.ndim; ++i) per_column = per_column && d.strides[i] == 0;
+      per_column = per_column && d.dtype == DType::Float32;
+    }
+    kr->b_is_weight = bt.storage == Storage::Weight && bt.dtype == DType::Float32 &&
+                      def.tensors[kr->a_id].dtype == DType::Float32 && per_column;
+    kr->bias_per_column = kr->has_bias && per_column;
+  };
   if (a.size() == 2 && b.size() == 2) {
     kr->gemms.push_back({matrix(m, kk, trans_a), matrix(kk, nn, trans_b), matrix(m, nn, false),
                          0, 0, 0});
+    as_linear();
     return kr;
   }
   if (b.size() == 2 && !trans_a) {
@@ -234,6 +300,7 @@ std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& 
     for (size_t d = 0; d + 1 < a.size(); ++d) rows *= a[d];
     kr->gemms.push_back({matrix(rows, kk, false), matrix(kk, nn, trans_b),
                          matrix(rows, nn, false), 0, 0, 0});
+    as_linear();
     return kr;
   }
   // Batched: broadcast the batch dimensions and issue one gemm per batch index.

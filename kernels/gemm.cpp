@@ -462,10 +462,12 @@ inline constexpr int64_t kBf16DirectBBytes = 512 << 10;
 // imp (float only): B is packed by imp->pack_b, over imp->batch pairs of B_n / C_n (C_n at
 // c + n * imp->c_batch_stride) sharing A's packed panels, and imp->epilogue replaces
 // block_done; b is then unused.
+//
+// packed (float only): B's panels made beforehand (PackedB); b is then unused.
 template <class T, class P, class CT = T>
 void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const MatRef& b, T beta,
             CT* c, int64_t ldc, const BlockDone* block_done,
-            const ImplicitGemm* imp = nullptr) {
+            const ImplicitGemm* imp = nullptr, const PackedB* packed = nullptr) {
   constexpr bool kBf16C = std::is_same_v<CT, uint16_t>;
   static_assert(!kBf16C || std::is_same_v<P, uint16_t>, "a bfloat16 C needs the bfloat16 kernel");
   Kernel<T, P> kern = select_kernel<T, P>();
@@ -547,13 +549,17 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
         const int64_t nc = std::min(nc_target, N - jc);
         const int64_t p_begin = m_panels * ib / ni, p_end = m_panels * (ib + 1) / ni;
         const int64_t n_panels = (nc + nr - 1) / nr;
-        P* bp = scratch<P>(1, static_cast<size_t>(n_panels * nr * std::min(kc_max, Kp)));
+        P* bp = packed ? nullptr
+                       : scratch<P>(1, static_cast<size_t>(n_panels * nr * std::min(kc_max, Kp)));
         for (int64_t pc = 0; pc < K; pc += kc_max) {
           const int64_t kc = std::min(kc_max, K - pc);
           const int64_t kcp = (kc + step - 1) / step * step;
           const T beta_eff = pc == 0 ? beta : T(1);
+          const P* b_block = bp;
           if constexpr (std::is_same_v<P, float>) {
-            if (imp) {
+            if (packed) {
+              b_block = packed->panels(pc, jc, kcp);
+            } else if (imp) {
               imp->pack_b(item, pc, kc, jc, nc, nr, bp);
               if (imp->math == CubeMath::HF32 && !imp->b_is_hf32) {
                 round_panel_to_hf32(bp, n_panels * nr * kc);
@@ -574,7 +580,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
             const int64_t row = ic + p * mr;
             const int rows = static_cast<int>(std::min<int64_t>(mr, M - row));
             for (int64_t q = 0; q < n_panels; ++q) {
-              const P* b_panel = bp + q * kcp * nr;
+              const P* b_panel = b_block + q * kcp * nr;
               const int64_t col = jc + q * nr;
               const int cols = static_cast<int>(std::min<int64_t>(nr, nc - q * nr));
               CT* cp = c_item + row * ldc + col;
@@ -795,6 +801,59 @@ void gemm_implicit(const ImplicitGemm& g) {
   gemm::driver<float, float>(g.M, g.N, g.K, 1.0f, ma, ma, 0.0f, g.c, g.ldc, nullptr, &g);
 }
 }  // namespace detail
+
+void PackedB::Free::operator()(float* p) const { std::free(p); }
+
+PackedB::PackedB(const TensorDesc& b, CubeMath math) : math_(math) {
+  NPU_KERNEL_ASSERT(b.ndim == 2 && b.dtype == DType::Float32, "PackedB takes a [K, N] float32 B");
+  using namespace detail::gemm;
+  k_ = b.sizes[0];
+  n_ = b.sizes[1];
+  nr_ = select_kernel<float, float>().nr;
+  n_padded_ = (n_ + nr_ - 1) / nr_ * nr_;
+  // K blocks of the driver's KC, each holding every column's panel: block pc starts at
+  // pc * n_padded (every block before it has KC rows).
+  const size_t bytes = std::max<size_t>(64, (k_ * n_padded_ * sizeof(float) + 63) / 64 * 64);
+  data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  NPU_KERNEL_ASSERT(data_ != nullptr, "out of host memory for packed GEMM weights");
+  const MatRef mb{b.data, b.dtype, b.strides[0], b.strides[1], math == CubeMath::HF32};
+  constexpr int64_t kc_max = Blocking<float>::kKC;
+  for (int64_t pc = 0; pc < k_; pc += kc_max) {
+    pack_b_any<float>(mb, pc, 0, std::min(kc_max, k_ - pc), n_, nr_, data_.get() + pc * n_padded_);
+  }
+}
+
+void gemm_prepacked(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
+                    const PackedB& packed, double alpha, double beta,
+                    const GemmEpilogue& epilogue) {
+  using namespace detail::gemm;
+  NPU_KERNEL_ASSERT(c.ndim == 2 && a.ndim == 2 && b.ndim == 2, "gemm takes 2-D descriptors");
+  NPU_KERNEL_ASSERT(b.sizes[0] == packed.k() && b.sizes[1] == packed.n(),
+                    "gemm_prepacked: B is not the matrix that was packed");
+  const int64_t M = c.sizes[0], N = c.sizes[1], K = a.sizes[1];
+  const bool hf32 = packed.math() == CubeMath::HF32;
+  const MatRef ma{a.data, a.dtype, a.strides[0], a.strides[1], hf32};
+  const MatRef mb{b.data, b.dtype, b.strides[0], b.strides[1], hf32};
+  const int64_t ldc = M == 1 ? N : c.strides[0];
+  const bool fits = c.dtype == DType::Float32 && a.dtype == DType::Float32 &&
+                    (c.strides[1] == 1 || N == 1) && M > 0 && N > 0 && K > 0 &&
+                    select_kernel<float, float>().nr == packed.nr();
+  float* cp = static_cast<float*>(c.data);
+  if (fits && few_rows_gemm(M, N, K, float(alpha), ma, mb, float(beta), cp, ldc)) {
+    if (epilogue) epilogue(0, M, 0, N);
+    return;
+  }
+  if (!fits) {
+    gemm(c, a, b, alpha, beta, packed.math());
+    if (epilogue && M > 0 && N > 0) epilogue(0, M, 0, N);
+    return;
+  }
+  NPU_KERNEL_ASSERT(a.sizes[0] == M && b.sizes[1] == N && b.sizes[0] == K,
+                    "gemm shapes do not agree");
+  const BlockDone* done = epilogue ? &epilogue : nullptr;
+  driver<float, float>(M, N, K, float(alpha), ma, mb, float(beta), cp, ldc, done, nullptr,
+                       &packed);
+}
 
 bool gemm_supports(DType a, DType b, DType c) {
   auto f16_32 = [](DType t) {

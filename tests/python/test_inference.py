@@ -263,3 +263,38 @@ def test_om_with_contradicting_shapes_is_refused(models, tmp_path, case, message
     path.write_bytes(bad)
     with pytest.raises(AclError, match=message):
         InferSession(0, str(path))
+
+
+@pytest.mark.parametrize("batch", [1, 5, 9, 64, 131])
+def test_linear_layers_with_packed_weights_match_onnxruntime(tmp_path, batch):
+    """Linear layers whose weight is B (engine/ops.cpp MatMulKernel: B packed into the GEMM's
+    panels at load, bias and fused activation applied per block of C as the GEMM finishes it):
+    the decode-sized rows (the GEMV path), rows around the 14-row tile, a 3-D input (MatMul +
+    Add), each fused activation atc knows, widths around the 32-column panel, K past one
+    384-deep block."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(400, 33)
+            self.b = nn.Linear(33, 70)
+            self.c = nn.Linear(70, 32, bias=False)
+            self.d = nn.Linear(32, 5)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            h = torch.sigmoid(self.b(h))
+            h = torch.tanh(self.c(h))
+            return self.d(h)
+
+    torch.manual_seed(batch)
+    for shape in ((batch, 400), (2, batch, 400)):
+        path = export(Net().eval(), shape, tmp_path / f"lin{len(shape)}.onnx")
+        x = np.random.RandomState(batch).randn(*shape).astype(np.float32)
+        session = InferSession(0, convert(path, tmp_path / f"lin{len(shape)}"))
+        for _ in range(2):  # the packed weights serve every run
+            (got,) = session.infer([x])
+            np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+        session.free_resource()

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 
 #include "npu/kernels/tensor_desc.h"
 
@@ -47,6 +49,46 @@ void gemm(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double 
 // operand over the batch (e.g. matmul of a batch by one matrix).
 void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
                   double alpha = 1.0, double beta = 0.0, CubeMath math = CubeMath::KeepDtype);
+
+// A float32 B [K, N] packed once into the GEMM's panels, for every product by the same B (an
+// offline model's weights): gemm() packs B at every call, a read and a write of all of it,
+// which for a batch of 64 rows costs as much memory traffic as the product's own reads of B.
+// The panels follow the micro-kernel the CPU runs now; math = HF32 rounds them once, here.
+class PackedB {
+ public:
+  PackedB(const TensorDesc& b, CubeMath math = CubeMath::KeepDtype);
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  CubeMath math() const { return math_; }
+  // For gemm.cpp: K block pc (of the driver's K blocking), columns from c0 (a multiple of
+  // nr()): panel q at panels(pc, c0) + q * kc * nr().
+  int nr() const { return nr_; }
+  const float* panels(int64_t pc, int64_t c0, int64_t kc) const {
+    return data_.get() + pc * n_padded_ + c0 * kc;
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  int64_t k_ = 0, n_ = 0, n_padded_ = 0;
+  int nr_ = 0;
+  CubeMath math_ = CubeMath::KeepDtype;
+  std::unique_ptr<float, Free> data_;
+};
+
+// Called with C's rows [r0, r1) x columns [c0, c1) once they are final, on the thread that
+// computed them, while they are still in its cache: a bias and an activation cost no extra
+// pass over C there.
+using GemmEpilogue = std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
+
+// gemm(c, a, b, alpha, beta, packed.math()) with B's panels taken from `packed` (made from this
+// b), then `epilogue` over every block of C. Calls the panels do not fit (a C that is not
+// float32 and row-major, an A that is not float32, the few-row GEMV path, another instruction
+// set than at packing) run gemm() on b and the epilogue over all of C afterwards.
+void gemm_prepacked(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
+                    const PackedB& packed, double alpha = 1.0, double beta = 0.0,
+                    const GemmEpilogue& epilogue = {});
 
 }  // namespace npu::kernels
 

@@ -4,9 +4,11 @@
 // (AVX512-BF16 dot products, AVX-512 float, AVX2) forced in turn on one machine.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <tuple>
+#include <vector>
 
 #include "kernel_test_util.h"
 #include "npu/kernels/matmul.h"
@@ -388,6 +390,56 @@ TEST(Gemm, SupportedDtypes) {
   EXPECT_TRUE(nk::gemm_supports(DType::Float64, DType::Float64, DType::Float64));
   EXPECT_FALSE(nk::gemm_supports(DType::Int32, DType::Int32, DType::Int32));
   EXPECT_FALSE(nk::gemm_supports(DType::Float64, DType::Float32, DType::Float32));
+}
+
+// ---- B packed once (PackedB, gemm_prepacked: an offline model's weights) ----------------------
+
+// gemm_prepacked runs the driver of gemm() over the same panels, so C must be gemm()'s C bit
+// for bit (and, with HF32, the HF32 product); the epilogue sees every element of C exactly once.
+TEST_P(GemmIsa, PrepackedBEqualsGemmAndVisitsEveryBlockOnce) {
+  const int64_t shapes[][3] = {{1, 1, 1},    {5, 45, 37},  {9, 33, 17},   {14, 32, 384},
+                               {64, 512, 256}, {64, 10, 512}, {100, 70, 385}, {131, 257, 800}};
+  for (auto& s : shapes) {
+    for (bool tb : {false, true}) {
+      for (auto math : {nk::CubeMath::KeepDtype, nk::CubeMath::HF32}) {
+        SCOPED_TRACE(::testing::Message() << s[0] << "x" << s[1] << "x" << s[2] << " tb=" << tb
+                                          << " hf32=" << (math == nk::CubeMath::HF32));
+        HostTensor a(DType::Float32, {s[0], s[2]});
+        HostTensor b(DType::Float32, {s[2], s[1]}, tb ? Layout::Transposed : Layout::Contiguous);
+        HostTensor c(DType::Float32, {s[0], s[1]});
+        fill_uniform(a, -1, 1);
+        fill_uniform(b, -1, 1);
+        fill_uniform(c, -1, 1);
+        const nk::PackedB packed(b.desc(), math);
+        HostTensor got = c, want = c;
+        std::vector<std::atomic<int>> visits(static_cast<size_t>(s[0] * s[1]));
+        const nk::GemmEpilogue count = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+          for (int64_t i = r0; i < r1; ++i) {
+            for (int64_t j = c0; j < c1; ++j) visits[i * s[1] + j].fetch_add(1);
+          }
+        };
+        nk::gemm_prepacked(got.desc(), a.desc(), b.desc(), packed, 1.5, 0.5, count);
+        nk::gemm(want.desc(), a.desc(), b.desc(), 1.5, 0.5, math);
+        ASSERT_EQ(got.buf, want.buf);
+        for (size_t e = 0; e < visits.size(); ++e) ASSERT_EQ(visits[e].load(), 1) << "element " << e;
+      }
+    }
+  }
+}
+
+TEST(Gemm, PrepackedBUnderAnotherInstructionSetFallsBackToGemm) {
+  HostTensor a(DType::Float32, {40, 300}), b(DType::Float32, {300, 50}), c(DType::Float32, {40, 50});
+  fill_uniform(a, -1, 1);
+  fill_uniform(b, -1, 1);
+  const nk::PackedB packed(b.desc());  // panels for the best micro-kernel of this CPU
+  nk::testing::set_gemm_isa("avx2");   // 16-column panels now
+  HostTensor got = c, want = c;
+  nk::gemm_prepacked(got.desc(), a.desc(), b.desc(), packed);
+  nk::gemm(want.desc(), a.desc(), b.desc());
+  nk::testing::set_gemm_isa("auto");
+  EXPECT_EQ(got.buf, want.buf);
+  HostTensor other(DType::Float32, {300, 51});  // not the packed matrix: refused
+  EXPECT_ANY_THROW(nk::gemm_prepacked(c.desc(), a.desc(), other.desc(), packed));
 }
 
 }  // namespace
