@@ -27,6 +27,8 @@
 //    extension; mixed dtypes) packing converts to float with F16C / shifts, 8 values at a
 //    time, and the float micro-kernels run. The instruction set is chosen at run time.
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -48,11 +50,27 @@
 
 namespace npu::kernels {
 namespace detail::gemm {
+
+bool amx_bf16_usable() {
+  static const bool usable = [] {
+    unsigned eax, ebx, ecx, edx;
+    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+    const bool amx_bf16 = (edx >> 22) & 1, amx_tile = (edx >> 24) & 1;
+    if (!amx_bf16 || !amx_tile) return false;
+    // Linux hands out the 8 KB tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+    // XFEATURE_XTILEDATA), once per process for all its threads.
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
+
+
 namespace {
 
-// The most capable instruction set that tests allow (set_gemm_isa): 2 = everything the CPU
-// has, 1 = AVX-512 without BF16, 0 = AVX2 (the portable baseline of this library).
-std::atomic<int> g_isa_cap{2};
+// The most capable instruction set that tests allow (set_gemm_isa): 3 = everything the CPU
+// has, 2 = no AMX, 1 = AVX-512 without BF16, 0 = AVX2 (the portable baseline of this library).
+std::atomic<int> g_isa_cap{3};
 // testing::set_gemm_private_a_panels: every task packs its own A panels.
 std::atomic<bool> g_private_a_panels{false};
 
@@ -65,6 +83,12 @@ bool use_avx512_bf16() {
   static const bool supported =
       __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512bf16") != 0;
   return supported && g_isa_cap.load(std::memory_order_relaxed) >= 2;
+}
+
+// AMX for two bfloat16 operands, from this size on (a smaller GEMM is mostly packing).
+bool use_amx(int64_t M, int64_t N, int64_t K) {
+  return g_isa_cap.load(std::memory_order_relaxed) >= 3 && M >= 32 && N >= 32 && K >= 32 &&
+         amx_bf16_usable();
 }
 
 // Packed operand type P: T itself, or uint16_t for bfloat16 pairs of k (kStep = 2 k values per
@@ -731,6 +755,11 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
   // there: a bfloat16 value has 7 mantissa bits, so it is an HF32 value already).
   auto run = [&](T al, T be, T* out, int64_t ld, const BlockDone* done) {
     if constexpr (std::is_same_v<T, float>) {
+      if (ma.dtype == DType::BFloat16 && mb.dtype == DType::BFloat16 && use_amx(M, N, K)) {
+        gemm_amx_bf16(M, N, K, al, static_cast<const uint16_t*>(ma.data), ma.rs, ma.cs,
+                      static_cast<const uint16_t*>(mb.data), mb.rs, mb.cs, be, out, ld, done);
+        return;
+      }
       if (ma.dtype == DType::BFloat16 && mb.dtype == DType::BFloat16 && use_avx512_bf16()) {
         driver<float, uint16_t>(M, N, K, al, ma, mb, be, out, ld, done);
         return;
@@ -753,7 +782,8 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
   // tile into C itself (no float workspace, no second pass over C).
   if constexpr (std::is_same_v<T, float>) {
     if (c.dtype == DType::BFloat16 && ccs == 1 && ma.dtype == DType::BFloat16 &&
-        mb.dtype == DType::BFloat16 && K <= kBf16DirectMaxK && use_avx512_bf16()) {
+        mb.dtype == DType::BFloat16 && K <= kBf16DirectMaxK && use_avx512_bf16() &&
+        !use_amx(M, N, K)) {
       driver<float, uint16_t, uint16_t>(M, N, K, float(alpha), ma, mb, float(beta),
                                         static_cast<uint16_t*>(c.data), crs, nullptr);
       return;
@@ -907,10 +937,10 @@ void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
 namespace testing {
 void set_gemm_isa(const char* isa) {
   const std::string s(isa);
-  NPU_KERNEL_ASSERT(s == "auto" || s == "avx512" || s == "avx2",
-                    "set_gemm_isa takes \"auto\", \"avx512\" or \"avx2\"");
-  detail::gemm::g_isa_cap.store(s == "auto" ? 2 : s == "avx512" ? 1 : 0,
-                                std::memory_order_relaxed);
+  NPU_KERNEL_ASSERT(s == "auto" || s == "avx512_bf16" || s == "avx512" || s == "avx2",
+                    "set_gemm_isa takes \"auto\", \"avx512_bf16\", \"avx512\" or \"avx2\"");
+  detail::gemm::g_isa_cap.store(
+      s == "auto" ? 3 : s == "avx512_bf16" ? 2 : s == "avx512" ? 1 : 0, std::memory_order_relaxed);
 }
 
 void set_gemm_private_a_panels(bool on) {
@@ -918,6 +948,9 @@ void set_gemm_private_a_panels(bool on) {
 }
 
 const char* gemm_isa(DType a, DType b) {
+  if (a == DType::BFloat16 && b == DType::BFloat16 && detail::gemm::use_amx(32, 32, 32)) {
+    return "amx_bf16";
+  }
   if (a == DType::BFloat16 && b == DType::BFloat16 && detail::gemm::use_avx512_bf16()) {
     return "avx512_bf16";
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace npu::kernels::detail::gemm {
 
@@ -20,5 +21,19 @@ void kernel_avx512bf16_14x32(int64_t pairs, const uint16_t* a, const uint16_t* b
 // float_to_bf16 in dtype_traits.h), so a GEMM whose K fits one block needs no float workspace.
 void kernel_avx512bf16_14x32_bf16c(int64_t pairs, const uint16_t* a, const uint16_t* b,
                                    uint16_t* c, int64_t ldc, float alpha, float beta);
+
+// AMX: true when the CPU has AMX-TILE and AMX-BF16 and Linux granted this process the tile
+// state (asked for once, at the first call).
+bool amx_bf16_usable();
+
+// Told the block of C (rows [r0, r1) x columns [c0, c1)) each time one is final.
+using AmxBlockDone = std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
+
+// C[M x N] (float, row-major, leading dimension ldc) = alpha * A B + beta * C for bfloat16 A
+// (element (i, k) at a[i * ars + k * acs]) and B (element (k, j) at b[k * brs + j * bcs]), on
+// the tile unit (gemm_amx.cpp). beta == 0 never reads C. Call only when amx_bf16_usable().
+void gemm_amx_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t ars,
+                   int64_t acs, const uint16_t* b, int64_t brs, int64_t bcs, float beta, float* c,
+                   int64_t ldc, const AmxBlockDone* done);
 
 }  // namespace npu::kernels::detail::gemm

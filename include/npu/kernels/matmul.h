@@ -34,8 +34,9 @@ inline float round_to_hf32(float x) {
 }
 
 // Supported: all of A, B, C in {Float32, Float16, BFloat16} (math in float32, one rounding
-// of C at the end), or all Float64. Two BFloat16 operands use AVX512-BF16 dot products where
-// the CPU has them (bfloat16 subnormals then count as zero, as in oneDNN). Integer matmul is not provided (fall back).
+// of C at the end), or all Float64. Two BFloat16 operands use AMX tiles (M, N, K >= 32) or
+// AVX512-BF16 dot products where the CPU has them (bfloat16 subnormals then count as zero, as
+// in oneDNN). Integer matmul is not provided (fall back).
 bool gemm_supports(DType a, DType b, DType c);
 
 // A: [M, K], B: [K, N], C: [M, N] as 2-D descriptors with any strides: a transposed operand
@@ -93,12 +94,14 @@ void gemm_prepacked(const TensorDesc& c, const TensorDesc& a, const TensorDesc& 
 }  // namespace npu::kernels
 
 namespace npu::kernels::testing {
-// For tests and benchmarks only: "avx2" restricts GEMM to the AVX2 micro-kernels and
-// "avx512" to the AVX-512 float ones (no AVX512-BF16), to test every path on one machine;
-// "auto" (the default) picks the best the CPU supports.
+// For tests and benchmarks only: "avx2" restricts GEMM to the AVX2 micro-kernels, "avx512" to
+// the AVX-512 float ones (no AVX512-BF16) and "avx512_bf16" to those and the AVX512-BF16 one
+// (no AMX), to test every path on one machine; "auto" (the default) picks the best the CPU
+// supports.
 void set_gemm_isa(const char* isa);
-// The instruction set gemm() uses now for operands of these dtypes: "avx512_bf16", "avx512"
-// or "avx2" (benchmark labels, and tests that a path was really taken).
+// The instruction set gemm() uses now for operands of these dtypes: "amx_bf16" (two bfloat16
+// operands, GEMMs with M, N and K of at least 32), "avx512_bf16", "avx512" or "avx2" (benchmark
+// labels, and tests that a path was really taken).
 const char* gemm_isa(DType a, DType b);
 // For tests only: true makes every task pack its own copy of each A panel, the path a task
 // takes when another thread is packing the shared panel it needs (otherwise a timing accident).

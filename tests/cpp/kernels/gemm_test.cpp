@@ -231,7 +231,7 @@ TEST_P(GemmIsa, BFloat16StridedOperands) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, GemmIsa, ::testing::Values("auto", "avx512", "avx2"));
+INSTANTIATE_TEST_SUITE_P(Isa, GemmIsa, ::testing::Values("auto", "avx512_bf16", "avx512", "avx2"));
 
 // ---- HF32 (CubeMath::HF32: torch.npu.matmul.allow_hf32 / conv.allow_hf32) --------------------
 
@@ -303,11 +303,23 @@ TEST_P(GemmIsa, Hf32RoundsTheOperandsAndNothingElse) {
   EXPECT_EQ(c1.buf, c2.buf);
 }
 
+// The CPU's AMX-BF16 / AMX-TILE bits (CPUID leaf 7, EDX bits 22 and 24).
+bool cpu_has_amx_bf16() {
+  unsigned eax, ebx, ecx, edx;
+  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+  return ((edx >> 22) & 1) && ((edx >> 24) & 1);
+}
+
 TEST(Gemm, ReportsTheInstructionSetItUses) {
   const bool bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
   const bool avx512 = __builtin_cpu_supports("avx512f");
+  // (A CPU with AMX whose kernel refuses the tile state would report avx512_bf16: not here.)
+  EXPECT_STREQ(nk::testing::gemm_isa(DType::BFloat16, DType::BFloat16),
+               cpu_has_amx_bf16() ? "amx_bf16" : bf16 ? "avx512_bf16" : avx512 ? "avx512" : "avx2");
+  nk::testing::set_gemm_isa("avx512_bf16");
   EXPECT_STREQ(nk::testing::gemm_isa(DType::BFloat16, DType::BFloat16),
                bf16 ? "avx512_bf16" : avx512 ? "avx512" : "avx2");
+  nk::testing::set_gemm_isa("auto");
   EXPECT_STREQ(nk::testing::gemm_isa(DType::Float16, DType::Float16), avx512 ? "avx512" : "avx2");
   EXPECT_STREQ(nk::testing::gemm_isa(DType::BFloat16, DType::Float32), avx512 ? "avx512" : "avx2");
   nk::testing::set_gemm_isa("avx512");
@@ -390,6 +402,24 @@ TEST(Gemm, SupportedDtypes) {
   EXPECT_TRUE(nk::gemm_supports(DType::Float64, DType::Float64, DType::Float64));
   EXPECT_FALSE(nk::gemm_supports(DType::Int32, DType::Int32, DType::Int32));
   EXPECT_FALSE(nk::gemm_supports(DType::Float64, DType::Float32, DType::Float32));
+}
+
+// bfloat16 operands on every path, at the sizes where "auto" takes AMX tiles on a CPU that has
+// them (M, N, K >= 32): blocks of C around the 32 x 32 block and the 16 x 16 tile, k around the
+// 32-value tile row (odd K pairs a value with zero), transposed and strided operands, float32
+// and bfloat16 C, alpha / beta, K over 4096.
+TEST_P(GemmIsa, BFloat16TileSizes) {
+  const int64_t shapes[][3] = {{32, 32, 32},  {33, 47, 33},  {48, 80, 31},  {64, 64, 64},
+                               {100, 33, 97}, {257, 131, 300}, {40, 40, 4100}};
+  const DType t = DType::BFloat16;
+  for (auto& s : shapes) {
+    for (int mask = 0; mask < 8; ++mask) {
+      check_gemm({s[0], s[1], s[2], bool(mask & 1), bool(mask & 2), bool(mask & 4), 1.0, 0.0,
+                  t, t, DType::Float32});
+    }
+    check_gemm({s[0], s[1], s[2], false, true, false, -0.5, 2.0, t, t, DType::Float32});
+    check_gemm({s[0], s[1], s[2], true, false, false, 1.5, 0.5, t, t, t});
+  }
 }
 
 // ---- B packed once (PackedB, gemm_prepacked: an offline model's weights) ----------------------
