@@ -20,10 +20,11 @@ import torch
 
 __all__ = [
     "npu_anchor_response_flags", "npu_batch_nms", "npu_bounding_box_decode",
-    "npu_bounding_box_encode", "npu_ciou", "npu_diou", "npu_giou", "npu_iou", "npu_nms_rotated",
+    "npu_bounding_box_encode", "npu_ciou", "npu_diou", "npu_giou", "npu_grid_assign_positive",
+    "npu_iou", "npu_nms_rotated",
     "npu_nms_v4", "npu_nms_with_mask", "npu_ps_roi_pooling", "npu_ptiou",
     "npu_random_choice_with_mask", "npu_roi_align", "npu_roi_alignbk", "npu_rotated_box_decode",
-    "npu_rotated_box_encode", "npu_rotated_iou", "npu_rotated_overlaps",
+    "npu_rotated_box_encode", "npu_rotated_iou", "npu_rotated_overlaps", "npu_yolo_boxes_encode",
 ]
 
 
@@ -189,16 +190,17 @@ def npu_bounding_box_encode(anchor_box: torch.Tensor, ground_truth_box: torch.Te
                             ) -> torch.Tensor:
     """Deltas (dx, dy, dw, dh) of gt boxes against anchors, both [n, 4] x1y1x2y2 with the
     legacy +1 on widths and heights, normalised by (delta - mean) / std. The card computes in
-    float16 whatever the input dtype, so the float32 result carries float16's rounding (and a
-    negative size gives NaN from the log)."""
+    float16 whatever the input dtype, op by op, so the float32 result carries float16's
+    rounding (and a negative size gives NaN from the log)."""
     _rows4(anchor_box, "npu_bounding_box_encode", "anchor_box")
     _rows4(ground_truth_box, "npu_bounding_box_encode", "ground_truth_box")
     if anchor_box.shape != ground_truth_box.shape:
         raise ValueError("torch_npu.npu_bounding_box_encode: anchor_box and ground_truth_box must "
                          f"have the same shape, got {list(anchor_box.shape)} and "
                          f"{list(ground_truth_box.shape)}")
-    a = anchor_box.float()
-    g = ground_truth_box.float()
+    # Every step in float16, as on the card; the std is applied as a multiply by its reciprocal.
+    a = anchor_box.half()
+    g = ground_truth_box.half()
     pw, ph = a[:, 2] - a[:, 0] + 1, a[:, 3] - a[:, 1] + 1
     px, py = (a[:, 0] + a[:, 2]) * 0.5, (a[:, 1] + a[:, 3]) * 0.5
     gw, gh = g[:, 2] - g[:, 0] + 1, g[:, 3] - g[:, 1] + 1
@@ -206,9 +208,9 @@ def npu_bounding_box_encode(anchor_box: torch.Tensor, ground_truth_box: torch.Te
     deltas = torch.stack([(gx - px) / pw, (gy - py) / ph,
                           torch.log(gw / pw), torch.log(gh / ph)], dim=1)
     means = deltas.new_tensor([means0, means1, means2, means3])
-    stds = deltas.new_tensor([stds0, stds1, stds2, stds3])
-    out = (deltas - means) / stds
-    return out.half().to(anchor_box.dtype)
+    inv_stds = deltas.new_tensor([1 / stds0, 1 / stds1, 1 / stds2, 1 / stds3])
+    out = (deltas - means) * inv_stds
+    return out.to(anchor_box.dtype)
 
 
 def npu_bounding_box_decode(rois: torch.Tensor, deltas: torch.Tensor, means0: float,
@@ -353,6 +355,81 @@ def npu_random_choice_with_mask(x: torch.Tensor, count: int = 256, seed: int = 0
     return result, mask
 
 
+def npu_yolo_boxes_encode(self: torch.Tensor, gt_bboxes: torch.Tensor, stride: torch.Tensor,
+                          performance_mode: bool = False) -> torch.Tensor:
+    """YOLO box targets of gt boxes against anchors, both [n, 4] x1y1x2y2, with the anchors'
+    strides [n]: centre offsets (gt - anchor) / stride + 0.5 clamped to [1e-6, 1 - 1e-6], and
+    log size ratios with the ratio clamped to >= 1e-6. performance_mode only picks the card's
+    faster path; the value is the same."""
+    op = "npu_yolo_boxes_encode"
+    _rows4(self, op, "anchor_boxes (self)")
+    _rows4(gt_bboxes, op, "gt_bboxes")
+    if not isinstance(stride, torch.Tensor) or stride.dim() != 1 or \
+            stride.shape[0] != self.shape[0]:
+        raise ValueError(f"torch_npu.{op}: stride must be a 1-D tensor with one value per box "
+                         f"({self.shape[0]}), got "
+                         f"{list(stride.shape) if isinstance(stride, torch.Tensor) else stride}")
+    if gt_bboxes.shape != self.shape:
+        raise ValueError(f"torch_npu.{op}: self and gt_bboxes must have the same shape, got "
+                         f"{list(self.shape)} and {list(gt_bboxes.shape)}")
+    eps = 1e-6
+    a = self.float()
+    g = gt_bboxes.float()
+    s = stride.to(a.device, torch.float32)
+    ax, ay = (a[:, 0] + a[:, 2]) * 0.5, (a[:, 1] + a[:, 3]) * 0.5
+    aw, ah = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]
+    gx, gy = (g[:, 0] + g[:, 2]) * 0.5, (g[:, 1] + g[:, 3]) * 0.5
+    gw, gh = g[:, 2] - g[:, 0], g[:, 3] - g[:, 1]
+    out = torch.stack([((gx - ax) / s + 0.5).clamp(eps, 1 - eps),
+                       ((gy - ay) / s + 0.5).clamp(eps, 1 - eps),
+                       torch.log((gw / aw).clamp(min=eps)),
+                       torch.log((gh / ah).clamp(min=eps))], dim=1)
+    return out.to(self.dtype)
+
+
+def npu_grid_assign_positive(self: torch.Tensor, overlaps: torch.Tensor,
+                             box_responsible_flags: torch.Tensor, max_overlaps: torch.Tensor,
+                             argmax_overlaps: torch.Tensor, gt_max_overlaps: torch.Tensor,
+                             gt_argmax_overlaps: torch.Tensor, num_gts: int,
+                             pos_iou_thr: float, min_pos_iou: float,
+                             gt_max_assign_all: bool) -> torch.Tensor:
+    """The positive step of the grid assigner. self: assigned gt indices [n] (returned updated,
+    self's dtype); overlaps [k, n] of k gt boxes with n boxes. A responsible box whose best
+    overlap is above pos_iou_thr gets argmax_overlaps + 1; then each gt i whose best overlap is
+    above min_pos_iou is given (i + 1) to its best responsible boxes: every box whose overlap
+    equals it (gt_max_assign_all) or only gt_argmax_overlaps[i]. Later gts win ties. Only the
+    first min(num_gts, k) gts take part."""
+    op = "npu_grid_assign_positive"
+    _float_tensor(self, op, "self")
+    _float_tensor(overlaps, op, "overlaps")
+    n = self.shape[0] if self.dim() == 1 else -1
+    if n < 0 or overlaps.dim() != 2 or overlaps.shape[1] != n:
+        raise ValueError(f"torch_npu.{op}: self must be [n] and overlaps [k, n], got "
+                         f"{list(self.shape)} and {list(overlaps.shape)}")
+    for name, t in (("box_responsible_flags", box_responsible_flags),
+                    ("max_overlaps", max_overlaps), ("argmax_overlaps", argmax_overlaps)):
+        if t.shape != (n,):
+            raise ValueError(f"torch_npu.{op}: {name} must have shape [{n}], got "
+                             f"{list(t.shape)}")
+    k = min(int(num_gts), overlaps.shape[0])
+    flags = box_responsible_flags.bool()
+    pos = (max_overlaps > pos_iou_thr) & flags
+    out = torch.where(pos, (argmax_overlaps.long() + 1).to(self.dtype), self)
+    if k == 0:
+        return out
+    gt_max = gt_max_overlaps[:k]
+    ids = torch.arange(1, k + 1, device=self.device)
+    if gt_max_assign_all:
+        hit = (overlaps[:k] == gt_max[:, None]) & flags[None, :] & (gt_max > min_pos_iou)[:, None]
+    else:
+        arg = gt_argmax_overlaps[:k].long()
+        hit = torch.zeros(k, n, dtype=torch.bool, device=self.device)
+        hit[torch.arange(k, device=self.device), arg] = True
+        hit &= flags[None, :] & (gt_max > min_pos_iou)[:, None]
+    last = (hit.long() * ids[:, None]).amax(dim=0)                    # the last gt to hit a box
+    return torch.where(last > 0, last.to(self.dtype), out)
+
+
 # ---- kernels (C++) with their autograd -------------------------------------------------------
 
 def npu_nms_v4(self, scores, max_output_size, iou_threshold, scores_threshold,
@@ -458,6 +535,8 @@ _COMPOSITES = {
     "npu_rotated_box_encode": npu_rotated_box_encode,
     "npu_rotated_box_decode": npu_rotated_box_decode,
     "npu_anchor_response_flags": npu_anchor_response_flags,
+    "npu_yolo_boxes_encode": npu_yolo_boxes_encode,
+    "npu_grid_assign_positive": npu_grid_assign_positive,
     "npu_random_choice_with_mask": npu_random_choice_with_mask,
 }
 _library = None

@@ -13,11 +13,12 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <optional>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "DeviceCheck.h"
 #include "KernelBridge.h"
 #include "NPUStream.h"
 #include "npu/kernels/detection.h"
@@ -44,6 +45,12 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
         "int num_base_anchors) -> Tensor");
   m.def("npu_random_choice_with_mask(Tensor x, int count=256, int seed=0, int seed2=0) -> "
         "(Tensor, Tensor)");
+  m.def("npu_yolo_boxes_encode(Tensor self, Tensor gt_bboxes, Tensor stride, "
+        "bool performance_mode=False) -> Tensor");
+  m.def("npu_grid_assign_positive(Tensor self, Tensor overlaps, Tensor box_responsible_flags, "
+        "Tensor max_overlaps, Tensor argmax_overlaps, Tensor gt_max_overlaps, "
+        "Tensor gt_argmax_overlaps, int num_gts, float pos_iou_thr, float min_pos_iou, "
+        "bool gt_max_assign_all) -> Tensor");
   // Kernels below.
   m.def("npu_nms_v4(Tensor self, Tensor scores, Scalar max_output_size, Tensor iou_threshold, "
         "Tensor scores_threshold, bool pad_to_max_output_size=False) -> (Tensor, Tensor)");
@@ -69,6 +76,20 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
 
 namespace torch_npu::native {
 namespace {
+
+// torch_npu's check of its own ops' tensors (and TensorIterator's message): all on one device.
+void sameDevice(const char* op, std::initializer_list<const at::Tensor*> tensors) {
+  std::optional<c10::Device> common;
+  for (const at::Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (!common) {
+      common = t->device();
+    } else if (t->device() != *common) {
+      TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two ",
+                  "devices, ", *common, " and ", t->device(), "! (in ", op, ")");
+    }
+  }
+}
 
 // A contiguous float32 copy of a floating npu tensor, checked.
 at::Tensor floatInput(const at::Tensor& t, const char* op, const char* name) {
@@ -96,6 +117,7 @@ std::tuple<at::Tensor, at::Tensor> npu_nms_v4(const at::Tensor& self, const at::
                                               const at::Tensor& scores_threshold,
                                               bool pad_to_max_output_size) {
   const char* op = "npu_nms_v4";
+  sameDevice(op, {&self, &scores});  // the thresholds may be CPU scalars
   at::Tensor boxes = floatInput(self, op, "boxes");
   at::Tensor sc = floatInput(scores, op, "scores");
   checkShape(boxes.dim() == 2 && boxes.size(1) == 4, op, "boxes", "[N, 4]", self);
@@ -106,8 +128,10 @@ std::tuple<at::Tensor, at::Tensor> npu_nms_v4(const at::Tensor& self, const at::
   const int64_t max_out = max_output_size.toLong();
   TORCH_CHECK(max_out >= 0, op, ": max_output_size must be >= 0, got ", max_out);
   const c10::DeviceGuard guard(self.device());
-  at::Tensor iou_t = floatInput(iou_threshold, op, "iou_threshold").reshape({1});
-  at::Tensor sc_t = floatInput(scores_threshold, op, "scores_threshold").reshape({1});
+  at::Tensor iou_t =
+      floatInput(iou_threshold.to(self.device()), op, "iou_threshold").reshape({1});
+  at::Tensor sc_t =
+      floatInput(scores_threshold.to(self.device()), op, "scores_threshold").reshape({1});
   at::Tensor selected = at::empty({max_out}, self.options().dtype(at::kInt));
   at::Tensor valid = at::empty({}, self.options().dtype(at::kInt));
   const int64_t n = boxes.size(0);
@@ -172,6 +196,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_batch_nms(
     double iou_threshold, int64_t max_size_per_class, int64_t max_total_size,
     bool change_coordinate_frame, bool transpose_box) {
   const char* op = "npu_batch_nms";
+  sameDevice(op, {&self, &scores});
   if (change_coordinate_frame || transpose_box) {
     throw c10::NotImplementedError(
         {__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
@@ -245,6 +270,7 @@ std::tuple<at::Tensor, at::Tensor> npu_nms_rotated(const at::Tensor& self,
                                                    double iou_threshold, double scores_threshold,
                                                    int64_t max_output_size, int64_t mode) {
   const char* op = "npu_nms_rotated";
+  sameDevice(op, {&self, &scores});
   TORCH_CHECK(mode == 0 || mode == 1, op, ": mode must be 0 (x, y, w, h, angle) or 1 ",
               "(x1, y1, x2, y2, angle), got ", mode);
   at::Tensor boxes = floatInput(self, op, "boxes");
@@ -273,6 +299,7 @@ std::tuple<at::Tensor, at::Tensor> npu_nms_rotated(const at::Tensor& self,
 
 at::Tensor rotatedPairs(const at::Tensor& self, const at::Tensor& query, bool trans, int mode,
                         bool overlap_only, const char* op) {
+  sameDevice(op, {&self, &query});
   at::Tensor a = floatInput(self, op, "self");
   at::Tensor b = floatInput(query, op, "query_boxes");
   checkShape(a.dim() == 3 && a.size(2) == 5, op, "self", "[B, N, 5]", self);
@@ -346,6 +373,7 @@ at::Tensor npu_roi_align(const at::Tensor& self, const at::Tensor& rois, double 
                          int64_t pooled_height, int64_t pooled_width, int64_t sample_num,
                          int64_t roi_end_mode) {
   const char* op = "npu_roi_align";
+  sameDevice(op, {&self, &rois});
   at::Tensor x = floatInput(self, op, "self");
   checkShape(x.dim() == 4, op, "self", "[N, C, H, W]", self);
   at::Tensor r = checkRois(rois, op);
@@ -373,6 +401,7 @@ at::Tensor npu_roi_alignbk(const at::Tensor& self, const at::Tensor& rois,
                            int64_t pooled_height, double spatial_scale, int64_t sample_num,
                            std::optional<int64_t> roi_end_mode) {
   const char* op = "npu_roi_alignbk";
+  sameDevice(op, {&self, &rois});
   at::Tensor g = floatInput(self, op, "grad (self)");
   at::Tensor r = checkRois(rois, op);
   TORCH_CHECK(xdiff_shape.size() == 4, op, ": xdiff_shape must be [N, C, H, W], got ",
@@ -409,6 +438,7 @@ at::Tensor psRois(const at::Tensor& rois, const char* op) {
 at::Tensor npu_ps_roi_pooling(const at::Tensor& self, const at::Tensor& rois,
                               double spatial_scale, int64_t group_size, int64_t output_dim) {
   const char* op = "npu_ps_roi_pooling";
+  sameDevice(op, {&self, &rois});
   at::Tensor x = floatInput(self, op, "self");
   checkShape(x.dim() == 4, op, "self", "[N, C, H, W]", self);
   TORCH_CHECK(group_size > 0 && output_dim > 0, op, ": group_size and output_dim must be > 0");
@@ -433,6 +463,7 @@ at::Tensor npu_ps_roi_pooling_backward(const at::Tensor& output_grad, const at::
                                        double spatial_scale, int64_t group_size,
                                        int64_t output_dim, c10::SymIntArrayRef input_size) {
   const char* op = "npu_ps_roi_pooling_backward";
+  sameDevice(op, {&output_grad, &rois});
   at::Tensor g = floatInput(output_grad, op, "output_grad");
   at::Tensor r = psRois(rois, op);
   TORCH_CHECK(input_size.size() == 2, op, ": input_size must be [H, W], got ", input_size.size(),
@@ -458,17 +489,19 @@ at::Tensor npu_ps_roi_pooling_backward(const at::Tensor& output_grad, const at::
 
 }  // namespace
 
+// Registered directly (not NPU_IMPL): these ops check their devices themselves, with the
+// message torch_npu's ops give.
 TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
-  NPU_IMPL(m, "npu_nms_v4", npu_nms_v4);
-  NPU_IMPL(m, "npu_nms_with_mask", npu_nms_with_mask);
-  NPU_IMPL(m, "npu_batch_nms", npu_batch_nms);
-  NPU_IMPL(m, "npu_nms_rotated", npu_nms_rotated);
-  NPU_IMPL(m, "npu_rotated_overlaps", npu_rotated_overlaps);
-  NPU_IMPL(m, "npu_rotated_iou", npu_rotated_iou);
-  NPU_IMPL(m, "npu_roi_align", npu_roi_align);
-  NPU_IMPL(m, "npu_roi_alignbk", npu_roi_alignbk);
-  NPU_IMPL(m, "npu_ps_roi_pooling", npu_ps_roi_pooling);
-  NPU_IMPL(m, "npu_ps_roi_pooling_backward", npu_ps_roi_pooling_backward);
+  m.impl("npu_nms_v4", TORCH_FN(npu_nms_v4));
+  m.impl("npu_nms_with_mask", TORCH_FN(npu_nms_with_mask));
+  m.impl("npu_batch_nms", TORCH_FN(npu_batch_nms));
+  m.impl("npu_nms_rotated", TORCH_FN(npu_nms_rotated));
+  m.impl("npu_rotated_overlaps", TORCH_FN(npu_rotated_overlaps));
+  m.impl("npu_rotated_iou", TORCH_FN(npu_rotated_iou));
+  m.impl("npu_roi_align", TORCH_FN(npu_roi_align));
+  m.impl("npu_roi_alignbk", TORCH_FN(npu_roi_alignbk));
+  m.impl("npu_ps_roi_pooling", TORCH_FN(npu_ps_roi_pooling));
+  m.impl("npu_ps_roi_pooling_backward", TORCH_FN(npu_ps_roi_pooling_backward));
 }
 
 }  // namespace torch_npu::native
