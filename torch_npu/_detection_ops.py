@@ -513,18 +513,16 @@ def _roi_align_backward(ctx, grad):
 def _ps_roi_setup(ctx, inputs, output):
     self, rois, spatial_scale, group_size, output_dim = inputs
     ctx.save_for_backward(rois)
-    ctx.args = (spatial_scale, group_size, output_dim, list(self.shape[2:]), self.shape[0])
+    ctx.args = (spatial_scale, group_size, output_dim, list(self.shape))
 
 
 def _ps_roi_backward(ctx, grad):
     (rois,) = ctx.saved_tensors
-    scale, group, dim, hw, n = ctx.args
-    gi = torch.ops.npu.npu_ps_roi_pooling_backward(grad.contiguous(), rois, scale, group, dim, hw)
-    if gi.shape[0] != n:  # torch_npu sizes the gradient by rois' batch; the input may differ
-        fixed = gi.new_zeros((n,) + tuple(gi.shape[1:]))
-        k = min(n, gi.shape[0])
-        fixed[:k] = gi[:k]
-        gi = fixed
+    scale, group, dim, shape = ctx.args
+    # the input's whole shape (our extension of torch_npu's [H, W]): its batch may differ from
+    # rois' first dimension, which torch_npu's backward takes for it
+    gi = torch.ops.npu.npu_ps_roi_pooling_backward(grad.contiguous(), rois, scale, group, dim,
+                                                   shape)
     return gi, None, None, None, None
 
 

@@ -466,15 +466,21 @@ at::Tensor npu_ps_roi_pooling_backward(const at::Tensor& output_grad, const at::
   sameDevice(op, {&output_grad, &rois});
   at::Tensor g = floatInput(output_grad, op, "output_grad");
   at::Tensor r = psRois(rois, op);
-  TORCH_CHECK(input_size.size() == 2, op, ": input_size must be [H, W], got ", input_size.size(),
-              " values");
+  TORCH_CHECK(input_size.size() == 2 || input_size.size() == 4, op,
+              ": input_size must be [H, W] (or the input's whole shape [N, C, H, W]), got ",
+              input_size.size(), " values");
   const int64_t R = r.size(0);
   checkShape(g.dim() == 4 && g.size(0) == R && g.size(1) == output_dim &&
                  g.size(2) == group_size && g.size(3) == group_size,
              op, "output_grad", "[R, output_dim, group_size, group_size]", output_grad);
-  const int64_t H = input_size[0].expect_int(), W = input_size[1].expect_int();
-  // As torch_npu: the input's batch is rois' first dimension.
-  const int64_t N = rois.size(0), C = output_dim * group_size * group_size;
+  const size_t k = input_size.size();
+  const int64_t H = input_size[k - 2].expect_int(), W = input_size[k - 1].expect_int();
+  // [H, W] as torch_npu: the input's batch is rois' first dimension. Autograd passes the
+  // input's whole shape, whose batch may differ.
+  const int64_t N = k == 4 ? input_size[0].expect_int() : rois.size(0);
+  const int64_t C = output_dim * group_size * group_size;
+  TORCH_CHECK(k == 2 || input_size[1].expect_int() == C, op, ": input_size's channels must be ",
+              "output_dim * group_size^2 = ", C, ", got ", input_size[1].expect_int());
   const c10::DeviceGuard guard(output_grad.device());
   at::Tensor gi = at::empty({N, C, H, W}, g.options());
   if (gi.numel() > 0) {
