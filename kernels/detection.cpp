@@ -340,3 +340,117 @@ void ps_roi_pooling_backward(const float* grad_out, const float* rois, int64_t R
 }
 
 }  // namespace npu::kernels
+
+namespace npu::kernels {
+namespace {
+
+// One tap's sampling: the four corners' plane offsets (-1: outside), their bilinear weights
+// and the fractional parts.
+struct Tap {
+  int64_t idx[4];
+  float w[4];
+  float fy, fx;
+  bool inside;  // the position lies in (-1, H) x (-1, W)
+};
+
+Tap tapAt(float y, float x, int64_t H, int64_t W) {
+  Tap t{};
+  const float y0 = std::floor(y), x0 = std::floor(x);
+  t.fy = y - y0;
+  t.fx = x - x0;
+  const int64_t iy = static_cast<int64_t>(y0), ix = static_cast<int64_t>(x0);
+  const int64_t ys[4] = {iy, iy + 1, iy, iy + 1}, xs[4] = {ix, ix, ix + 1, ix + 1};
+  // corners: (floor y, floor x), (ceil y, floor x), (floor y, ceil x), (ceil y, ceil x)
+  t.w[0] = (1 - t.fy) * (1 - t.fx);
+  t.w[1] = t.fy * (1 - t.fx);
+  t.w[2] = (1 - t.fy) * t.fx;
+  t.w[3] = t.fy * t.fx;
+  for (int k = 0; k < 4; ++k) {
+    const bool ok = ys[k] >= 0 && ys[k] < H && xs[k] >= 0 && xs[k] < W;
+    t.idx[k] = ok ? ys[k] * W + xs[k] : -1;
+  }
+  t.inside = y > -1 && y < static_cast<float>(H) && x > -1 && x < static_cast<float>(W);
+  return t;
+}
+
+template <class Fn>
+void forEachTap(const DeformableGeometry& g, const float* offsets, Fn fn) {
+  const int64_t K = g.KH * g.KW, plane = g.Ho * g.Wo;
+  for (int64_t n = 0; n < g.N; ++n) {
+    const float* off = offsets + n * 3 * g.groups * K * plane;
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      for (int64_t kh = 0; kh < g.KH; ++kh) {
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const int64_t ch = grp * K + kh * g.KW + kw;
+          for (int64_t ho = 0; ho < g.Ho; ++ho) {
+            for (int64_t wo = 0; wo < g.Wo; ++wo) {
+              const int64_t p = ho * g.Wo + wo;
+              const float dx = off[ch * plane + p];
+              const float dy = off[(g.groups * K + ch) * plane + p];
+              const float scale = g.modulated ? off[(2 * g.groups * K + ch) * plane + p] : 1.0f;
+              const float y = static_cast<float>(ho * g.stride_h - g.pad_top + kh * g.dilation_h) + dy;
+              const float x = static_cast<float>(wo * g.stride_w - g.pad_left + kw * g.dilation_w) + dx;
+              const int64_t out_pos = (ho * g.KH + kh) * (g.Wo * g.KW) + wo * g.KW + kw;
+              fn(n, grp, ch, p, out_pos, tapAt(y, x, g.H, g.W), scale);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void deformable_offsets_forward(const DeformableGeometry& g, const float* x, const float* offsets,
+                                float* out) {
+  const int64_t cg = g.C / g.groups, in_plane = g.H * g.W;
+  const int64_t out_plane = g.Ho * g.KH * g.Wo * g.KW;
+  forEachTap(g, offsets, [&](int64_t n, int64_t grp, int64_t, int64_t, int64_t out_pos,
+                             const Tap& t, float scale) {
+    for (int64_t c = grp * cg; c < (grp + 1) * cg; ++c) {
+      const float* src = x + (n * g.C + c) * in_plane;
+      float v = 0;
+      for (int k = 0; k < 4; ++k) {
+        if (t.idx[k] >= 0) v += src[t.idx[k]] * t.w[k];
+      }
+      out[(n * g.C + c) * out_plane + out_pos] = v * scale;
+    }
+  });
+}
+
+void deformable_offsets_backward(const DeformableGeometry& g, const float* grad_out,
+                                 const float* x, const float* offsets, float* grad_x,
+                                 float* grad_offsets) {
+  const int64_t cg = g.C / g.groups, in_plane = g.H * g.W;
+  const int64_t out_plane = g.Ho * g.KH * g.Wo * g.KW;
+  const int64_t K = g.KH * g.KW, plane = g.Ho * g.Wo;
+  std::vector<double> gx(static_cast<size_t>(g.N * g.C * in_plane), 0.0);
+  std::fill(grad_offsets, grad_offsets + g.N * 3 * g.groups * K * plane, 0.0f);
+  forEachTap(g, offsets, [&](int64_t n, int64_t grp, int64_t ch, int64_t p, int64_t out_pos,
+                             const Tap& t, float scale) {
+    if (!t.inside) return;
+    double d_dy = 0, d_dx = 0, d_scale = 0;
+    for (int64_t c = grp * cg; c < (grp + 1) * cg; ++c) {
+      const double gy = grad_out[(n * g.C + c) * out_plane + out_pos];
+      const float* src = x + (n * g.C + c) * in_plane;
+      double* dst = gx.data() + (n * g.C + c) * in_plane;
+      double v[4];
+      for (int k = 0; k < 4; ++k) {
+        v[k] = t.idx[k] >= 0 ? src[t.idx[k]] : 0.0;
+        if (t.idx[k] >= 0) dst[t.idx[k]] += gy * scale * t.w[k];
+      }
+      const double fy = t.fy, fx = t.fx;
+      d_dy += gy * scale * ((v[1] - v[0]) * (1 - fx) + (v[3] - v[2]) * fx);
+      d_dx += gy * scale * ((v[2] - v[0]) * (1 - fy) + (v[3] - v[1]) * fy);
+      d_scale += gy * (v[0] * t.w[0] + v[1] * t.w[1] + v[2] * t.w[2] + v[3] * t.w[3]);
+    }
+    float* go = grad_offsets + n * 3 * g.groups * K * plane;
+    go[ch * plane + p] = static_cast<float>(d_dx);
+    go[(g.groups * K + ch) * plane + p] = static_cast<float>(d_dy);
+    if (g.modulated) go[(2 * g.groups * K + ch) * plane + p] = static_cast<float>(d_scale);
+  });
+  for (size_t k = 0; k < gx.size(); ++k) grad_x[k] = static_cast<float>(gx[k]);
+}
+
+}  // namespace npu::kernels

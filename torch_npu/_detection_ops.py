@@ -20,7 +20,9 @@ import torch
 
 __all__ = [
     "npu_anchor_response_flags", "npu_batch_nms", "npu_bounding_box_decode",
-    "npu_bounding_box_encode", "npu_ciou", "npu_diou", "npu_giou", "npu_grid_assign_positive",
+    "npu_bounding_box_encode", "npu_ciou", "npu_conv2d", "npu_conv2d_backward",
+    "npu_deformable_conv2d", "npu_deformable_conv2dbk", "npu_diou", "npu_giou",
+    "npu_grid_assign_positive",
     "npu_iou", "npu_nms_rotated",
     "npu_nms_v4", "npu_nms_with_mask", "npu_ps_roi_pooling", "npu_ptiou",
     "npu_random_choice_with_mask", "npu_roi_align", "npu_roi_alignbk", "npu_rotated_box_decode",
@@ -526,7 +528,110 @@ def _ps_roi_backward(ctx, grad):
     return gi, None, None, None, None
 
 
+# ---- deformable convolution ------------------------------------------------------------------
+
+def _pair_hw(v, op, name):
+    v = list(v)
+    if len(v) == 4:
+        return v[2], v[3]
+    if len(v) == 2:
+        return v[0], v[1]
+    raise ValueError(f"torch_npu.{op}: {name} must have 2 values (h, w) or 4 (NCHW order), "
+                     f"got {v}")
+
+
+def _conv_padding(padding, op):
+    """(ph, pw) of a symmetric padding given as 2 values or 4 (top, bottom, left, right)."""
+    p = list(padding)
+    if len(p) == 2:
+        return p[0], p[1]
+    if len(p) == 4:
+        if p[0] != p[1] or p[2] != p[3]:
+            raise NotImplementedError(f"torch_npu.{op}: asymmetric padding {p} is not built in "
+                                      "SimNPU; pad the input with torch.nn.functional.pad first")
+        return p[0], p[2]
+    raise ValueError(f"torch_npu.{op}: padding must have 2 values (h, w) or 4 (top, bottom, "
+                     f"left, right), got {p}")
+
+
+def npu_conv2d(input, weight, bias, stride, padding, dilation, groups):
+    """A 2-D convolution (torch.nn.functional.conv2d) with torch_npu's argument forms: stride
+    and dilation as 2 values (or 4 in NCHW order), padding as 2 or 4 (top, bottom, left,
+    right)."""
+    op = "npu_conv2d"
+    return torch.nn.functional.conv2d(input, weight, bias, _pair_hw(stride, op, "stride"),
+                                      _conv_padding(padding, op),
+                                      _pair_hw(dilation, op, "dilation"), groups)
+
+
+def npu_conv2d_backward(input, grad_output, weight, stride, padding, dilation, groups,
+                        output_mask):
+    """npu_conv2d's (grad_input, grad_weight, grad_bias), each None where output_mask is
+    False."""
+    op = "npu_conv2d_backward"
+    gi, gw, gb = torch.ops.aten.convolution_backward(
+        grad_output, input, weight, [weight.shape[0]], list(_pair_hw(stride, op, "stride")),
+        list(_conv_padding(padding, op)), list(_pair_hw(dilation, op, "dilation")), False,
+        [0, 0], groups, list(output_mask))
+    return gi, gw, gb
+
+
+def npu_deformable_conv2d(input, weight, offset, bias, kernel_size, stride, padding,
+                          dilation=(1, 1, 1, 1), groups=1, deformable_groups=1, modulated=True):
+    """Deformable convolution: input [N, C, H, W] sampled at the offset positions (offset
+    [N, 3 * deformable_groups * KH * KW, Ho, Wo]: x offsets, y offsets, scales; see
+    kernels/detection.h) into [N, C, Ho * KH, Wo * KW], then a KH x KW convolution of stride
+    (KH, KW). Returns (output [N, Cout, Ho, Wo], the sampled input). stride / dilation are
+    NCHW-ordered 4-lists (or 2), padding (top, bottom, left, right)."""
+    sampled = torch.ops.npu._npu_deformable_offsets(input, offset, list(kernel_size),
+                                                    list(stride), list(padding), list(dilation),
+                                                    deformable_groups, modulated)
+    out = torch.nn.functional.conv2d(sampled, weight, bias, tuple(kernel_size), 0, 1, groups)
+    return out, sampled
+
+
+def npu_deformable_conv2dbk(input, grad_output, offset_out, weight, offset, kernel_size, stride,
+                            padding, dilation=(1, 1, 1, 1), groups=1, deformable_groups=1,
+                            modulated=True):
+    """npu_deformable_conv2d's gradients (input, weight, offset, bias) from grad_output and the
+    sampled input offset_out it returned."""
+    g_sampled, g_weight, g_bias = torch.ops.aten.convolution_backward(
+        grad_output, offset_out, weight, [weight.shape[0]], list(kernel_size), [0, 0], [1, 1],
+        False, [0, 0], groups, [True, True, True])
+    g_input, g_offset = torch.ops.npu._npu_deformable_offsets_backward(
+        g_sampled, input, offset, list(kernel_size), list(stride), list(padding),
+        list(dilation), deformable_groups, modulated)
+    return g_input, g_weight, g_offset, g_bias
+
+
+def _offsets_setup(ctx, inputs, output):
+    x, offsets, *args = inputs
+    ctx.save_for_backward(x, offsets)
+    ctx.args = args
+
+
+def _offsets_backward(ctx, grad):
+    x, offsets = ctx.saved_tensors
+    gx, go = torch.ops.npu._npu_deformable_offsets_backward(grad.contiguous(), x, offsets,
+                                                           *ctx.args)
+    return gx, go, None, None, None, None, None, None
+
+
+# npu_conv2d / npu_conv2d_backward are defined here (Python) only when no other part of the
+# package has defined them, since they are not detection operators: the deformable
+# convolution's tests need them.
+_CONV_SCHEMAS = {
+    "npu_conv2d": "npu_conv2d(Tensor input, Tensor weight, Tensor? bias, int[] stride, "
+                  "int[] padding, int[] dilation, int groups) -> Tensor",
+    "npu_conv2d_backward": "npu_conv2d_backward(Tensor input, Tensor grad_output, Tensor weight, "
+                           "int[] stride, int[] padding, int[] dilation, int groups, "
+                           "bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
+}
+
+
 _COMPOSITES = {
+    "npu_deformable_conv2d": npu_deformable_conv2d,
+    "npu_deformable_conv2dbk": npu_deformable_conv2dbk,
     "npu_iou": npu_iou, "npu_ptiou": npu_ptiou, "npu_giou": npu_giou, "npu_diou": npu_diou,
     "npu_ciou": npu_ciou, "npu_bounding_box_encode": npu_bounding_box_encode,
     "npu_bounding_box_decode": npu_bounding_box_decode,
@@ -544,12 +649,18 @@ def _register() -> None:
     global _library
     if _library is not None:
         return
-    _library = torch.library.Library("npu", "IMPL")  # kept alive: dropping it unregisters
+    _library = torch.library.Library("npu", "FRAGMENT")  # kept alive: dropping it unregisters
     for name, fn in _COMPOSITES.items():
         _library.impl(name, fn, "CompositeImplicitAutograd")
+    conv = {"npu_conv2d": npu_conv2d, "npu_conv2d_backward": npu_conv2d_backward}
+    for name, schema in _CONV_SCHEMAS.items():
+        if not hasattr(torch.ops.npu, name):
+            _library.define(schema)
+            _library.impl(name, conv[name], "CompositeImplicitAutograd")
     reg = torch.library.register_autograd
     reg("npu::npu_roi_align", _roi_align_backward, setup_context=_roi_align_setup)
     reg("npu::npu_ps_roi_pooling", _ps_roi_backward, setup_context=_ps_roi_setup)
+    reg("npu::_npu_deformable_offsets", _offsets_backward, setup_context=_offsets_setup)
 
 
 _register()

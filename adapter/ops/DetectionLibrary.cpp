@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <optional>
+#include <utility>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -70,6 +71,20 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
   m.def("npu_ps_roi_pooling_backward(Tensor output_grad, Tensor rois, float spatial_scale, "
         "int group_size, int output_dim, SymInt[] input_size) -> Tensor");
   m.def("npu_rotated_overlaps(Tensor self, Tensor query_boxes, bool trans=False) -> Tensor");
+  m.def("npu_deformable_conv2d(Tensor input, Tensor weight, Tensor offset, Tensor? bias, "
+        "int[2] kernel_size, int[] stride, int[] padding, int[] dilation=[1,1,1,1], "
+        "int groups=1, int deformable_groups=1, bool modulated=True) -> (Tensor, Tensor)");
+  m.def("npu_deformable_conv2dbk(Tensor input, Tensor grad_output, Tensor offset_out, "
+        "Tensor weight, Tensor offset, int[2] kernel_size, int[] stride, int[] padding, "
+        "int[] dilation=[1,1,1,1], int groups=1, int deformable_groups=1, bool modulated=True) "
+        "-> (Tensor, Tensor, Tensor, Tensor)");
+  // The sampling step of npu_deformable_conv2d (CANN's DeformableOffsets) and its gradient;
+  // the convolution around it is PyTorch's (torch_npu/_detection_ops.py).
+  m.def("_npu_deformable_offsets(Tensor x, Tensor offsets, int[2] kernel_size, int[] stride, "
+        "int[] padding, int[] dilation, int deformable_groups, bool modulated) -> Tensor");
+  m.def("_npu_deformable_offsets_backward(Tensor grad, Tensor x, Tensor offsets, "
+        "int[2] kernel_size, int[] stride, int[] padding, int[] dilation, int deformable_groups, "
+        "bool modulated) -> (Tensor, Tensor)");
   m.def("npu_rotated_iou(Tensor self, Tensor query_boxes, bool trans=False, int mode=0, "
         "bool is_cross=True, float v_threshold=0.0, float e_threshold=0.0) -> Tensor");
 }
@@ -493,6 +508,104 @@ at::Tensor npu_ps_roi_pooling_backward(const at::Tensor& output_grad, const at::
   return gi.to(output_grad.scalar_type());
 }
 
+// ---- deformable offsets --------------------------------------------------------------------
+
+// stride / dilation as torch_npu takes them: 4 values in NCHW order ([1, 1, sh, sw]) or 2
+// ([sh, sw]); padding 4 values (top, bottom, left, right) or 2 (h, w).
+std::pair<int64_t, int64_t> hw(at::IntArrayRef v, const char* op, const char* name) {
+  TORCH_CHECK(v.size() == 2 || v.size() == 4, op, ": ", name, " must have 2 values (h, w) or 4 ",
+              "(NCHW order: 1, 1, h, w), got ", v);
+  return v.size() == 2 ? std::pair{v[0], v[1]} : std::pair{v[2], v[3]};
+}
+
+nk::DeformableGeometry deformableGeometry(const at::Tensor& x, const at::Tensor& offsets,
+                                          at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                          at::IntArrayRef padding, at::IntArrayRef dilation,
+                                          int64_t groups, bool modulated, const char* op) {
+  checkShape(x.dim() == 4, op, "input", "[N, C, H, W]", x);
+  checkShape(offsets.dim() == 4 && offsets.size(0) == x.size(0), op, "offset",
+             "[N, 3 * deformable_groups * KH * KW, Ho, Wo]", offsets);
+  TORCH_CHECK(kernel_size.size() == 2 && kernel_size[0] > 0 && kernel_size[1] > 0, op,
+              ": kernel_size must be 2 positive values, got ", kernel_size);
+  TORCH_CHECK(groups > 0 && x.size(1) % groups == 0, op, ": deformable_groups (", groups,
+              ") must be positive and divide the input's channels (", x.size(1), ")");
+  const int64_t K = kernel_size[0] * kernel_size[1];
+  TORCH_CHECK(offsets.size(1) == 3 * groups * K, op, ": offset needs 3 * deformable_groups * ",
+              "KH * KW = ", 3 * groups * K, " channels (x offsets, y offsets, scales), got ",
+              offsets.size(1));
+  TORCH_CHECK(padding.size() == 2 || padding.size() == 4, op, ": padding must have 2 values ",
+              "(h, w) or 4 (top, bottom, left, right), got ", padding);
+  const auto [sh, sw] = hw(stride, op, "stride");
+  const auto [dh, dw] = hw(dilation, op, "dilation");
+  nk::DeformableGeometry g{};
+  g.N = x.size(0);
+  g.C = x.size(1);
+  g.H = x.size(2);
+  g.W = x.size(3);
+  g.Ho = offsets.size(2);
+  g.Wo = offsets.size(3);
+  g.KH = kernel_size[0];
+  g.KW = kernel_size[1];
+  g.stride_h = sh;
+  g.stride_w = sw;
+  g.pad_top = padding[0];
+  g.pad_left = padding.size() == 4 ? padding[2] : padding[1];
+  g.dilation_h = dh;
+  g.dilation_w = dw;
+  g.groups = groups;
+  g.modulated = modulated;
+  return g;
+}
+
+at::Tensor npu_deformable_offsets(const at::Tensor& x, const at::Tensor& offsets,
+                                  at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                  at::IntArrayRef padding, at::IntArrayRef dilation,
+                                  int64_t deformable_groups, bool modulated) {
+  const char* op = "npu_deformable_conv2d";
+  sameDevice(op, {&x, &offsets});
+  at::Tensor xf = floatInput(x, op, "input");
+  at::Tensor of = floatInput(offsets, op, "offset");
+  const nk::DeformableGeometry g = deformableGeometry(xf, of, kernel_size, stride, padding,
+                                                      dilation, deformable_groups, modulated, op);
+  const c10::DeviceGuard guard(x.device());
+  at::Tensor out = at::empty({g.N, g.C, g.Ho * g.KH, g.Wo * g.KW}, xf.options());
+  if (out.numel() > 0) {
+    launchTask(streamOf(x), op, [g, px = fptr(xf), po = fptr(of), o = fmut(out)] {
+      nk::deformable_offsets_forward(g, px, po, o);
+    });
+  }
+  return out.to(x.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor> npu_deformable_offsets_backward(
+    const at::Tensor& grad, const at::Tensor& x, const at::Tensor& offsets,
+    at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+    at::IntArrayRef dilation, int64_t deformable_groups, bool modulated) {
+  const char* op = "npu_deformable_conv2dbk";
+  sameDevice(op, {&grad, &x, &offsets});
+  at::Tensor gf = floatInput(grad, op, "grad");
+  at::Tensor xf = floatInput(x, op, "input");
+  at::Tensor of = floatInput(offsets, op, "offset");
+  const nk::DeformableGeometry g = deformableGeometry(xf, of, kernel_size, stride, padding,
+                                                      dilation, deformable_groups, modulated, op);
+  checkShape(gf.dim() == 4 && gf.size(0) == g.N && gf.size(1) == g.C &&
+                 gf.size(2) == g.Ho * g.KH && gf.size(3) == g.Wo * g.KW,
+             op, "the sampled input's gradient", "[N, C, Ho * KH, Wo * KW]", grad);
+  const c10::DeviceGuard guard(x.device());
+  at::Tensor gx = at::empty(xf.sizes(), xf.options());
+  at::Tensor go = at::empty(of.sizes(), of.options());
+  if (gf.numel() > 0 && gx.numel() > 0) {
+    launchTask(streamOf(x), op,
+               [g, pg = fptr(gf), px = fptr(xf), po = fptr(of), ox = fmut(gx), oo = fmut(go)] {
+                 nk::deformable_offsets_backward(g, pg, px, po, ox, oo);
+               });
+  } else {
+    gx.zero_();
+    go.zero_();
+  }
+  return {gx.to(x.scalar_type()), go.to(offsets.scalar_type())};
+}
+
 }  // namespace
 
 // Registered directly (not NPU_IMPL): these ops check their devices themselves, with the
@@ -508,6 +621,8 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
   m.impl("npu_roi_alignbk", TORCH_FN(npu_roi_alignbk));
   m.impl("npu_ps_roi_pooling", TORCH_FN(npu_ps_roi_pooling));
   m.impl("npu_ps_roi_pooling_backward", TORCH_FN(npu_ps_roi_pooling_backward));
+  m.impl("_npu_deformable_offsets", TORCH_FN(npu_deformable_offsets));
+  m.impl("_npu_deformable_offsets_backward", TORCH_FN(npu_deformable_offsets_backward));
 }
 
 }  // namespace torch_npu::native

@@ -454,3 +454,99 @@ def test_roi_align_refuses_bad_input():
         torch_npu.npu_roi_align(x, _npu(np.zeros((2, 5))), 1.0, 2, 2, 2, 3)
     with pytest.raises(RuntimeError, match="found at least two devices"):
         torch_npu.npu_roi_align(x, torch.zeros(2, 5), 1.0, 2, 2, 2, 0)
+
+
+# ---- deformable convolution ------------------------------------------------------------------
+
+def _ref_deformable_sample(x, off, k, stride, pad_top, pad_left, G):
+    """NumPy float64 model of the sampling step: [N, C, Ho * KH, Wo * KW]."""
+    N, C, H, W = x.shape
+    _, _, Ho, Wo = off.shape
+    KH, KW = k
+    out = np.zeros((N, C, Ho * KH, Wo * KW))
+    cg = C // G
+    for n in range(N):
+        for g in range(G):
+            for kh in range(KH):
+                for kw in range(KW):
+                    ch = g * KH * KW + kh * KW + kw
+                    for ho in range(Ho):
+                        for wo in range(Wo):
+                            px = wo * stride - pad_left + kw + off[n, ch, ho, wo]
+                            py = ho * stride - pad_top + kh + off[n, G * KH * KW + ch, ho, wo]
+                            s = off[n, 2 * G * KH * KW + ch, ho, wo]
+                            y0, x0 = math.floor(py), math.floor(px)
+                            fy, fx = py - y0, px - x0
+                            v = np.zeros(cg)
+                            for yy, xx, w in ((y0, x0, (1 - fy) * (1 - fx)), (y0 + 1, x0, fy * (1 - fx)),
+                                              (y0, x0 + 1, (1 - fy) * fx), (y0 + 1, x0 + 1, fy * fx)):
+                                if 0 <= yy < H and 0 <= xx < W:
+                                    v += w * x[n, g * cg:(g + 1) * cg, yy, xx]
+                            out[n, g * cg:(g + 1) * cg, ho * KH + kh, wo * KW + kw] = v * s
+    return out
+
+
+@pytest.fixture
+def no_hf32():
+    """Convolutions in full float32 (torch_npu's default reads float32 as HF32)."""
+    saved = torch.npu.conv.allow_hf32
+    torch.npu.conv.allow_hf32 = False
+    yield
+    torch.npu.conv.allow_hf32 = saved
+
+
+def test_deformable_conv2d_forward_and_backward(no_hf32):
+    N, C, H, W, Cout, k, G = 1, 4, 6, 7, 3, (3, 3), 2
+    x = RNG.uniform(-1, 1, (N, C, H, W))
+    weight = RNG.uniform(-1, 1, (Cout, C, *k))
+    bias = RNG.uniform(-1, 1, Cout)
+    off = RNG.uniform(-1.5, 1.5, (N, 3 * G * 9, H, W))
+    out, sampled = torch_npu.npu_deformable_conv2d(
+        _npu(x), _npu(weight), _npu(off), _npu(bias), [3, 3], [1, 1, 1, 1], [1, 1, 1, 1],
+        deformable_groups=G)
+    ref_s = _ref_deformable_sample(x, off, k, 1, 1, 1, G)
+    np.testing.assert_allclose(sampled.cpu().numpy(), ref_s, rtol=1e-5, atol=1e-5)
+    ref_out = torch.nn.functional.conv2d(torch.from_numpy(ref_s), torch.from_numpy(weight),
+                                         torch.from_numpy(bias), stride=3).numpy()
+    assert out.shape == (N, Cout, H, W)
+    np.testing.assert_allclose(out.cpu().numpy(), ref_out, rtol=1e-4, atol=1e-4)
+    # the sampling's backward is its adjoint in x (linear in x)
+    g = RNG.uniform(-1, 1, ref_s.shape)
+    gx, goff = torch.ops.npu._npu_deformable_offsets_backward(
+        _npu(g), _npu(x), _npu(off), [3, 3], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], G, True)
+    np.testing.assert_allclose((ref_s * g).sum(), (x * gx.cpu().numpy()).sum(), rtol=1e-5)
+    # offset gradients against central differences of the float64 model (positions kept away
+    # from integer crossings by the small step)
+    h = 1e-5
+    for idx in [(0, 3, 2, 2), (0, 3 + G * 9, 4, 1), (0, 5 + 2 * G * 9, 1, 5)]:
+        op_, om = off.copy(), off.copy()
+        op_[idx] += h
+        om[idx] -= h
+        num = ((_ref_deformable_sample(x, op_, k, 1, 1, 1, G) -
+                _ref_deformable_sample(x, om, k, 1, 1, 1, G)) * g).sum() / (2 * h)
+        np.testing.assert_allclose(goff.cpu().numpy()[idx], num, rtol=1e-3, atol=1e-4)
+    # autograd and npu_deformable_conv2dbk agree
+    tx, to = _npu(x).requires_grad_(), _npu(off).requires_grad_()
+    tw, tb = _npu(weight).requires_grad_(), _npu(bias).requires_grad_()
+    o, s = torch_npu.npu_deformable_conv2d(tx, tw, to, tb, [3, 3], [1, 1, 1, 1], [1, 1, 1, 1],
+                                           deformable_groups=G)
+    go = _npu(RNG.uniform(-1, 1, tuple(o.shape)))
+    o.backward(go)
+    dx, dw, doff, db = torch_npu.npu_deformable_conv2dbk(
+        _npu(x), go, s.detach(), _npu(weight), _npu(off), [3, 3], [1, 1, 1, 1], [1, 1, 1, 1],
+        deformable_groups=G)
+    for a, b in ((tx.grad, dx), (tw.grad, dw), (to.grad, doff), (tb.grad, db)):
+        np.testing.assert_allclose(a.cpu().numpy(), b.cpu().numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="3 \\* deformable_groups"):
+        torch_npu.npu_deformable_conv2d(_npu(x), _npu(weight), _npu(off[:, :10]), None, [3, 3],
+                                        [1, 1, 1, 1], [1, 1, 1, 1])
+
+
+def test_npu_conv2d_matches_cpu(no_hf32):
+    x, w = RNG.uniform(-1, 1, (2, 3, 8, 8)), RNG.uniform(-1, 1, (4, 3, 3, 3))
+    got = torch_npu.npu_conv2d(_npu(x), _npu(w), None, [2, 2], [1, 1, 1, 1], [1, 1], 1)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                                     padding=1)
+    np.testing.assert_allclose(got.cpu().numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(NotImplementedError, match="asymmetric padding"):
+        torch_npu.npu_conv2d(_npu(x), _npu(w), None, [1, 1], [1, 0, 1, 1], [1, 1], 1)

@@ -57,3 +57,28 @@ void ps_roi_pooling_backward(const float* grad_out, const float* rois, int64_t R
                              int64_t output_dim, float* grad_input);
 
 }  // namespace npu::kernels
+
+namespace npu::kernels {
+
+// The sampling step of a deformable convolution (CANN's DeformableOffsets). x [N, C, H, W];
+// offsets [N, 3 * G * KH * KW, Ho, Wo], channel (part * G + g) * KH * KW + kh * KW + kw with
+// part 0 the x (width) offset, 1 the y offset, 2 the modulation scale; G deformable groups of
+// C / G channels. Tap (kh, kw) of output position (ho, wo) samples group g's channels at
+//   y = ho * stride_h - pad_top + kh * dilation_h + dy,  x = wo * stride_w - pad_left + ... + dx
+// bilinearly (corners outside the image read 0), times the scale when `modulated`.
+// out [N, C, Ho * KH, Wo * KW]: tap (kh, kw) of (ho, wo) at row ho * KH + kh, column wo * KW + kw.
+struct DeformableGeometry {
+  int64_t N, C, H, W, Ho, Wo, KH, KW, stride_h, stride_w, pad_top, pad_left, dilation_h,
+      dilation_w, groups;
+  bool modulated;
+};
+void deformable_offsets_forward(const DeformableGeometry& g, const float* x, const float* offsets,
+                                float* out);
+// grad_out [N, C, Ho * KH, Wo * KW] -> grad_x [N, C, H, W] and grad_offsets (offsets' shape),
+// both overwritten. The offset gradients are the bilinear weights' derivatives (the floor is
+// held fixed); a tap whose position is outside (-1, H) x (-1, W) gets none.
+void deformable_offsets_backward(const DeformableGeometry& g, const float* grad_out,
+                                 const float* x, const float* offsets, float* grad_x,
+                                 float* grad_offsets);
+
+}  // namespace npu::kernels
