@@ -629,6 +629,71 @@ _CONV_SCHEMAS = {
 }
 
 
+# ---- fake (meta) kernels: shapes only, for FakeTensor / torch.compile tracing -----------------
+
+def _register_fakes() -> None:
+    fake = torch.library.register_fake
+
+    @fake("npu::npu_nms_v4")
+    def _nms_v4(boxes, scores, max_output_size, iou_threshold, scores_threshold,
+                pad_to_max_output_size=False):
+        return (boxes.new_empty((int(max_output_size),), dtype=torch.int32),
+                boxes.new_empty((), dtype=torch.int32))
+
+    @fake("npu::npu_nms_with_mask")
+    def _nms_with_mask(input, iou_threshold):
+        n = input.shape[0]
+        return (input.new_empty((n, 5)), input.new_empty((n,), dtype=torch.int32),
+                input.new_empty((n,), dtype=torch.uint8))
+
+    @fake("npu::npu_batch_nms")
+    def _batch_nms(boxes, scores, score_threshold, iou_threshold, max_size_per_class,
+                   max_total_size, change_coordinate_frame=False, transpose_box=False):
+        b = boxes.shape[0]
+        return (boxes.new_empty((b, max_total_size, 4)), boxes.new_empty((b, max_total_size)),
+                boxes.new_empty((b, max_total_size)), boxes.new_empty((b,), dtype=torch.int32))
+
+    @fake("npu::npu_rotated_overlaps")
+    def _rotated_overlaps(boxes, query, trans=False):
+        return boxes.new_empty((boxes.shape[0], boxes.shape[1], query.shape[1]))
+
+    @fake("npu::npu_rotated_iou")
+    def _rotated_iou(boxes, query, trans=False, mode=0, is_cross=True, v_threshold=0.0,
+                     e_threshold=0.0):
+        if is_cross:
+            return boxes.new_empty((boxes.shape[0], boxes.shape[1], query.shape[1]))
+        return boxes.new_empty((boxes.shape[0], boxes.shape[1]))
+
+    @fake("npu::npu_roi_align")
+    def _roi_align(x, rois, spatial_scale, ph, pw, sample_num, roi_end_mode):
+        return x.new_empty((rois.shape[0], x.shape[1], ph, pw))
+
+    @fake("npu::npu_roi_alignbk")
+    def _roi_alignbk(grad, rois, xdiff_shape, pw, ph, spatial_scale, sample_num,
+                     roi_end_mode=None):
+        return grad.new_empty(tuple(xdiff_shape))
+
+    @fake("npu::npu_ps_roi_pooling")
+    def _ps_roi_pooling(x, rois, spatial_scale, group_size, output_dim):
+        return x.new_empty((rois.shape[0] * rois.shape[2], output_dim, group_size, group_size))
+
+    @fake("npu::npu_ps_roi_pooling_backward")
+    def _ps_roi_pooling_backward(grad, rois, spatial_scale, group_size, output_dim, input_size):
+        hw = tuple(input_size)
+        shape = hw if len(hw) == 4 else (rois.shape[0], output_dim * group_size ** 2) + hw
+        return grad.new_empty(shape)
+
+    @fake("npu::_npu_deformable_offsets")
+    def _deformable_offsets(x, offsets, kernel_size, stride, padding, dilation,
+                            deformable_groups, modulated):
+        kh, kw = kernel_size
+        return x.new_empty((x.shape[0], x.shape[1], offsets.shape[2] * kh, offsets.shape[3] * kw))
+
+    @fake("npu::_npu_deformable_offsets_backward")
+    def _deformable_offsets_backward(grad, x, offsets, *args):
+        return x.new_empty(x.shape), offsets.new_empty(offsets.shape)
+
+
 _COMPOSITES = {
     "npu_deformable_conv2d": npu_deformable_conv2d,
     "npu_deformable_conv2dbk": npu_deformable_conv2dbk,
@@ -664,3 +729,4 @@ def _register() -> None:
 
 
 _register()
+_register_fakes()

@@ -550,3 +550,22 @@ def test_npu_conv2d_matches_cpu(no_hf32):
     np.testing.assert_allclose(got.cpu().numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
     with pytest.raises(NotImplementedError, match="asymmetric padding"):
         torch_npu.npu_conv2d(_npu(x), _npu(w), None, [1, 1], [1, 0, 1, 1], [1, 1], 1)
+
+
+def test_fake_kernels_give_the_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        x = torch.rand(2, 8, 16, 16).npu()
+        assert torch_npu.npu_roi_align(x, torch.rand(5, 5).npu(), 0.5, 3, 4, 2, 0).shape == \
+            (5, 8, 3, 4)
+        assert torch_npu.npu_ps_roi_pooling(x, torch.rand(2, 5, 3).npu(), 0.5, 2, 2).shape == \
+            (6, 2, 2, 2)
+        sel, valid = torch_npu.npu_nms_v4(torch.rand(9, 4).npu(), torch.rand(9).npu(), 4,
+                                          torch.tensor(0.5).npu(), torch.tensor(0.1).npu())
+        assert sel.shape == (4,) and sel.dtype == torch.int32 and valid.shape == ()
+        out, sampled = torch_npu.npu_deformable_conv2d(
+            x, torch.rand(4, 8, 3, 3).npu(), torch.rand(2, 27, 16, 16).npu(), None, [3, 3],
+            [1, 1, 1, 1], [1, 1, 1, 1])
+        assert out.shape == (2, 4, 16, 16) and sampled.shape == (2, 8, 48, 48)
+        assert torch_npu.npu_rotated_iou(torch.rand(1, 3, 5).npu(),
+                                         torch.rand(1, 4, 5).npu()).shape == (1, 3, 4)
