@@ -388,8 +388,10 @@ void forEachTap(const DeformableGeometry& g, const float* offsets, Fn fn) {
               const float dx = off[ch * plane + p];
               const float dy = off[(g.groups * K + ch) * plane + p];
               const float scale = g.modulated ? off[(2 * g.groups * K + ch) * plane + p] : 1.0f;
-              const float y = static_cast<float>(ho * g.stride_h - g.pad_top + kh * g.dilation_h) + dy;
-              const float x = static_cast<float>(wo * g.stride_w - g.pad_left + kw * g.dilation_w) + dx;
+              const float y =
+                  static_cast<float>(ho * g.stride_h - g.pad_top + kh * g.dilation_h) + dy;
+              const float x =
+                  static_cast<float>(wo * g.stride_w - g.pad_left + kw * g.dilation_w) + dx;
               const int64_t out_pos = (ho * g.KH + kh) * (g.Wo * g.KW) + wo * g.KW + kw;
               fn(n, grp, ch, p, out_pos, tapAt(y, x, g.H, g.W), scale);
             }

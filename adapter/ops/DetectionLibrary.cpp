@@ -305,7 +305,8 @@ std::tuple<at::Tensor, at::Tensor> npu_nms_rotated(const at::Tensor& self,
                const float below = std::nextafter(st, -std::numeric_limits<float>::infinity());
                k[n] = nk::nms_rotated_boxes(b, s, n, it, below, max_output_size, mode, k);
              });
-  const int64_t count = keep[n].item<int64_t>();
+  // Clamped: under shadow execution (NPU_SIM_SHADOW=1) the kernel does not run.
+  const int64_t count = std::clamp<int64_t>(keep[n].item<int64_t>(), 0, n);
   at::Tensor num = at::empty({1}, self.options().dtype(at::kInt)).fill_(count);
   return {keep.narrow(0, 0, count).clone(), num};
 }

@@ -68,7 +68,8 @@ def _ref_giou(a, b):
     inter = np.clip(np.minimum(ax2, bx2) - np.maximum(ax1, bx1), 0, None) * \
         np.clip(np.minimum(ay2, by2) - np.maximum(ay1, by1), 0, None)
     union = (ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1) - inter
-    hull = (np.maximum(ax2, bx2) - np.minimum(ax1, bx1)) * (np.maximum(ay2, by2) - np.minimum(ay1, by1))
+    hull = (np.maximum(ax2, bx2) - np.minimum(ax1, bx1)) * \
+        (np.maximum(ay2, by2) - np.minimum(ay1, by1))
     return inter / union - (hull - union) / hull
 
 
@@ -478,8 +479,9 @@ def _ref_deformable_sample(x, off, k, stride, pad_top, pad_left, G):
                             y0, x0 = math.floor(py), math.floor(px)
                             fy, fx = py - y0, px - x0
                             v = np.zeros(cg)
-                            for yy, xx, w in ((y0, x0, (1 - fy) * (1 - fx)), (y0 + 1, x0, fy * (1 - fx)),
-                                              (y0, x0 + 1, (1 - fy) * fx), (y0 + 1, x0 + 1, fy * fx)):
+                            corners = ((y0, x0, (1 - fy) * (1 - fx)), (y0 + 1, x0, fy * (1 - fx)),
+                                       (y0, x0 + 1, (1 - fy) * fx), (y0 + 1, x0 + 1, fy * fx))
+                            for yy, xx, w in corners:
                                 if 0 <= yy < H and 0 <= xx < W:
                                     v += w * x[n, g * cg:(g + 1) * cg, yy, xx]
                             out[n, g * cg:(g + 1) * cg, ho * KH + kh, wo * KW + kw] = v * s
