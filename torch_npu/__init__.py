@@ -158,3 +158,8 @@ from torch_npu._utility_ops import *  # noqa: E402,F401,F403
 from torch_npu._utility_ops import __all__ as _utility_ops_all  # noqa: E402
 
 __all__ = ["npu", "profiler", "utils", "__version__"] + _fused_ops_all + _utility_ops_all
+# torch_npu's detection / bounding-box operators (npu_iou, npu_roi_align, npu_nms_v4, ...)
+from torch_npu._detection_ops import *  # noqa: E402,F401,F403
+from torch_npu._detection_ops import __all__ as _detection_ops_all  # noqa: E402
+
+__all__ += _detection_ops_all
