@@ -270,7 +270,8 @@ __all__ += [
     "dropout_with_byte_mask", "_npu_quant_rms_norm", "npu_fused_linear_online_max_sum",
     "npu_fused_cross_entropy_loss_with_max_sum",
     "npu_fused_linear_cross_entropy_loss_with_max_sum_backward", "npu_sign_bits_pack",
-    "npu_sign_bits_unpack", "npu_prompt_flash_attention", "npu_incre_flash_attention"
+    "npu_sign_bits_unpack", "npu_prompt_flash_attention", "npu_incre_flash_attention",
+    "npu_dropout_do_mask", "npu_multi_head_attention",
 ]
 
 _npu = torch.ops.npu
@@ -679,6 +680,65 @@ def _npu_dropout(self: torch.Tensor, p: float):
     return _apply_mask(self, keep, p), _bit_mask(keep.bool(), 128, False)
 
 
+def npu_dropout_do_mask(self: torch.Tensor, mask: torch.Tensor, p: float):
+    """Dropout with a given bit mask (the one _npu_dropout returns): (self * kept / (1 - p),
+    mask)."""
+    _tensor(self, "npu_dropout_do_mask")
+    _tensor(mask, "npu_dropout_do_mask", "mask")
+    _check_prob("npu_dropout_do_mask", p)
+    if mask.dtype != torch.uint8 or mask.numel() * 8 < self.numel():
+        raise ValueError(f"torch_npu.npu_dropout_do_mask: mask must be the uint8 bit mask of "
+                         f"{self.numel()} elements (at least {(self.numel() + 7) // 8} bytes), "
+                         f"got {mask.dtype} with {mask.numel()} elements")
+    bits = _npu.npu_sign_bits_unpack(mask.reshape(-1), 1, torch.float32).reshape(-1)
+    keep = (bits[:self.numel()] > 0).reshape(self.shape)
+    return _apply_mask(self, keep, p), mask.clone()
+
+
+def npu_multi_head_attention(query, key, value, query_weight, key_weight, value_weight,
+                             attn_mask, out_proj_weight, query_bias, key_bias, value_bias,
+                             out_proj_bias, dropout_mask, attn_head_num: int,
+                             attn_dim_per_head: int, src_len: int, tgt_len: int,
+                             dropout_prob: float, softmax_use_float: bool):
+    """torch_npu's fused multi-head attention (Transformer encoder / decoder layers, 2-d
+    [batch * len, embed] inputs):
+      q = (query W_q^T + b_q) / sqrt(d), k, v likewise (no scaling), split into heads;
+      scores = q k^T + attn_mask; probs = softmax(scores) (in float32 if softmax_use_float),
+      in the input dtype, then dropout with dropout_mask (a bit mask from _npu_dropout) or a
+      new one; context = probs v, heads merged; y = context W_o^T + b_o.
+    Returns (y, dropout_mask, q, k, v, softmax, dropout output, context) with q, k, v as
+    [batch, heads, len, d]."""
+    op = "npu_multi_head_attention"
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _tensor(t, op, name)
+        if t.dim() != 2 or t.shape[1] != attn_head_num * attn_dim_per_head:
+            raise ValueError(f"torch_npu.{op}: {name} must be [batch * len, attn_head_num * "
+                             f"attn_dim_per_head = {attn_head_num * attn_dim_per_head}], got "
+                             f"{list(t.shape)}")
+    if query.shape[0] % tgt_len or key.shape[0] % src_len or value.shape[0] != key.shape[0]:
+        raise ValueError(f"torch_npu.{op}: query must have batch * tgt_len rows and key / value "
+                         f"batch * src_len rows, got {query.shape[0]}, {key.shape[0]}, "
+                         f"{value.shape[0]} for tgt_len {tgt_len}, src_len {src_len}")
+    batch = query.shape[0] // tgt_len
+    heads, d = attn_head_num, attn_dim_per_head
+
+    def split(t, length):
+        return t.reshape(batch, length, heads, d).permute(0, 2, 1, 3).contiguous()
+
+    q = split(F.linear(query, query_weight, query_bias) * (d ** -0.5), tgt_len)
+    k = split(F.linear(key, key_weight, key_bias), src_len)
+    v = split(F.linear(value, value_weight, value_bias), src_len)
+    scores = torch.matmul(q, k.transpose(-2, -1)) + attn_mask
+    soft = F.softmax(scores, dim=-1, dtype=torch.float32 if softmax_use_float else None)
+    if dropout_mask is None:
+        probs, mask = _npu_dropout(soft.to(query.dtype), dropout_prob)
+    else:
+        probs, mask = npu_dropout_do_mask(soft.to(query.dtype), dropout_mask, dropout_prob)
+    context = torch.matmul(probs, v).permute(0, 2, 1, 3).reshape(batch * tgt_len, heads * d)
+    y = F.linear(context, out_proj_weight, out_proj_bias)
+    return y, mask, q, k, v, soft, probs, context
+
+
 def dropout_with_byte_mask(self: torch.Tensor, p: float = 0.5, train: bool = True) -> torch.Tensor:
     """Dropout whose mask is a uint8 byte per element (torch_npu's DropoutWithByteMask):
     in training, each element is kept with probability 1 - p and scaled by 1 / (1 - p)."""
@@ -906,6 +966,8 @@ _TORCH_OPS.update({
     "npu_apply_adam.out": _apply_adam_out, "npu_apply_adam_w.out": _apply_adam_w_out,
     "npu_dropout_with_add_softmax": npu_dropout_with_add_softmax,
     "_npu_dropout": _npu_dropout, "dropout_with_byte_mask": dropout_with_byte_mask,
+    "npu_dropout_do_mask": npu_dropout_do_mask,
+    "npu_multi_head_attention": npu_multi_head_attention,
     "_npu_quant_rms_norm": _npu_quant_rms_norm,
     "npu_fused_linear_online_max_sum": npu_fused_linear_online_max_sum,
     "npu_fused_cross_entropy_loss_with_max_sum": npu_fused_cross_entropy_loss_with_max_sum,

@@ -35,6 +35,13 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
   m.def("npu_dropout_with_add_softmax(Tensor self, Tensor x1, Scalar alpha, float prob, "
         "int dim) -> (Tensor, Tensor, Tensor)");
   m.def("_npu_dropout(Tensor self, float p) -> (Tensor, Tensor)");
+  m.def("npu_dropout_do_mask(Tensor self, Tensor mask, float p) -> (Tensor, Tensor)");
+  m.def("npu_multi_head_attention(Tensor query, Tensor key, Tensor value, Tensor query_weight, "
+        "Tensor key_weight, Tensor value_weight, Tensor attn_mask, Tensor out_proj_weight, "
+        "Tensor? query_bias, Tensor? key_bias, Tensor? value_bias, Tensor? out_proj_bias, "
+        "Tensor? dropout_mask, int attn_head_num, int attn_dim_per_head, int src_len, "
+        "int tgt_len, float dropout_prob, bool softmax_use_float) -> "
+        "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("dropout_with_byte_mask(Tensor self, float p=0.5, bool train=True) -> Tensor");
   m.def("_npu_quant_rms_norm(Tensor x, Tensor gamma, Tensor beta, Tensor scale, "
         "Tensor offset, Tensor(a!) y, float eps=1e-06) -> Tensor(a!)");

@@ -386,3 +386,36 @@ def test_fast_gelu_and_silu_inplace():
     t = npu(x.clone())
     assert torch_npu.npu_silu_(t) is t
     torch.testing.assert_close(t.cpu(), x * torch.sigmoid(x))
+
+
+def test_multi_head_attention_matches_float64_model_and_reuses_the_mask():
+    b, heads, d, src, tgt = 2, 3, 4, 5, 6
+    e = heads * d
+    q_in, k_in, v_in = torch.randn(b * tgt, e), torch.randn(b * src, e), torch.randn(b * src, e)
+    ws = [torch.randn(e, e) * 0.3 for _ in range(4)]
+    bs = [torch.randn(e) * 0.1 for _ in range(4)]
+    mask = torch.randn(b, heads, tgt, src)
+    out = torch_npu.npu_multi_head_attention(
+        npu(q_in), npu(k_in), npu(v_in), *(npu(w) for w in ws[:3]), npu(mask), npu(ws[3]),
+        *(npu(x) for x in bs), None, heads, d, src, tgt, 0.0, True)
+    y, drop_mask = out[0], out[1]
+
+    def heads_of(t, n):
+        return t.reshape(b, n, heads, d).permute(0, 2, 1, 3)
+
+    dd = [w.double() for w in ws]
+    bb = [x.double() for x in bs]
+    q = heads_of((q_in.double() @ dd[0].t() + bb[0]) / math.sqrt(d), tgt)
+    k = heads_of(k_in.double() @ dd[1].t() + bb[1], src)
+    v = heads_of(v_in.double() @ dd[2].t() + bb[2], src)
+    p = torch.softmax(q @ k.transpose(-1, -2) + mask.double(), -1)
+    ctx = (p @ v).permute(0, 2, 1, 3).reshape(b * tgt, e)
+    torch.testing.assert_close(y.cpu().double(), ctx @ dd[3].t() + bb[3], rtol=1e-4, atol=1e-4)
+    assert drop_mask.dtype == torch.uint8
+    # npu_dropout_do_mask applies _npu_dropout's bit mask again: the same elements survive
+    x = npu(torch.rand(300) + 1)
+    dropped, bits = torch_npu._npu_dropout(x, 0.4)
+    again, _ = torch_npu.npu_dropout_do_mask(x, bits, 0.4)
+    torch.testing.assert_close(again.cpu(), dropped.cpu())
+    with pytest.raises(ValueError, match="bit mask"):
+        torch_npu.npu_dropout_do_mask(x, bits[:3], 0.4)
