@@ -271,7 +271,8 @@ __all__ += [
     "npu_fused_cross_entropy_loss_with_max_sum",
     "npu_fused_linear_cross_entropy_loss_with_max_sum_backward", "npu_sign_bits_pack",
     "npu_sign_bits_unpack", "npu_prompt_flash_attention", "npu_incre_flash_attention",
-    "npu_dropout_do_mask", "npu_multi_head_attention",
+    "npu_dropout_do_mask", "npu_multi_head_attention", "npu_get_float_status",
+    "npu_clear_float_status",
 ]
 
 _npu = torch.ops.npu
@@ -477,10 +478,26 @@ def npu_masked_fill_range(self: torch.Tensor, start: torch.Tensor, end: torch.Te
 def npu_alloc_float_status(self: torch.Tensor) -> torch.Tensor:
     """The 8-float32 buffer torch_npu's overflow-status ops read the status register into,
     zeroed, on self's device. Allocating it is all this op does on the card too; SimNPU does
-    not simulate the register itself, so npu_get_float_status / npu_clear_float_status are not
-    provided (docs/api.md)."""
+    not simulate the register itself, so npu_get_float_status / npu_clear_float_status refuse
+    with NotImplementedError (docs/api.md)."""
     device = _tensor(self, "npu_alloc_float_status").device
     return torch.zeros(8, dtype=torch.float32, device=device)
+
+
+def _float_status_not_simulated(name: str):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(
+            f"torch_npu.{name} is not implemented in SimNPU: it reads or clears the card's float "
+            f"overflow status register, which SimNPU does not simulate (its kernels compute "
+            f"IEEE results, so an overflow shows as inf / nan in the tensors: check them with "
+            f"torch.isfinite). npu_alloc_float_status works (docs/api.md)")
+    refuse.__name__ = refuse.__qualname__ = name
+    refuse.__doc__ = f"Refused: {name} needs the float overflow status register (not simulated)."
+    return refuse
+
+
+npu_get_float_status = _float_status_not_simulated("npu_get_float_status")
+npu_clear_float_status = _float_status_not_simulated("npu_clear_float_status")
 
 
 # ---- IFMR quantisation search -----------------------------------------------------------------

@@ -419,3 +419,10 @@ def test_multi_head_attention_matches_float64_model_and_reuses_the_mask():
     torch.testing.assert_close(again.cpu(), dropped.cpu())
     with pytest.raises(ValueError, match="bit mask"):
         torch_npu.npu_dropout_do_mask(x, bits[:3], 0.4)
+
+
+def test_float_status_register_ops_refuse_clearly():
+    x = npu(torch.randn(3))
+    for op in (torch_npu.npu_get_float_status, torch_npu.npu_clear_float_status):
+        with pytest.raises(NotImplementedError, match="overflow status register"):
+            op(x)
