@@ -658,6 +658,8 @@ def _byte_mask(like: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def _apply_mask(x: torch.Tensor, mask: torch.Tensor, p: float) -> torch.Tensor:
+    if p == 0.0:
+        return x.clone()
     if p == 1.0:
         return x * 0
     return x * mask.to(x.dtype) * (1.0 / (1.0 - p))
@@ -672,7 +674,10 @@ def npu_dropout_with_add_softmax(self: torch.Tensor, x1: torch.Tensor, alpha, pr
     _tensor(x1, "npu_dropout_with_add_softmax", "x1")
     _check_prob("npu_dropout_with_add_softmax", prob, "prob")
     ct = _compute_dtype(self)
-    softmax_out = torch.softmax(x1.to(ct) + float(alpha) * self.to(ct), dim).to(self.dtype)
+    # One float32 temporary fewer than x1 + alpha * self: these are attention-score sized.
+    scores = torch.add(x1.to(ct), self.to(ct), alpha=float(alpha))
+    softmax_out = torch.softmax(scores, dim).to(self.dtype)
+    del scores
     mask = _byte_mask(softmax_out, prob)
     return mask, softmax_out, _apply_mask(softmax_out, mask, prob)
 

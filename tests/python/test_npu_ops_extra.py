@@ -426,3 +426,17 @@ def test_float_status_register_ops_refuse_clearly():
     for op in (torch_npu.npu_get_float_status, torch_npu.npu_clear_float_status):
         with pytest.raises(NotImplementedError, match="overflow status register"):
             op(x)
+
+
+def test_rtol_compare_in_blocks_sees_every_block():
+    from torch_npu.testing.testcase import _COMPARE_BLOCK, TestCase
+
+    n = _COMPARE_BLOCK + 1000
+    x = np.ones(n, dtype=np.float32)
+    y = x.copy()
+    y[-600:] = 2.0  # all in the last block; more than n * 1e-4 elements off
+    tc = TestCase()
+    with pytest.raises(AssertionError, match="max abs diff 1.0"):
+        tc.assertRtolEqual(x, y)
+    y[-600:] = 1.00001
+    tc.assertRtolEqual(x, y)
