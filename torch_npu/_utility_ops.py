@@ -374,9 +374,13 @@ def npu_indexing(self: torch.Tensor, begin: Sequence[int], end: Sequence[int],
     index = []
     for i, (b, e, s) in enumerate(zip(begin, end, strides)):
         size = self.shape[i]
-        if s <= 0:
-            raise ValueError(f"torch_npu.npu_indexing: strides[{i}] = {s}; SimNPU takes positive "
-                             f"strides only (flip the tensor for a reversed slice)")
+        if s == 0:
+            raise ValueError(f"torch_npu.npu_indexing: strides[{i}] is 0; a stride must be "
+                             f"non-zero")
+        if s < 0:
+            raise NotImplementedError(f"torch_npu.npu_indexing: negative strides (strides[{i}] = "
+                                      f"{s}) are not implemented in SimNPU; flip the tensor "
+                                      f"(torch.flip) and slice it with a positive stride")
         if shrink_axis_mask >> i & 1:
             k = b + size if b < 0 else b
             if not 0 <= k < size:

@@ -59,7 +59,9 @@ def test_indexing_is_strided_slice():
     np.testing.assert_array_equal(got.cpu().numpy(), a[0:0:1, 2::2, 3])
     got = torch_npu.npu_indexing(t, [0, 0], [2, 2], [1, 1])
     np.testing.assert_array_equal(got.cpu().numpy(), a[:2, :2])
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="non-zero"):
+        torch_npu.npu_indexing(t, [0], [2], [0])
+    with pytest.raises(NotImplementedError, match="negative strides"):
         torch_npu.npu_indexing(t, [0], [2], [-1])
     with pytest.raises(NotImplementedError, match="ellipsis_mask"):
         torch_npu.npu_indexing(t, [0], [2], [1], ellipsis_mask=1)
