@@ -150,12 +150,15 @@ _init()
 
 # The public names of the package (bound by _init's imports; listed here for readers and tools).
 from torch_npu import _C, npu, profiler, utils  # noqa: E402
+# torch_npu._C._npu_getOption: the run-time options live in Python here (npu_config.py).
+_C._npu_getOption = npu.npu_config._npu_get_option
 # torch_npu's fused LLM operators (torch.ops.npu.*, with autograd): torch_npu.npu_rms_norm, ...
 from torch_npu._fused_ops import *  # noqa: E402,F401,F403
 from torch_npu._fused_ops import __all__ as _fused_ops_all  # noqa: E402
 # torch_npu's general-purpose operators (npu_silu, npu_transpose, npu_max, ...), composites
 from torch_npu._utility_ops import *  # noqa: E402,F401,F403
 from torch_npu._utility_ops import __all__ as _utility_ops_all  # noqa: E402
+from torch_npu._utility_ops import Format  # noqa: E402,F401  (torch_npu.Format: ACL formats)
 
 __all__ = ["npu", "profiler", "utils", "__version__"] + _fused_ops_all + _utility_ops_all
 # torch_npu's detection / bounding-box operators (npu_iou, npu_roi_align, npu_nms_v4, ...)

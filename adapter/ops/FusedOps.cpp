@@ -307,19 +307,43 @@ void setFormat(const at::Tensor& t, int64_t f) {
   t.unsafeGetTensorImpl()->set_backend_meta(c10::make_intrusive<NPUFormatMeta>(f));
 }
 
+bool isBaseFormat(int64_t f) {
+  // NCHW, NHWC, ND, HWCN, NDHWC, NCDHW: the layouts a host tensor can have; the others
+  // (NC1HWC0, FRACTAL_Z, FRACTAL_NZ, ...) are the card's private blocked layouts.
+  return f == 0 || f == 1 || f == kFormatND || f == 16 || f == 27 || f == 30;
+}
+
+// The format a cast to `acl_format` leaves on a tensor of `dim` dims. A cast between two base
+// formats only relabels; a cast out of a private format makes a new tensor, and torch_npu
+// chooses the storage format of a new tensor as the card needs it: ND for a 4-d tensor is
+// stored NCHW, FRACTAL_NZ needs at least 2 dims (ND below).
+int64_t castFormat(int64_t from, int64_t acl_format, int64_t dim) {
+  if (acl_format == 29 && dim < 2) return kFormatND;
+  if (!isBaseFormat(from) && acl_format == kFormatND && dim == 4) return 0;
+  return acl_format;
+}
+
 // As in torch_npu: the same format returns self; another gives a new tensor (a copy; clone is
 // differentiable, so gradients flow through as they do on the NPU).
 at::Tensor npu_format_cast(const at::Tensor& self, int64_t acl_format) {
   checkFormat(acl_format);
-  if (get_npu_format(self) == acl_format) return self;
+  const int64_t from = get_npu_format(self);
+  if (from == acl_format) return self;
   at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
-  setFormat(out, acl_format);
+  setFormat(out, castFormat(from, acl_format, self.dim()));
   return out;
+}
+
+// npu_format_cast.Tensor: to the format of `dst`.
+at::Tensor npu_format_cast_tensor(const at::Tensor& self, const at::Tensor& dst) {
+  TORCH_CHECK(dst.defined(), "npu_format_cast: dst is undefined; pass a tensor whose format "
+              "to take, or an acl_format number");
+  return npu_format_cast(self, get_npu_format(dst));
 }
 
 at::Tensor& npu_format_cast_(at::Tensor& self, int64_t acl_format) {
   checkFormat(acl_format);
-  setFormat(self, acl_format);
+  setFormat(self, castFormat(get_npu_format(self), acl_format, self.dim()));
   return self;
 }
 
@@ -341,6 +365,7 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
 // Composite: built on clone(), so autograd and every backend key come for free.
 TORCH_LIBRARY_IMPL(npu, CompositeImplicitAutograd, m) {
   m.impl("npu_format_cast", TORCH_FN(npu_format_cast));
+  m.impl("npu_format_cast.Tensor", TORCH_FN(npu_format_cast_tensor));
 }
 
 }  // namespace torch_npu::native

@@ -53,7 +53,7 @@
  *   amp_non_finite_check_and_unscale, amp_update_scale   GradScaler's kernels
  *   fused_adam(items, n, options), fused_sgd(...)        fused optimizers over a list
  *   *_supports(op, dtype)                   ask before calling; unsupported = fall back
- * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h,
+ * Headers: elementwise.h, reduce.h, matmul.h, normalization.h, indexing.h, loss.h, bits.h,
  *   batch_norm.h, pooling.h, conv.h, sort.h, attention.h, fused.h, optimizers.h,
  *   thread_pool.h.
  *
@@ -67,6 +67,7 @@
 
 #include "npu/kernels/attention.h"
 #include "npu/kernels/batch_norm.h"
+#include "npu/kernels/bits.h"
 #include "npu/kernels/conv.h"
 #include "npu/kernels/elementwise.h"
 #include "npu/kernels/fused.h"

@@ -76,6 +76,15 @@ def get_option(name: str) -> str | None:
     return _options.get(name)
 
 
+def _npu_get_option(name: str) -> bytes | None:
+    """torch_npu._C._npu_getOption(name): the option's value as bytes (b"enable"), or None when
+    it was never set; ALLOW_INTERNAL_FORMAT reads b"disable" until set, as on an A2 card."""
+    if name == "ALLOW_INTERNAL_FORMAT":
+        return _options.get(name, "disable").encode()
+    value = _options.get(name)
+    return None if value is None else value.encode()
+
+
 class _NPUConfig:
     """torch.npu.config: `allow_internal_format` (False by default, torch_npu's default on Atlas
     A2 / 910B) chooses whether operators may keep private storage formats (NC1HWC0, FRACTAL_NZ)

@@ -46,6 +46,8 @@ def run_tests():
 
 _ALLOWED_NP_DTYPES = (np.bool_, np.uint16, np.int16, np.int32, np.float16, np.float32, np.int8,
                       np.uint8, np.int64, np.float64)
+# Elements compared per float64 block by assertRtolEqual (32 MiB per temporary).
+_COMPARE_BLOCK = 1 << 22
 
 
 class TestCase(_Base):
@@ -78,18 +80,26 @@ class TestCase(_Base):
         if np.isnan(x).any() or np.isnan(y).any():
             if not np.array_equal(np.isnan(x), np.isnan(y)):
                 self.fail(message or "result error: NaNs at different places")
-        x64 = np.asarray(x, dtype=np.float64)
-        y64 = np.asarray(y, dtype=np.float64)
-        diff = np.abs(y64 - x64)
-        diff = np.where(np.isnan(diff), 0.0, diff)
-        bound = np.maximum(np.abs(x64), np.abs(y64))
-        abs_ok = diff <= tol
-        rel_ok = diff / (bound + tiny) <= tol
-        if abs_ok.all() or rel_ok.all():
+        # In float64, a block of elements at a time: whole-array float64 temporaries of a
+        # 100M-element result (attention scores) would take several times its size.
+        xf, yf = np.ravel(x), np.ravel(y)
+        not_abs = not_rel = 0
+        max_diff = 0.0
+        for start in range(0, xf.size, _COMPARE_BLOCK):
+            x64 = xf[start:start + _COMPARE_BLOCK].astype(np.float64)
+            y64 = yf[start:start + _COMPARE_BLOCK].astype(np.float64)
+            diff = np.abs(y64 - x64)
+            diff[np.isnan(diff)] = 0.0
+            bound = np.maximum(np.abs(x64), np.abs(y64))
+            not_abs += int(np.count_nonzero(~(diff <= tol)))
+            not_rel += int(np.count_nonzero(~(diff / (bound + tiny) <= tol)))
+            if diff.size:
+                max_diff = max(max_diff, float(diff.max()))
+        if not_abs == 0 or not_rel == 0:
             return
         allowed = x.size * tol
-        if (~rel_ok).sum() > allowed and (~abs_ok).sum() > allowed:
-            self.fail(message or f"result error: max abs diff {diff.max()}, tolerance {tol}")
+        if not_rel > allowed and not_abs > allowed:
+            self.fail(message or f"result error: max abs diff {max_diff}, tolerance {tol}")
 
     def assertRtolEqual(self, x, y, prec=1.e-4, prec16=1.e-3, auto_trans_dtype=False,
                         message=None):

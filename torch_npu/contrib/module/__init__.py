@@ -1,12 +1,14 @@
-"""torch_npu.contrib.module: torch_npu's ready-made nn.Modules. SimNPU has NpuDropPath; the
-others (ROIAlign, DCNv2, the byte-mask dropouts, ...) wrap npu_* operators SimNPU does not have
-yet (docs/api.md)."""
+"""torch_npu.contrib.module: torch_npu's ready-made nn.Modules. SimNPU has NpuDropPath and
+DropoutWithByteMask (npu_modules); the others (ROIAlign, DCNv2, ...) wrap npu_* operators SimNPU
+does not have yet (docs/api.md)."""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["NpuDropPath"]
+from torch_npu.contrib.module.npu_modules import DropoutWithByteMask
+
+__all__ = ["NpuDropPath", "DropoutWithByteMask"]
 
 
 class NpuDropPath(torch.nn.Module):

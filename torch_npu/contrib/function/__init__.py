@@ -1,0 +1,1 @@
+"""torch_npu.contrib.function: functional helpers beside the core API (npu_functional)."""
