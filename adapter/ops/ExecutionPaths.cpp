@@ -16,6 +16,7 @@
 
 #include "CardCheck.h"
 #include "DeviceCheck.h"
+#include "HostKernelDtypes.h"
 #include "NPUGenerator.h"
 #include "NPUStream.h"
 #include "OpStats.h"
@@ -471,6 +472,8 @@ void runUnregistered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // A dtype the card takes and ATen's CPU kernel does not: widened, run, narrowed back.
+  if (runWidened(op, stack, &runOnHost)) return;
   const size_t begin = stack->size() - op.schema().arguments().size();
   // Before anything reads a tensor: the CPU kernel would read every device's memory, racing
   // with the other devices' streams, and the fallback would hide the mistake CUDA reports.
