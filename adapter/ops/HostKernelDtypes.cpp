@@ -1,6 +1,6 @@
 // The dtype widening of the host-kernel path (HostKernelDtypes.h).
-//  - kWidenings lists each op by its name (every overload), whether its 16-bit floating tensors
-//    compute in float32, and which of its arguments are indices widened from int32 to int64;
+//  - widenings() lists each op by its name (every overload), which of its tensors compute in
+//    float32 (16-bit floats; for a few float-only kernels integers too), and which of its arguments are indices widened from int32 to int64;
 //  - runWidened replaces those arguments by widened npu copies (queued conversions: nothing
 //    waits), runs the op, then narrows the results: a fresh float32 result goes back to the
 //    16-bit dtype of the inputs, and a written argument (in-place self, out=) that was widened
@@ -10,6 +10,7 @@
 #include "HostKernelDtypes.h"
 
 #include "DeviceCheck.h"
+#include "ExecutionPaths.h"
 
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
@@ -25,8 +26,15 @@
 namespace torch_npu {
 namespace {
 
+// What a call computes in float32 (its floating results return to the narrow dtype).
+enum class Compute : uint8_t {
+  kAsIs,       // no floating widening
+  kFloat32,    // Half / BFloat16 tensors compute in float32
+  kFloat32Ints  // Half / BFloat16 and integer tensors compute in float32 (results truncated back)
+};
+
 struct Widening {
-  bool floats16;                     // Half / BFloat16 tensors compute in float32
+  Compute compute;
   std::vector<std::string> indices;  // arguments widened from int32 to int64
 };
 
@@ -34,31 +42,37 @@ struct Widening {
 const std::unordered_map<std::string, Widening>& widenings() {
   static const std::unordered_map<std::string, Widening> table = {
       // CPU kernels without float16 / bfloat16
-      {"aten::_cdist_forward", {true, {}}},
-      {"aten::_cdist_backward", {true, {}}},
-      {"aten::_pdist_forward", {true, {}}},
-      {"aten::_pdist_backward", {true, {}}},
-      {"aten::_add_relu", {true, {}}},
-      {"aten::_add_relu_", {true, {}}},
-      {"aten::avg_pool3d", {true, {}}},
-      {"aten::avg_pool3d_backward", {true, {}}},
-      {"aten::_upsample_bicubic2d_aa", {true, {}}},
-      {"aten::_upsample_bicubic2d_aa_backward", {true, {}}},
-      {"aten::_upsample_bilinear2d_aa", {true, {}}},
-      {"aten::_upsample_bilinear2d_aa_backward", {true, {}}},
-      {"aten::linalg_inv_ex", {true, {}}},
+      {"aten::_cdist_forward", {Compute::kFloat32, {}}},
+      {"aten::_cdist_backward", {Compute::kFloat32, {}}},
+      {"aten::_pdist_forward", {Compute::kFloat32, {}}},
+      {"aten::_pdist_backward", {Compute::kFloat32, {}}},
+      {"aten::_add_relu", {Compute::kFloat32, {}}},
+      {"aten::_add_relu_", {Compute::kFloat32, {}}},
+      {"aten::avg_pool3d", {Compute::kFloat32, {}}},
+      {"aten::avg_pool3d_backward", {Compute::kFloat32, {}}},
+      {"aten::_upsample_bicubic2d_aa", {Compute::kFloat32, {}}},
+      {"aten::_upsample_bicubic2d_aa_backward", {Compute::kFloat32, {}}},
+      {"aten::_upsample_bilinear2d_aa", {Compute::kFloat32, {}}},
+      {"aten::_upsample_bilinear2d_aa_backward", {Compute::kFloat32, {}}},
+      {"aten::linalg_inv_ex", {Compute::kFloat32, {}}},
+      // integer inputs of float-only CPU kernels (the card casts them through float32)
+      {"aten::hardsigmoid", {Compute::kFloat32Ints, {}}},
+      {"aten::hardsigmoid_", {Compute::kFloat32Ints, {}}},
       // int32 indices (and the 16-bit floats of the loss)
-      {"aten::multilabel_margin_loss_forward", {true, {"target"}}},
-      {"aten::multilabel_margin_loss_backward", {true, {"target"}}},
-      {"aten::put_", {false, {"index"}}},
-      {"aten::put", {false, {"index"}}},
+      {"aten::multilabel_margin_loss_forward", {Compute::kFloat32, {"target"}}},
+      {"aten::multilabel_margin_loss_backward", {Compute::kFloat32, {"target"}}},
+      {"aten::put_", {Compute::kAsIs, {"index"}}},
+      {"aten::put", {Compute::kAsIs, {"index"}}},
   };
   return table;
 }
 
-bool is16BitFloat(const at::Tensor& t) {
-  return t.defined() && t.is_privateuseone() &&
-         (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
+// Whether `t` computes in float32 under `compute`.
+bool widensToFloat(const at::Tensor& t, Compute compute) {
+  if (!t.defined() || !t.is_privateuseone() || compute == Compute::kAsIs) return false;
+  const at::ScalarType type = t.scalar_type();
+  if (type == at::kHalf || type == at::kBFloat16) return true;
+  return compute == Compute::kFloat32Ints && at::isIntegralType(type, /*includeBool=*/false);
 }
 
 bool isInt32Index(const at::Tensor& t) {
@@ -117,9 +131,9 @@ bool runWidened(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   bool any = false;
   for (size_t i = 0; i < num_args; ++i) {
     const c10::IValue& v = (*stack)[begin + i];
-    if (widening.floats16 && !narrow) {
+    if (!narrow && !isIndex(i)) {
       mapTensors(v, [&](const at::Tensor& t) {
-        if (!narrow && is16BitFloat(t)) narrow = t.scalar_type();
+        if (!narrow && widensToFloat(t, widening.compute)) narrow = t.scalar_type();
         return t;
       });
     }
@@ -137,7 +151,7 @@ bool runWidened(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     const bool written = alias != nullptr && alias->isWrite();
     const bool out_argument = written && arguments[i].kwarg_only();
     c10::IValue w = mapTensors(v, [&](const at::Tensor& t) -> at::Tensor {
-      if (narrow && is16BitFloat(t)) {
+      if (narrow && !isIndex(i) && widensToFloat(t, widening.compute)) {
         replaced[i] = true;
         // An out= tensor's values are not read: an empty float32 tensor the op sizes.
         if (out_argument) return at::empty({0}, t.options().dtype(at::kFloat));
@@ -205,6 +219,11 @@ at::Tensor oneHot(const at::Tensor& self, int64_t num_classes) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { NPU_IMPL(m, "one_hot", oneHot); }
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "one_hot", oneHot);
+  // ATen's default kernel for backends (CompositeExplicitAutogradNonFunctional) checks the dtype
+  // before any host kernel could widen it: the op goes to the host-kernel path directly.
+  m.impl("linalg_inv_ex", torch::CppFunction::makeFromBoxedFunction<&runUnregistered>());
+}
 
 }  // namespace torch_npu
