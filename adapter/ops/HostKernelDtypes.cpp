@@ -223,7 +223,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "one_hot", oneHot);
   // ATen's default kernel for backends (CompositeExplicitAutogradNonFunctional) checks the dtype
   // before any host kernel could widen it: the op goes to the host-kernel path directly.
-  m.impl("linalg_inv_ex", torch::CppFunction::makeFromBoxedFunction<&runUnregistered>());
+  // Likewise an op whose backend-default kernel (CompositeExplicitAutograd) runs a CPU library
+  // on the npu tensors themselves (NNPACK refuses them).
+  for (const char* name : {"linalg_inv_ex", "_nnpack_spatial_convolution"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&runUnregistered>());
+  }
 }
 
 }  // namespace torch_npu

@@ -231,3 +231,44 @@ def test_inverse_out_float16():
     out = torch.empty(0, dtype=torch.float16, device="npu")
     torch.inverse(a.npu(), out=out)
     close(out, torch.inverse(a.float()), torch.float16)
+
+
+# ---- the host-kernel path's sizes (ExecutionPaths.cpp) ---------------------------------------
+
+
+def test_nnpack_spatial_convolution_runs_on_host():
+    if not torch._nnpack_available():
+        pytest.skip("NNPACK unavailable in this torch build")
+    x, w, b = make((1, 3, 5, 5)), make((4, 3, 2, 2), seed=1), make((4,), seed=2)
+    want = torch._nnpack_spatial_convolution(x, w, b, (1, 1))
+    got = torch._nnpack_spatial_convolution(x.npu(), w.npu(), b.npu(), (1, 1))
+    close(got, want, torch.float32)
+    want64 = F.conv2d(x.double(), w.double(), b.double(), padding=1)
+    torch.testing.assert_close(got.cpu().double(), want64, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_bookkeeping_outputs(mode):
+    """The CPU kernel fills bookkeeping outputs that the meta kernel sizes empty."""
+    w = make((10, 3))
+    idx, off = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4])
+    want = F.embedding_bag(idx, w, off, mode=mode)
+    got = F.embedding_bag(idx.npu(), w.npu(), off.npu(), mode=mode)
+    close(got, want, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_normal_out_reads_out_size(dtype):
+    """normal(mean=Tensor, std=float, out=) sizes its std from out: out keeps its size."""
+    torch.manual_seed(0)
+    mean = torch.full((4000,), 2.0, dtype=dtype, device="npu")
+    out = torch.empty(4000, dtype=dtype, device="npu")
+    ret = torch.normal(mean=mean, std=3.0, out=out)
+    assert ret is out and out.shape == (4000,)
+    values = out.cpu().double()
+    assert abs(values.mean().item() - 2.0) < 0.3 and abs(values.std().item() - 3.0) < 0.3
+    std = torch.full((40, 100), 3.0, dtype=dtype, device="npu")
+    out = torch.empty(40, 100, dtype=dtype, device="npu")
+    torch.normal(mean=2.0, std=std, out=out)
+    values = out.cpu().double()
+    assert abs(values.mean().item() - 2.0) < 0.3 and abs(values.std().item() - 3.0) < 0.3
