@@ -17,6 +17,7 @@
 #include <ATen/ops/one_hot_native.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -217,10 +218,34 @@ at::Tensor oneHot(const at::Tensor& self, int64_t num_classes) {
   return at::native::one_hot(self, num_classes);
 }
 
+// The gradient of cdist for p = inf goes to the coordinates where |x1 - x2| reaches the distance.
+// ATen's kernel tests |diff| == dist, which a 16-bit distance (rounded) rarely meets exactly; the
+// card's CdistGrad takes |diff| >= dist, in float32 over the rounded distance. Other p: ATen's
+// kernel (by the host path, widened).
+at::Tensor cdistBackward(const at::Tensor& grad, const at::Tensor& x1, const at::Tensor& x2,
+                         double p, const at::Tensor& cdist) {
+  if (!std::isinf(p) || p < 0) {
+    return callHostKernel<at::Tensor>(NPU_ATEN_OP("_cdist_backward", ""), grad, x1, x2, p, cdist);
+  }
+  TORCH_CHECK(x1.dim() >= 2 && x2.dim() >= 2 && x1.size(-1) == x2.size(-1),
+              "_cdist_backward: x1 and x2 must be (..., P, M) and (..., R, M), got ", x1.sizes(),
+              " and ", x2.sizes());
+  const at::ScalarType dtype = x1.scalar_type();
+  auto wide = [](const at::Tensor& t) {
+    return (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) ? t.to(at::kFloat)
+                                                                               : t;
+  };
+  const at::Tensor diff = wide(x1).unsqueeze(-2) - wide(x2).unsqueeze(-3);  // (..., P, R, M)
+  const at::Tensor reaches = diff.abs() >= wide(cdist).unsqueeze(-1);
+  const at::Tensor result = (wide(grad).unsqueeze(-1) * diff.sign() * reaches).sum(-2);
+  return result.to(dtype);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "one_hot", oneHot);
+  NPU_IMPL(m, "_cdist_backward", cdistBackward);
   // ATen's default kernel for backends (CompositeExplicitAutogradNonFunctional) checks the dtype
   // before any host kernel could widen it: the op goes to the host-kernel path directly.
   // Likewise an op whose backend-default kernel (CompositeExplicitAutograd) runs a CPU library

@@ -272,3 +272,26 @@ def test_normal_out_reads_out_size(dtype):
     torch.normal(mean=2.0, std=std, out=out)
     values = out.cpu().double()
     assert abs(values.mean().item() - 2.0) < 0.3 and abs(values.std().item() - 3.0) < 0.3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cdist_backward_inf_norm(dtype):
+    """p = inf: the gradient reaches every coordinate where |x1 - x2| >= the (rounded)
+    distance, as the card's CdistGrad computes it; a float64 model over the same values."""
+    x1, x2 = make((2, 5, 6), dtype), make((2, 4, 6), dtype, seed=1)
+    a, b = x1.npu().requires_grad_(), x2.npu().requires_grad_()
+    y = torch.cdist(a, b, p=float("inf"))
+    g = make(y.shape, dtype, seed=2)
+    y.backward(g.npu())
+    # the differences in float32, as the kernel takes them (exact for 16-bit inputs)
+    diff = (x1.float().unsqueeze(-2) - x2.float().unsqueeze(-3)).double()
+    dist = y.detach().cpu().double().unsqueeze(-1)
+    reach = (diff.abs() >= dist).double()
+    want1 = (g.double().unsqueeze(-1) * diff.sign() * reach).sum(-2)
+    want2 = -(g.double().unsqueeze(-1) * diff.sign() * reach).sum(-3)
+    close(a.grad, want1.float(), dtype)
+    close(b.grad, want2.float(), dtype)
+    if dtype == torch.float32:  # ATen's own gradient where the distance is exact
+        c1, c2 = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+        torch.cdist(c1, c2, p=float("inf")).backward(g)
+        close(a.grad, c1.grad, dtype)
