@@ -295,3 +295,25 @@ def test_cdist_backward_inf_norm(dtype):
         c1, c2 = x1.clone().requires_grad_(), x2.clone().requires_grad_()
         torch.cdist(c1, c2, p=float("inf")).backward(g)
         close(a.grad, c1.grad, dtype)
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU])
+def test_layer_packed_bidirectional_training_matches_cpu(cls):
+    """The whole layer through the fused cells: packed, bidirectional, 2 layers, backward."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    cpu, npu = _module_pair(cls, 3, 5, num_layers=2, bidirectional=True)
+    x = make((6, 3, 3))
+    lengths = torch.tensor([6, 4, 2])
+    outs = []
+    for module, data in ((cpu, x.clone()), (npu, x.npu())):
+        data.requires_grad_()
+        y, _ = module(pack_padded_sequence(data, lengths))
+        y, _ = pad_packed_sequence(y)
+        (y * torch.linspace(-1, 1, y.numel(), device=y.device).view_as(y)).sum().backward()
+        outs.append((y.detach().cpu(), data.grad.cpu(), [p.grad.cpu() for p in module.parameters()]))
+    (yc, gc, pc), (yn, gn, pn) = outs
+    torch.testing.assert_close(yn, yc, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gn, gc, rtol=1e-5, atol=1e-5)
+    for a, b in zip(pn, pc):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
