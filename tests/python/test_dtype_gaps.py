@@ -317,3 +317,56 @@ def test_layer_packed_bidirectional_training_matches_cpu(cls):
     torch.testing.assert_close(gn, gc, rtol=1e-5, atol=1e-5)
     for a, b in zip(pn, pc):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# ---- searchsorted: ATen's checks at the call (Searchsorted.cpp) --------------------------------
+
+
+def test_searchsorted_results_match_cpu():
+    seq = torch.tensor([[0.0, 1.0, 2.0, 3.0], [1.0, 3.0, 5.0, 7.0]])
+    vals = torch.tensor([[0.5, 3.0], [3.0, 8.0]])
+    for kwargs in ({}, {"right": True}, {"side": "right"}, {"out_int32": True}):
+        want = torch.searchsorted(seq, vals, **kwargs)
+        got = torch.searchsorted(seq.npu(), vals.npu(), **kwargs)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+    unsorted = torch.tensor([3.0, 0.0, 2.0, 1.0])
+    sorter = torch.argsort(unsorted)
+    want = torch.searchsorted(unsorted, torch.tensor([1.5, 2.5]), sorter=sorter)
+    got = torch.searchsorted(unsorted.npu(), torch.tensor([1.5, 2.5]).npu(), sorter=sorter.npu())
+    assert torch.equal(got.cpu(), want)
+    want = torch.searchsorted(seq[0], 2.5)
+    got = torch.searchsorted(seq[0].npu(), 2.5)
+    assert torch.equal(got.cpu(), want)
+    out = torch.empty(0, dtype=torch.int32, device="npu")
+    torch.searchsorted(seq.npu(), vals.npu(), out_int32=True, out=out)
+    assert torch.equal(out.cpu(), torch.searchsorted(seq, vals, out_int32=True))
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"side": "middle"}, "side can only be 'left' or 'right'"),
+        ({"side": "left", "right": True}, "side and right can't be set to opposites"),
+        ({"sorter": torch.tensor([0.0, 1.0, 2.0, 3.0])}, "sorter must be a tensor of long dtype"),
+        ({"sorter": torch.tensor([0, 1, 2, 10])}, "sorter index out of range"),
+        ({"sorter": torch.tensor([0, 1, 2])}, "boundary and sorter must have the same size"),
+    ],
+)
+def test_searchsorted_bad_arguments_raise_at_the_call(kwargs, pattern):
+    seq, vals = torch.tensor([0.0, 1.0, 2.0, 3.0]), torch.tensor([0.5, 1.5])
+    with pytest.raises(RuntimeError, match=pattern):
+        torch.searchsorted(seq, vals, **kwargs)  # the CPU's message
+    npu_kwargs = {k: (v.npu() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    with pytest.raises(RuntimeError, match=pattern):
+        torch.searchsorted(seq.npu(), vals.npu(), **npu_kwargs)
+    torch.npu.synchronize()  # nothing was queued to fail later
+
+
+def test_searchsorted_out_dtype_and_leading_dims():
+    seq = torch.tensor([[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]], device="npu")
+    with pytest.raises(RuntimeError, match="first N-1 dimensions of boundaries"):
+        torch.searchsorted(seq, torch.tensor([0.5, 0.5], device="npu"))
+    out = torch.empty(1, dtype=torch.int32, device="npu")
+    with pytest.raises(RuntimeError, match="output tensor's dtype is wrong"):
+        torch.searchsorted(seq[0], torch.tensor([0.5], device="npu"), out_int32=False, out=out)
+    torch.npu.synchronize()
