@@ -370,3 +370,48 @@ def test_searchsorted_out_dtype_and_leading_dims():
     with pytest.raises(RuntimeError, match="output tensor's dtype is wrong"):
         torch.searchsorted(seq[0], torch.tensor([0.5], device="npu"), out_int32=False, out=out)
     torch.npu.synchronize()
+
+
+# ---- arguments torch_npu takes or checks otherwise (AcceptedArguments.cpp) ---------------------
+
+
+def _renorm_p0_model(x, dim, maxnorm):
+    """float64: a slice's norm is its count of non-zero elements."""
+    x = x.double()
+    dims = [d for d in range(x.dim()) if d != dim]
+    n = (x != 0).double().sum(dims, keepdim=True)
+    return x * torch.where(n > maxnorm, maxnorm / (n + 1e-7), torch.ones_like(n))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_renorm_p0(dtype):
+    x = make((4, 3, 5), dtype)
+    x[0, 0, :3] = 0
+    want = _renorm_p0_model(x, 1, 7.0).float()
+    close(torch.renorm(x.npu(), 0, 1, 7.0), want, dtype)
+    out = torch.empty(0, dtype=dtype, device="npu")
+    torch.renorm(x.npu(), 0, 1, 7.0, out=out)
+    close(out, want, dtype)
+    y = x.npu()
+    y.renorm_(0, 1, 7.0)
+    close(y, want, dtype)
+
+
+def test_renorm_other_p_unchanged():
+    x = make((3, 4))
+    close(torch.renorm(x.npu(), 2, 0, 1.0), torch.renorm(x, 2, 0, 1.0), torch.float32)
+    with pytest.raises(RuntimeError, match="non-positive-norm not supported"):
+        torch.renorm(x.npu(), -1, 0, 1.0)
+
+
+def test_histc_range_checked_at_the_call():
+    with pytest.raises(RuntimeError, match=r"range of \[inf, inf\] is not finite"):
+        torch.histc(torch.tensor([float("inf")], device="npu"))
+    torch.npu.synchronize()  # nothing was queued to fail later
+    x = torch.tensor([1.0, 2.0, 1.0])
+    got = torch.histc(x.npu(), bins=4, min=5, max=5)  # the range from the data
+    assert torch.equal(got.cpu(), torch.histc(x, bins=4, min=5, max=5))
+    x = make((50,))
+    out = torch.zeros(8, device="npu")
+    torch.histc(x.npu(), 8, -2, 2, out=out)
+    assert torch.equal(out.cpu(), torch.histc(x, 8, -2, 2))
