@@ -415,3 +415,12 @@ def test_histc_range_checked_at_the_call():
     out = torch.zeros(8, device="npu")
     torch.histc(x.npu(), 8, -2, 2, out=out)
     assert torch.equal(out.cpu(), torch.histc(x, 8, -2, 2))
+
+
+@pytest.mark.parametrize("shapes", [((), (0,)), ((), (3, 2)), ((3, 1), (3, 4)), ((2, 3), (2, 3))])
+def test_native_dropout_backward_broadcasts_as_cpu(shapes):
+    g = make(shapes[0])
+    mask = torch.randint(0, 2, shapes[1], generator=torch.Generator().manual_seed(1)).bool()
+    want = torch.ops.aten.native_dropout_backward(g, mask, 2.0)
+    got = torch.ops.aten.native_dropout_backward(g.npu(), mask.npu(), 2.0)
+    close(got, want, torch.float32)
