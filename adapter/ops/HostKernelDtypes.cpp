@@ -1,12 +1,17 @@
 // The dtype widening of the host-kernel path (HostKernelDtypes.h).
 //  - widenings() lists each op by its name (every overload), which of its tensors compute in
-//    float32 (16-bit floats; for a few float-only kernels integers too), and which of its arguments are indices widened from int32 to int64;
+//    float32 (16-bit floats; for a few float-only kernels integers too), and which of its
+//    arguments are indices widened from int32 to int64;
 //  - runWidened replaces those arguments by widened npu copies (queued conversions: nothing
 //    waits), runs the op, then narrows the results: a fresh float32 result goes back to the
-//    16-bit dtype of the inputs, and a written argument (in-place self, out=) that was widened
-//    receives its widened result by a copy.
+//    narrow dtype of the inputs, and a written argument (in-place self, out=) that was widened
+//    receives its widened result by a copy;
+//  - ops whose backend-default kernel refuses before the host path could widen (linalg_inv_ex)
+//    or runs a CPU library on npu tensors (_nnpack_spatial_convolution) are sent to the host
+//    path directly;
 //  - one_hot, a composite op (no host kernel) that ATen limits to int64 indices, takes int32 as
-//    torch_npu's does, and returns the indices' dtype as torch_npu's does.
+//    torch_npu's does, and returns the indices' dtype as torch_npu's does;
+//  - _cdist_backward for p = inf follows the card's CdistGrad (>= the rounded distance).
 #include "HostKernelDtypes.h"
 
 #include "DeviceCheck.h"
