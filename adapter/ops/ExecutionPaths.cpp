@@ -19,6 +19,7 @@
 
 #include "CardCheck.h"
 #include "DeviceCheck.h"
+#include "HostKernelDtypes.h"
 #include "NPUGenerator.h"
 #include "NPUStream.h"
 #include "OpStats.h"
@@ -356,8 +357,10 @@ struct HostTask {
     auto fill = [&](const at::Tensor& result) {
       at::Tensor& alias = output_aliases[next++];
       // An output the CPU kernel leaves empty where the meta kernel sized it (native_batch_norm's
-      // saved statistics in eval mode) has no values to copy.
-      if (alias.defined() && !(result.numel() == 0 && alias.numel() != 0)) alias.copy_(result);
+      // saved statistics in eval mode) has no values to copy; one the meta kernel sizes empty
+      // where the CPU kernel fills it (_embedding_bag's bookkeeping outputs) has no room: both
+      // keep the meta kernel's sizes, which the caller already holds.
+      if (alias.defined() && (result.numel() == 0) == (alias.numel() == 0)) alias.copy_(result);
     };
     const auto& returns = op.schema().returns();
     for (size_t r = 0; r < returns.size(); ++r) {
@@ -424,8 +427,9 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
     if (!isOutArgument(schema.arguments()[i]) || !task.host[i].isTensor()) continue;
     const at::Tensor& device_out = (*stack)[begin + i].toTensor();
     if (!device_out.defined() || !device_out.is_privateuseone()) continue;
-    // Empty, so the kernel sizes it without the "resized a non-empty output" warning.
-    at::Tensor cpu_out = at::empty({0}, device_out.options().device(c10::kCPU));
+    // Of the size the meta kernel gave it (a kernel may read out's size: normal_out), so the
+    // kernel resizes it only where it moves through an intermediate shape.
+    at::Tensor cpu_out = at::empty_like(task.host[i].toTensor());
     task.out_copies.emplace_back(cpu_out, task.host[i].toTensor());
     task.host[i] = cpu_out;
   }
@@ -588,6 +592,8 @@ void runUnregistered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // A dtype the card takes and ATen's CPU kernel does not: widened, run, narrowed back.
+  if (runWidened(op, stack, &runOnHost)) return;
   const size_t begin = stack->size() - op.schema().arguments().size();
   // Before anything reads a tensor: the CPU kernel would read every device's memory, racing
   // with the other devices' streams, and the fallback would hide the mistake CUDA reports.

@@ -3,7 +3,9 @@
 //  1. npu kernel: the op is registered for PrivateUse1 (NPU_IMPL, in the family's file) and one
 //     of our kernels covers the call: it is queued on the stream (KernelBridge.h). A registered
 //     op that does not cover a call (a dtype, a layout) hands it to path 2 with callHostKernel.
-//  2. ATen host kernel: ATen's own CPU kernel is the device kernel.
+//  2. ATen host kernel: ATen's own CPU kernel is the device kernel. A dtype the card takes and
+//     the CPU kernel lacks (float16 of cdist, int32 indices of put_, ...) is widened first and
+//     the results narrowed back (HostKernelDtypes.h).
 //     a. asynchronous: the op's meta kernel computes the outputs' sizes, strides and dtypes on
 //        the host; the outputs are allocated on the npu and the CPU kernel is queued on the
 //        stream over host aliases of the device memory, so the host returns at once;
