@@ -157,4 +157,9 @@ from torch_npu._fused_ops import __all__ as _fused_ops_all  # noqa: E402
 from torch_npu._utility_ops import *  # noqa: E402,F401,F403
 from torch_npu._utility_ops import __all__ as _utility_ops_all  # noqa: E402
 
-__all__ = ["npu", "profiler", "utils", "__version__"] + _fused_ops_all + _utility_ops_all
+# torch_npu's SyncBatchNorm operators (batch_norm_reduce, batch_norm_gather_stats_update)
+from torch_npu._sync_batch_norm_ops import *  # noqa: E402,F401,F403
+from torch_npu._sync_batch_norm_ops import __all__ as _sync_batch_norm_ops_all  # noqa: E402
+
+__all__ = (["npu", "profiler", "utils", "__version__"] + _fused_ops_all + _utility_ops_all
+           + _sync_batch_norm_ops_all)
