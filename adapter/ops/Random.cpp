@@ -2,6 +2,7 @@
 // launch draws one seed on the host and runs ATen's CPU kernel over device memory with a CPU
 // generator seeded from it.
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -170,8 +171,13 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
 
 at::Tensor native_dropout_backward(const at::Tensor& grad_output, const at::Tensor& mask,
                                    double scale) {
-  at::Tensor grad_input = at::empty_like(grad_output);
-  if (grad_output.numel() == 0) return grad_input;
+  // grad_output * mask * scale with broadcasting, as ATen's kernel: the result has the operands'
+  // broadcast shape (a 0-dim grad_output with an empty mask gives an empty result).
+  const std::vector<int64_t> shape = at::infer_size(grad_output.sizes(), mask.sizes());
+  at::Tensor grad_input = grad_output.sizes() == at::IntArrayRef(shape)
+                              ? at::empty_like(grad_output)
+                              : at::empty(shape, grad_output.options());
+  if (grad_input.numel() == 0) return grad_input;
   const c10::DeviceGuard guard(grad_output.device());
   launchTask(getCurrentNPUStream(grad_output.device().index()), "native_dropout_backward",
              [g = TaskTensor(grad_output), m = TaskTensor(mask), out = TaskTensor(grad_input),
