@@ -78,3 +78,49 @@ def test_host_copy_records_no_aclnn_inplace_copy():
     with torch.autograd.profiler.profile(use_device="npu") as prof:
         torch.rand(2, 3).npu().cpu()
     assert "aclnnInplaceCopy" not in _keys(prof)
+
+
+# ---- sparse COO gradients on npu ------------------------------------------------------------
+
+@pytest.mark.parametrize("size_x,size_ind,dim", [((10, 10), (5, 10), 0), ((6, 4, 5), (6, 4, 2), -1),
+                                                 ((10,), (), 0), ((), (2,), 0), ((), (), 0),
+                                                 ((10, 5), (3, 0), -1)])
+def test_gather_sparse_grad_is_a_sparse_npu_tensor(size_x, size_ind, dim):
+    x = torch.randn(size_x, dtype=torch.float64)
+    index = (torch.randint(x.size(dim), size_ind) if len(size_x) and len(size_ind)
+             else torch.zeros(size_ind, dtype=torch.int64))
+    grad_out = torch.rand(torch.gather(x, dim, index).shape, dtype=torch.float64)
+    xc = x.clone().requires_grad_()
+    torch.gather(xc, dim, index).backward(grad_out)  # the dense CPU gradient: the reference
+    xn = x.npu().requires_grad_()
+    out = torch.gather(xn, dim, index.npu(), sparse_grad=True)
+    out.backward(grad_out.npu())
+    g = xn.grad
+    assert g.is_sparse and g.device.type == "npu"
+    torch.testing.assert_close(g.to_dense().cpu(), xc.grad)
+    torch.testing.assert_close(g.cpu().to_dense(), xc.grad)
+
+
+def test_duplicate_sparse_indices_add_up_in_to_dense():
+    indices = torch.tensor([[0, 2, 0], [1, 1, 1]])
+    values = torch.tensor([1.0, 2.0, 3.0])
+    s = torch.sparse_coo_tensor(indices.npu(), values.npu(), (3, 2))
+    assert s._nnz() == 3 and s.sparse_dim() == 2 and s.dense_dim() == 0
+    expected = torch.tensor([[0.0, 4.0], [0.0, 0.0], [0.0, 2.0]])
+    torch.testing.assert_close(s.to_dense().cpu(), expected)
+
+
+def test_embedding_sparse_grad_on_npu():
+    weight = torch.randn(6, 3)
+    idx = torch.tensor([1, 1, 3, 5])
+    e = torch.nn.Embedding.from_pretrained(weight.npu(), freeze=False, sparse=True)
+    e(idx.npu()).sum().backward()
+    expected = torch.zeros(6, 3)
+    expected.index_add_(0, idx, torch.ones(4, 3))
+    torch.testing.assert_close(e.weight.grad.to_dense().cpu(), expected)
+
+
+def test_sparse_ops_not_built_say_so():
+    s = torch.sparse_coo_tensor(torch.tensor([[0]]).npu(), torch.tensor([1.0]).npu(), (2,))
+    with pytest.raises(NotImplementedError, match="Sparsenpu"):
+        s + s
