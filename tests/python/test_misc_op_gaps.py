@@ -124,3 +124,62 @@ def test_sparse_ops_not_built_say_so():
     s = torch.sparse_coo_tensor(torch.tensor([[0]]).npu(), torch.tensor([1.0]).npu(), (2,))
     with pytest.raises(NotImplementedError, match="Sparsenpu"):
         s + s
+
+
+# ---- quantized tensors on npu -------------------------------------------------------------
+
+QTYPES = [torch.qint8, torch.quint8, torch.qint32]
+
+
+def _quantize_numpy(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, qtype) -> np.ndarray:
+    """ATen's affine rule in NumPy: clamp(zero_point + nearbyint(x * float32(1 / scale)))."""
+    lo, hi = {torch.qint8: (-128, 127), torch.quint8: (0, 255),
+              torch.qint32: (-2 ** 31, 2 ** 31 - 1)}[qtype]
+    inv = (np.float32(1) / scale.astype(np.float32)).astype(np.float32)
+    r = np.rint(x.astype(np.float32) * inv).astype(np.float64) + zero_point
+    return np.clip(r, lo, hi).astype(np.int64)
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_quantize_per_tensor_on_npu(qtype):
+    x = torch.randn(3, 4, 5) * 3
+    scale, zp = 0.05, (10 if qtype != torch.quint8 else 128)
+    q = torch.quantize_per_tensor(x.npu(), scale, zp, qtype)
+    assert q.is_quantized and q.device.type == "npu" and q.dtype == qtype
+    assert q.q_scale() == scale and q.q_zero_point() == zp
+    expected = _quantize_numpy(x.numpy(), np.array(scale), np.array(zp), qtype)
+    np.testing.assert_array_equal(q.int_repr().cpu().numpy().astype(np.int64), expected)
+    deq = (expected - zp).astype(np.float32) * np.float32(scale)
+    np.testing.assert_allclose(q.dequantize().cpu().numpy(), deq, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+@pytest.mark.parametrize("axis", [0, 2])
+def test_quantize_per_channel_on_npu(qtype, axis):
+    x = torch.randn(4, 3, 5) * 3
+    n = x.shape[axis]
+    scales = torch.rand(n) * 0.1 + 0.01
+    zps = torch.randint(0, 5, (n,))
+    q = torch.quantize_per_channel(x.npu(), scales.npu(), zps.npu(), axis, qtype)
+    assert q.qscheme() == torch.per_channel_affine and q.q_per_channel_axis() == axis
+    shape = [1, 1, 1]
+    shape[axis] = n
+    s, z = scales.numpy().reshape(shape), zps.numpy().reshape(shape)
+    expected = _quantize_numpy(x.numpy(), s, z, qtype)
+    np.testing.assert_array_equal(q.int_repr().cpu().numpy().astype(np.int64), expected)
+    deq = (expected - z).astype(np.float32) * s.astype(np.float32)
+    np.testing.assert_allclose(q.dequantize().cpu().numpy(), deq, rtol=1e-6, atol=0)
+
+
+def test_quantize_refuses_non_quantized_dtypes_and_bad_scales():
+    with pytest.raises(RuntimeError, match="dtype must be torch.qint8"):
+        torch.quantize_per_tensor(torch.randn(3).npu(), 0.1, 0, torch.int8)
+    with pytest.raises(RuntimeError, match="one scale per channel"):
+        torch.quantize_per_channel(torch.randn(3, 4).npu(), torch.ones(3).npu(),
+                                   torch.zeros(4, dtype=torch.long).npu(), 1, torch.qint8)
+
+
+def test_quantized_ops_not_built_say_so():
+    q = torch.quantize_per_tensor(torch.randn(3).npu(), 0.1, 0, torch.qint8)
+    with pytest.raises(NotImplementedError, match="Quantizednpu"):
+        torch.ops.aten.relu(q)
