@@ -183,3 +183,27 @@ def test_quantized_ops_not_built_say_so():
     q = torch.quantize_per_tensor(torch.randn(3).npu(), 0.1, 0, torch.qint8)
     with pytest.raises(NotImplementedError, match="Quantizednpu"):
         torch.ops.aten.relu(q)
+
+
+# ---- assertRtolEqual compares in bounded chunks ----------------------------------------------
+
+def test_assert_rtol_equal_chunks_give_the_whole_array_rule(monkeypatch):
+    from torch_npu.testing.testcase import TestCase
+
+    class Probe(TestCase):
+        def runTest(self):
+            pass
+
+    case = Probe()
+    monkeypatch.setattr(Probe, "_RTOL_CHUNK", 7)  # many chunks for 1000 elements
+    x = np.ones(1000, np.float32)
+    y = x.copy()
+    y[[3, 500]] = 2.0  # 2 bad elements, in different chunks
+    case.assertRtolEqual(x, y, prec=2e-3)  # 2 <= 1000 * 2e-3 allowed
+    with pytest.raises(AssertionError, match="max abs diff 1.0"):
+        case.assertRtolEqual(x, y, prec=1e-3)  # 2 > 1 allowed, found across chunks
+    z = x.copy()
+    z[999] = np.nan  # only in the last chunk
+    with pytest.raises(AssertionError, match="NaNs"):
+        case.assertRtolEqual(x, z)
+    case.assertRtolEqual(z, z.copy())
