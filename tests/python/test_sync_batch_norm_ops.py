@@ -208,3 +208,15 @@ def test_torch_npu_batch_norm_gather_stats_update():
 def test_bad_arguments_are_named(call, match):
     with pytest.raises(RuntimeError, match=match):
         call()
+
+
+def test_sync_batch_norm_on_two_ranks_equals_batch_norm_on_the_global_batch():
+    # torchrun, 2 ranks over hccl, unequal slices (dist_workers/sync_batch_norm.py).
+    import re
+
+    from dist_launch import torchrun, worker
+
+    r = torchrun(worker("sync_batch_norm.py"), 2)
+    assert r.returncode == 0, r.stdout[-6000:]
+    verdicts = dict(re.findall(r"rank (\d) syncbn world=2 (?:\S+=\S+ )+(ok|FAILED)", r.stdout))
+    assert verdicts == {"0": "ok", "1": "ok"}, r.stdout[-6000:]
