@@ -207,3 +207,20 @@ def test_assert_rtol_equal_chunks_give_the_whole_array_rule(monkeypatch):
     with pytest.raises(AssertionError, match="NaNs"):
         case.assertRtolEqual(x, z)
     case.assertRtolEqual(z, z.copy())
+
+
+# ---- pack_padded_sequence ---------------------------------------------------------------------
+
+def test_pack_padded_sequence_on_npu_matches_the_cpu_and_wants_cpu_lengths():
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    x = torch.randn(6, 3, 2)
+    lengths = torch.tensor([6, 5, 3])
+    packed = pack_padded_sequence(x.npu(), lengths)
+    expected = pack_padded_sequence(x, lengths)
+    torch.testing.assert_close(packed.data.cpu(), expected.data)
+    assert torch.equal(packed.batch_sizes, expected.batch_sizes)
+    padded, out_lengths = pad_packed_sequence(packed)
+    torch.testing.assert_close(padded.cpu(), pad_packed_sequence(expected)[0])
+    with pytest.raises(RuntimeError, match="'lengths' argument should be a CPU tensor, but got npu"):
+        torch._pack_padded_sequence(x.npu(), lengths.npu(), False)
