@@ -278,6 +278,69 @@ at::Tensor batch_norm_backward_elemt(const at::Tensor& grad_out, const at::Tenso
   return grad_input;
 }
 
+// ---- out= forms: the functional kernel, then its results copied into the outs (resized as
+// ATen's out= rule) ------------------------------------------------------------------------
+
+void intoOut(at::Tensor& out, const at::Tensor& result) {
+  if (!result.defined()) return;
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+}
+
+std::tuple<at::Tensor&, at::Tensor&> batch_norm_stats_out(const at::Tensor& input, double eps,
+                                                          at::Tensor& out0, at::Tensor& out1) {
+  auto [mean, invstd] = native::batch_norm_stats(input, eps);
+  intoOut(out0, mean);
+  intoOut(out1, invstd);
+  return {out0, out1};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> batch_norm_gather_stats_with_counts_out(
+    const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    double momentum, double eps, const at::Tensor& counts, at::Tensor& out0, at::Tensor& out1) {
+  auto [m, s] = native::batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean,
+                                                            running_var, momentum, eps, counts);
+  intoOut(out0, m);
+  intoOut(out1, s);
+  return {out0, out1};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> batch_norm_gather_stats_out(
+    const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    double momentum, double eps, int64_t count, at::Tensor& out0, at::Tensor& out1) {
+  auto [m, s] = native::batch_norm_gather_stats(input, mean, invstd, running_mean, running_var,
+                                                momentum, eps, count);
+  intoOut(out0, m);
+  intoOut(out1, s);
+  return {out0, out1};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> batch_norm_backward_reduce_out(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& invstd, const std::optional<at::Tensor>& weight, bool input_g,
+    bool weight_g, bool bias_g, at::Tensor& out0, at::Tensor& out1, at::Tensor& out2,
+    at::Tensor& out3) {
+  auto [sdy, sdx, gw, gb] = native::batch_norm_backward_reduce(grad_out, input, mean, invstd,
+                                                               weight, input_g, weight_g, bias_g);
+  intoOut(out0, sdy);
+  intoOut(out1, sdx);
+  intoOut(out2, gw);
+  intoOut(out3, gb);
+  return {out0, out1, out2, out3};
+}
+
+at::Tensor& batch_norm_backward_elemt_out(const at::Tensor& grad_out, const at::Tensor& input,
+                                          const at::Tensor& mean, const at::Tensor& invstd,
+                                          const std::optional<at::Tensor>& weight,
+                                          const at::Tensor& sum_dy, const at::Tensor& sum_dy_xmu,
+                                          const at::Tensor& count, at::Tensor& out) {
+  intoOut(out, native::batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy,
+                                                 sum_dy_xmu, count));
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(npu, m) {
@@ -300,6 +363,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "batch_norm_gather_stats_with_counts", batch_norm_gather_stats_with_counts);
   NPU_IMPL(m, "batch_norm_backward_reduce", batch_norm_backward_reduce);
   NPU_IMPL(m, "batch_norm_backward_elemt", batch_norm_backward_elemt);
+  NPU_IMPL(m, "batch_norm_stats.out", batch_norm_stats_out);
+  NPU_IMPL(m, "batch_norm_gather_stats.out", batch_norm_gather_stats_out);
+  NPU_IMPL(m, "batch_norm_gather_stats_with_counts.out", batch_norm_gather_stats_with_counts_out);
+  NPU_IMPL(m, "batch_norm_backward_reduce.out", batch_norm_backward_reduce_out);
+  NPU_IMPL(m, "batch_norm_backward_elemt.out", batch_norm_backward_elemt_out);
 }
 
 }  // namespace torch_npu::native

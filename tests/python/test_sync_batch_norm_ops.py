@@ -220,3 +220,36 @@ def test_sync_batch_norm_on_two_ranks_equals_batch_norm_on_the_global_batch():
     assert r.returncode == 0, r.stdout[-6000:]
     verdicts = dict(re.findall(r"rank (\d) syncbn world=2 (?:\S+=\S+ )+(ok|FAILED)", r.stdout))
     assert verdicts == {"0": "ok", "1": "ok"}, r.stdout[-6000:]
+
+
+def test_out_forms_equal_the_functional_ones():
+    x, dy = torch.randn(4, 3, 5).npu(), torch.randn(4, 3, 5).npu()
+    ops = torch.ops.aten
+    mean, invstd = torch.batch_norm_stats(x, 1e-5)
+    o0, o1 = torch.empty(0).npu(), torch.empty(0).npu()
+    ops.batch_norm_stats.out(x, 1e-5, out0=o0, out1=o1)
+    torch.testing.assert_close(o0.cpu(), mean.cpu())
+    torch.testing.assert_close(o1.cpu(), invstd.cpu())
+
+    m2, s2 = torch.stack([mean, mean]), torch.stack([invstd, invstd])
+    counts = torch.tensor([20.0, 20.0]).npu()
+    ref = torch.batch_norm_gather_stats_with_counts(x, m2, s2, None, None, 0.1, 1e-5, counts)
+    g0, g1 = torch.empty(0).npu(), torch.empty(0).npu()
+    ops.batch_norm_gather_stats_with_counts.out(x, m2, s2, None, None, 0.1, 1e-5, counts,
+                                                out0=g0, out1=g1)
+    torch.testing.assert_close((g0.cpu(), g1.cpu()), (ref[0].cpu(), ref[1].cpu()))
+    ops.batch_norm_gather_stats.out(x, m2, s2, None, None, 0.1, 1e-5, 20, out0=g0, out1=g1)
+    torch.testing.assert_close((g0.cpu(), g1.cpu()), (ref[0].cpu(), ref[1].cpu()))
+
+    w = torch.rand(3).npu() + 0.5
+    red = torch.batch_norm_backward_reduce(dy, x, mean, invstd, w, True, True, True)
+    outs = [torch.empty(0).npu() for _ in range(4)]
+    ops.batch_norm_backward_reduce.out(dy, x, mean, invstd, w, True, True, True, out0=outs[0],
+                                       out1=outs[1], out2=outs[2], out3=outs[3])
+    for got, want in zip(outs, red):
+        torch.testing.assert_close(got.cpu(), want.cpu())
+    count = torch.tensor([20], dtype=torch.int32).npu()
+    gi = torch.batch_norm_backward_elemt(dy, x, mean, invstd, w, red[0], red[1], count)
+    out = torch.empty(0).npu()
+    ops.batch_norm_backward_elemt.out(dy, x, mean, invstd, w, red[0], red[1], count, out=out)
+    torch.testing.assert_close(out.cpu(), gi.cpu())
