@@ -6,9 +6,8 @@
 //  - A quantized npu tensor is ATen's own QTensorImpl (new_qtensor allocates its storage with
 //    the npu allocator) holding ATen's per-tensor or per-channel affine quantizer, so the
 //    accessors (q_scale, q_per_channel_scales, qscheme, ...) are ATen's native functions.
-//  - The values are npu kernels over a dense view of the same storage (storageView): as ATen's
-//    CPU quantizer, q = clamp(zero_point + nearbyint(x * (1.0f / float(scale))), qmin, qmax) in
-//    float32, and dequantize = float(q - zero_point) * scale.
+//  - The values are the library's quantize / dequantize kernels (npu/kernels/quantize.h, ATen's
+//    CPU rule in float32) over a dense view of the same storage (storageView).
 //  - Quantized arithmetic, quantized convolutions and the other quantized ops are not built: they
 //    raise PyTorch's NotImplementedError naming the op and the 'Quantizednpu' backend;
 //    dequantize() first.
@@ -20,14 +19,16 @@
 #include <ATen/ops/q_scale_native.h>
 #include <ATen/ops/q_zero_point_native.h>
 #include <ATen/ops/qscheme_native.h>
-#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include <limits>
 #include <vector>
 
 #include "DeviceCheck.h"
+#include "KernelBridge.h"
+#include "NPUStream.h"
 
 namespace torch_npu::native {
 namespace {
@@ -48,29 +49,24 @@ at::Tensor storageView(const at::Tensor& q) {
   return at::Tensor(std::move(impl));
 }
 
-std::pair<int64_t, int64_t> qRange(at::ScalarType qtype) {
-  switch (qtype) {
-    case at::kQInt8: return {std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()};
-    case at::kQUInt8: return {0, std::numeric_limits<uint8_t>::max()};
-    default: return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
-  }
+// q's values from x by the library's kernel (npu/kernels/quantize.h): one pass over contiguous
+// memory, no temporaries for a contiguous float32 input. scale / zero_point: `channels` values
+// (npu tensors of any dtype); inner: the elements after the channel dim.
+void quantizeInto(const at::Tensor& q, const at::Tensor& x, const at::Tensor& scale,
+                  const at::Tensor& zero_point, int64_t channels, int64_t inner) {
+  const at::Tensor x32 = x.to(at::kFloat).contiguous();
+  launchTask(streamOf(x), "quantize",
+             [qd = describe(storageView(q)), xd = describe(x32), sd = describe(scale),
+              zd = describe(zero_point), channels, inner] {
+               nk::quantize_affine(qd, xd, sd, zd, channels, inner);
+             });
 }
 
-// q's values from x, with the inverse scales (float32) and zero points broadcastable to x. In
-// float32 like ATen's CPU quantizer (zero_point + nearbyint(x * inv_scale) is a float sum there
-// too), in place on one float32 temporary (the input's size) for the 8-bit types; qint32 clamps
-// in int64, where float32 cannot hold its bounds.
-void quantizeInto(const at::Tensor& q, const at::Tensor& x, const at::Tensor& inv_scale,
-                  const at::Tensor& zero_point) {
-  const auto [qmin, qmax] = qRange(q.scalar_type());
-  at::Tensor r = x.to(at::kFloat) * inv_scale;
-  r.round_();
-  r.add_(zero_point);
-  if (q.scalar_type() == at::kQInt32) {
-    storageView(q).copy_(r.to(at::kLong).clamp_(qmin, qmax));
-  } else {
-    storageView(q).copy_(r.clamp_(qmin, qmax));
-  }
+// Elements after dim `axis`.
+int64_t innerSize(const at::Tensor& t, int64_t axis) {
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < t.dim(); ++d) inner *= t.size(d);
+  return inner;
 }
 
 at::Tensor quantize_per_tensor(const at::Tensor& self, double scale, int64_t zero_point,
@@ -80,17 +76,9 @@ at::Tensor quantize_per_tensor(const at::Tensor& self, double scale, int64_t zer
   at::Tensor q = at::new_qtensor(self.sizes(), self.options().dtype(dtype),
                                  at::make_per_tensor_affine_quantizer(scale, zero_point, dtype));
   if (q.numel() == 0) return q;
-  const float inv = 1.0f / static_cast<float>(scale);
-  quantizeInto(q, self, at::scalar_tensor(inv, self.options().dtype(at::kFloat)),
-               at::scalar_tensor(static_cast<double>(zero_point), self.options().dtype(at::kFloat)));
+  quantizeInto(q, self, at::full({1}, scale, self.options().dtype(at::kDouble)),
+               at::full({1}, zero_point, self.options().dtype(at::kLong)), 1, self.numel());
   return q;
-}
-
-// [C] -> broadcastable along `axis` of an ndim-dim tensor.
-at::Tensor alongAxis(const at::Tensor& v, int64_t axis, int64_t ndim) {
-  std::vector<int64_t> shape(static_cast<size_t>(ndim), 1);
-  shape[static_cast<size_t>(axis)] = v.numel();
-  return v.reshape(shape);
 }
 
 at::Tensor quantize_per_channel(const at::Tensor& self, const at::Tensor& scales,
@@ -112,9 +100,8 @@ at::Tensor quantize_per_channel(const at::Tensor& self, const at::Tensor& scales
       at::make_per_channel_affine_quantizer(scales.to(self.device()),
                                             zero_points.to(self.device()), axis, dtype));
   if (q.numel() == 0) return q;
-  const at::Tensor inv = scales.to(self.device(), at::kFloat).reciprocal();
-  quantizeInto(q, self, alongAxis(inv, axis, self.dim()),
-               alongAxis(zero_points.to(self.device(), at::kFloat), axis, self.dim()));
+  quantizeInto(q, self, scales.to(self.device()), zero_points.to(self.device()), self.size(axis),
+               innerSize(self, axis));
   return q;
 }
 
@@ -123,29 +110,34 @@ at::Tensor int_repr(const at::Tensor& self) {
   return storageView(self).clone(at::MemoryFormat::Preserve);
 }
 
-// float(q - zero_point) * scale, as ATen's CPU dequantize: the 8-bit values and their
-// difference are exact in float32, so they are converted once and updated in place (one
-// float32 temporary); qint32 subtracts in int32 first.
+// float(q - zero_point) * scale, as ATen's CPU dequantize, by the library's kernel.
 at::Tensor dequantize(const at::Tensor& self) {
   const c10::DeviceGuard guard(self.device());
   const at::QScheme scheme = self.qscheme();
   TORCH_CHECK(scheme == at::kPerTensorAffine || scheme == at::kPerChannelAffine,
               "dequantize: quantization scheme ", scheme,
               " is not supported on npu (per-tensor and per-channel affine are)");
-  const bool wide = self.scalar_type() == at::kQInt32;
-  at::Tensor zp, scale;
+  at::Tensor out = at::empty(self.sizes(), self.options().dtype(at::kFloat));
+  if (out.numel() == 0) return out;
+  at::Tensor scale, zp;
+  int64_t channels = 1, inner = self.numel();
   if (scheme == at::kPerTensorAffine) {
-    zp = at::scalar_tensor(self.q_zero_point(), self.options().dtype(wide ? at::kInt : at::kFloat));
-    scale = at::scalar_tensor(static_cast<float>(self.q_scale()), self.options().dtype(at::kFloat));
+    scale = at::full({1}, self.q_scale(), self.options().dtype(at::kDouble));
+    zp = at::full({1}, self.q_zero_point(), self.options().dtype(at::kLong));
   } else {
     const int64_t axis = self.q_per_channel_axis();
-    zp = alongAxis(self.q_per_channel_zero_points().to(wide ? at::kInt : at::kFloat), axis,
-                   self.dim());
-    scale = alongAxis(self.q_per_channel_scales().to(at::kFloat), axis, self.dim());
+    scale = self.q_per_channel_scales();
+    zp = self.q_per_channel_zero_points();
+    channels = self.size(axis);
+    inner = innerSize(self, axis);
   }
-  const at::Tensor values = storageView(self);
-  at::Tensor out = wide ? (values - zp).to(at::kFloat) : values.to(at::kFloat).sub_(zp);
-  return out.mul_(scale);
+  const at::Tensor values = storageView(self).contiguous();
+  launchTask(streamOf(out), "dequantize",
+             [od = describe(out), qd = describe(values), sd = describe(scale),
+              zd = describe(zp), channels, inner] {
+               nk::dequantize_affine(od, qd, sd, zd, channels, inner);
+             });
+  return out;
 }
 
 }  // namespace

@@ -224,3 +224,15 @@ def test_pack_padded_sequence_on_npu_matches_the_cpu_and_wants_cpu_lengths():
     torch.testing.assert_close(padded.cpu(), pad_packed_sequence(expected)[0])
     with pytest.raises(RuntimeError, match="'lengths' argument should be a CPU tensor, but got npu"):
         torch._pack_padded_sequence(x.npu(), lengths.npu(), False)
+
+
+def test_quantize_takes_half_and_non_contiguous_inputs():
+    x = (torch.randn(5, 4) * 3).t()  # non-contiguous
+    q = torch.quantize_per_channel(x.npu(), torch.full((5,), 0.05).npu(),
+                                   torch.zeros(5, dtype=torch.long).npu(), 1, torch.qint8)
+    expected = _quantize_numpy(x.numpy(), np.full((1, 5), 0.05), np.zeros((1, 5)), torch.qint8)
+    np.testing.assert_array_equal(q.int_repr().cpu().numpy().astype(np.int64), expected)
+    h = torch.randn(3, 4).half()
+    qh = torch.quantize_per_tensor(h.npu(), 0.02, 7, torch.quint8)
+    expected = _quantize_numpy(h.float().numpy(), np.array(0.02), np.array(7), torch.quint8)
+    np.testing.assert_array_equal(qh.int_repr().cpu().numpy().astype(np.int64), expected)
