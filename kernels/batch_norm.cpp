@@ -373,6 +373,171 @@ void group_norm_backward_typed(const TensorDesc* grad_input, const TensorDesc* g
   });
 }
 
+// ---- SyncBatchNorm's pieces -------------------------------------------------------------
+
+// Calls f(c, seg) for each channel, seg(k) giving segment k of the channel of `in` (a channel
+// in one segment is gathered once for all of f's passes).
+template <class T, class F>
+void for_each_channel(const ChannelRows& in, int64_t C, int64_t grain, F&& f) {
+  parallel_for(0, C, grain, [&](int64_t c0, int64_t c1) {
+    std::vector<T> xbuf(static_cast<size_t>(in.len()));
+    for (int64_t c = c0; c < c1; ++c) {
+      const T* whole_x = in.segs() == 1 ? in.get(c, 0, xbuf.data()) : nullptr;
+      auto seg = [&](int64_t k) { return whole_x ? whole_x : in.get(c, k, xbuf.data()); };
+      f(c, seg);
+    }
+  });
+}
+
+template <class T>
+void batch_norm_stats_typed(const TensorDesc& mean_t, const TensorDesc& invstd_t,
+                            const TensorDesc& input, double eps) {
+  const int64_t C = input.sizes[1];
+  const ChannelRows in(input, whole_channels({&input}));
+  const int64_t n = in.count();
+  std::vector<double> mean(static_cast<size_t>(C)), invstd(mean.size());
+  for_each_channel<T>(in, C, channel_grain(input), [&](int64_t c, auto&& seg) {
+    double s = 0;
+    for (int64_t k = 0; k < in.segs(); ++k) s += seg_sum(seg(k), in.len());
+    const double mu = n > 0 ? s / n : 0.0;
+    double ss = 0;
+    for (int64_t k = 0; k < in.segs(); ++k) ss += seg_sum_sq(seg(k), in.len(), mu);
+    mean[c] = mu;
+    invstd[c] = inv_std(n > 0 ? ss / n : 0.0, eps);
+  });
+  store_vector(mean_t, mean.data());
+  store_vector(invstd_t, invstd.data());
+}
+
+template <class T>
+void batch_norm_sums_typed(const TensorDesc& sum_t, const TensorDesc& square_sum_t,
+                           const TensorDesc& input) {
+  const int64_t C = input.sizes[1];
+  const ChannelRows in(input, whole_channels({&input}));
+  std::vector<double> sum(static_cast<size_t>(C)), sq(sum.size());
+  for_each_channel<T>(in, C, channel_grain(input), [&](int64_t c, auto&& seg) {
+    double s = 0, ss = 0;
+    for (int64_t k = 0; k < in.segs(); ++k) {
+      s += seg_sum(seg(k), in.len());
+      ss += seg_sum_sq(seg(k), in.len(), 0.0);
+    }
+    sum[c] = s, sq[c] = ss;
+  });
+  store_vector(sum_t, sum.data());
+  store_vector(square_sum_t, sq.data());
+}
+
+template <class T>
+void batch_norm_elemt_typed(const TensorDesc& out, const TensorDesc& input,
+                            const TensorDesc* weight, const TensorDesc* bias,
+                            const TensorDesc& mean_t, const TensorDesc& invstd_t) {
+  const int64_t C = input.sizes[1];
+  const bool whole = whole_channels({&input, &out});
+  const ChannelRows in(input, whole), o(out, whole);
+  const std::vector<double> w = load_vector<double>(weight, C, 1.0),
+                            b = load_vector<double>(bias, C, 0.0),
+                            mean = load_vector<double>(&mean_t, C, 0.0),
+                            invstd = load_vector<double>(&invstd_t, C, 0.0);
+  parallel_for(0, C, channel_grain(input), [&](int64_t c0, int64_t c1) {
+    std::vector<T> xbuf(static_cast<size_t>(in.len())), ybuf(xbuf.size());
+    for (int64_t c = c0; c < c1; ++c) {
+      const T scale = T(invstd[c] * w[c]), shift = T(b[c] - mean[c] * invstd[c] * w[c]);
+      for (int64_t k = 0; k < in.segs(); ++k) {
+        const T* x = in.get(c, k, xbuf.data());
+        T* y = o.target(c, k, ybuf.data());
+        for (int64_t i = 0; i < in.len(); ++i) y[i] = x[i] * scale + shift;
+        o.put(c, k, y);
+      }
+    }
+  });
+}
+
+template <class T>
+void batch_norm_backward_reduce_typed(const TensorDesc* sum_dy_t, const TensorDesc* sum_dy_xmu_t,
+                                      const TensorDesc* grad_weight, const TensorDesc* grad_bias,
+                                      const TensorDesc& grad_output, const TensorDesc& input,
+                                      const TensorDesc& mean_t, const TensorDesc& invstd_t) {
+  const int64_t C = input.sizes[1];
+  const bool whole = whole_channels({&input, &grad_output});
+  const ChannelRows in(input, whole), go(grad_output, whole);
+  const std::vector<double> mean = load_vector<double>(&mean_t, C, 0.0),
+                            invstd = load_vector<double>(&invstd_t, C, 0.0);
+  std::vector<double> sdy(static_cast<size_t>(C)), sdyx(sdy.size());
+  parallel_for(0, C, channel_grain(input), [&](int64_t c0, int64_t c1) {
+    std::vector<T> xbuf(static_cast<size_t>(in.len())), gbuf(xbuf.size());
+    for (int64_t c = c0; c < c1; ++c) {
+      double s = 0, sx = 0;
+      for (int64_t k = 0; k < in.segs(); ++k) {
+        const T* x = in.get(c, k, xbuf.data());
+        const T* dy = go.get(c, k, gbuf.data());
+        s += seg_sum(dy, in.len());
+        sx += seg_sum_prod(dy, x, in.len(), mean[c]);
+      }
+      sdy[c] = s, sdyx[c] = sx;
+    }
+  });
+  if (has_data(sum_dy_t)) store_vector(*sum_dy_t, sdy.data());
+  if (has_data(sum_dy_xmu_t)) store_vector(*sum_dy_xmu_t, sdyx.data());
+  if (has_data(grad_bias)) store_vector(*grad_bias, sdy.data());
+  if (has_data(grad_weight)) {
+    for (int64_t c = 0; c < C; ++c) sdyx[c] *= invstd[c];
+    store_vector(*grad_weight, sdyx.data());
+  }
+}
+
+template <class T>
+void batch_norm_backward_elemt_typed(const TensorDesc& grad_input, const TensorDesc& grad_output,
+                                     const TensorDesc& input, const TensorDesc& mean_t,
+                                     const TensorDesc& invstd_t, const TensorDesc* weight,
+                                     const TensorDesc& sum_dy_t, const TensorDesc& sum_dy_xmu_t,
+                                     const TensorDesc& count_t) {
+  const int64_t C = input.sizes[1];
+  const bool whole = whole_channels({&input, &grad_output, &grad_input});
+  const ChannelRows in(input, whole), go(grad_output, whole), gi(grad_input, whole);
+  const std::vector<double> w = load_vector<double>(weight, C, 1.0),
+                            mean = load_vector<double>(&mean_t, C, 0.0),
+                            invstd = load_vector<double>(&invstd_t, C, 0.0),
+                            sum_dy = load_vector<double>(&sum_dy_t, C, 0.0),
+                            sum_dy_xmu = load_vector<double>(&sum_dy_xmu_t, C, 0.0),
+                            counts = load_vector<double>(&count_t, count_t.numel(), 0.0);
+  double n = 0;
+  for (double k : counts) n += k;
+  const double inv_n = 1.0 / n;  // n == 0: inf, NaN gradients, as CUDA's kernel
+  parallel_for(0, C, channel_grain(input), [&](int64_t c0, int64_t c1) {
+    std::vector<T> xbuf(static_cast<size_t>(in.len())), gbuf(xbuf.size()), obuf(xbuf.size());
+    for (int64_t c = c0; c < c1; ++c) {
+      // dx = a * dy + b * x + d
+      const double a = w[c] * invstd[c], bcoef = -a * invstd[c] * invstd[c] * sum_dy_xmu[c] * inv_n;
+      const double d = -a * sum_dy[c] * inv_n - bcoef * mean[c];
+      const T ta = T(a), tb = T(bcoef), td = T(d);
+      for (int64_t k = 0; k < in.segs(); ++k) {
+        const T* x = in.get(c, k, xbuf.data());
+        const T* dy = go.get(c, k, gbuf.data());
+        T* dx = gi.target(c, k, obuf.data());
+        for (int64_t i = 0; i < in.len(); ++i) dx[i] = ta * dy[i] + tb * x[i] + td;
+        gi.put(c, k, dx);
+      }
+    }
+  });
+}
+
+// The running statistics' update shared by both gathers.
+void update_running(const TensorDesc* running_mean, const TensorDesc* running_var,
+                    const std::vector<double>& mean, const std::vector<double>& var,
+                    double momentum) {
+  const int64_t C = static_cast<int64_t>(mean.size());
+  if (has_data(running_mean)) {
+    std::vector<double> rm = load_vector<double>(running_mean, C, 0.0);
+    for (int64_t c = 0; c < C; ++c) rm[c] = (1 - momentum) * rm[c] + momentum * mean[c];
+    store_vector(*running_mean, rm.data());
+  }
+  if (has_data(running_var)) {
+    std::vector<double> rv = load_vector<double>(running_var, C, 0.0);
+    for (int64_t c = 0; c < C; ++c) rv[c] = (1 - momentum) * rv[c] + momentum * var[c];
+    store_vector(*running_var, rv.data());
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -409,6 +574,107 @@ void group_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_we
     detail::group_norm_backward_typed<T>(grad_input, grad_weight, grad_bias, grad_output, input,
                                          mean, rstd, weight, group);
   });
+}
+
+void batch_norm_stats(const TensorDesc& mean, const TensorDesc& invstd, const TensorDesc& input,
+                      double eps) {
+  detail::dispatch_compute_float(input.dtype, [&]<class T>() {
+    detail::batch_norm_stats_typed<T>(mean, invstd, input, eps);
+  });
+}
+
+void batch_norm_sums(const TensorDesc& sum, const TensorDesc& square_sum,
+                     const TensorDesc& input) {
+  detail::dispatch_compute_float(input.dtype, [&]<class T>() {
+    detail::batch_norm_sums_typed<T>(sum, square_sum, input);
+  });
+}
+
+void batch_norm_elemt(const TensorDesc& out, const TensorDesc& input, const TensorDesc* weight,
+                      const TensorDesc* bias, const TensorDesc& mean, const TensorDesc& invstd) {
+  detail::dispatch_compute_float(input.dtype, [&]<class T>() {
+    detail::batch_norm_elemt_typed<T>(out, input, weight, bias, mean, invstd);
+  });
+}
+
+void batch_norm_backward_reduce(const TensorDesc* sum_dy, const TensorDesc* sum_dy_xmu,
+                                const TensorDesc* grad_weight, const TensorDesc* grad_bias,
+                                const TensorDesc& grad_output, const TensorDesc& input,
+                                const TensorDesc& mean, const TensorDesc& invstd) {
+  detail::dispatch_compute_float(input.dtype, [&]<class T>() {
+    detail::batch_norm_backward_reduce_typed<T>(sum_dy, sum_dy_xmu, grad_weight, grad_bias,
+                                                grad_output, input, mean, invstd);
+  });
+}
+
+void batch_norm_backward_elemt(const TensorDesc& grad_input, const TensorDesc& grad_output,
+                               const TensorDesc& input, const TensorDesc& mean,
+                               const TensorDesc& invstd, const TensorDesc* weight,
+                               const TensorDesc& sum_dy, const TensorDesc& sum_dy_xmu,
+                               const TensorDesc& count) {
+  detail::dispatch_compute_float(input.dtype, [&]<class T>() {
+    detail::batch_norm_backward_elemt_typed<T>(grad_input, grad_output, input, mean, invstd,
+                                               weight, sum_dy, sum_dy_xmu, count);
+  });
+}
+
+void batch_norm_gather_stats(const TensorDesc& mean_out, const TensorDesc& invstd_out,
+                             const TensorDesc& mean, const TensorDesc& invstd,
+                             const TensorDesc* running_mean, const TensorDesc* running_var,
+                             double momentum, double eps, const TensorDesc& counts) {
+  NPU_KERNEL_ASSERT(mean.ndim == 2 && invstd.ndim == 2, "gather_stats takes [W, C] statistics");
+  const int64_t W = mean.sizes[0], C = mean.sizes[1];
+  const std::vector<double> m = detail::load_vector<double>(&mean, W * C, 0.0),
+                            is = detail::load_vector<double>(&invstd, W * C, 0.0),
+                            cnt = detail::load_vector<double>(&counts, W, 0.0);
+  std::vector<double> mu(static_cast<size_t>(C)), out_is(mu.size()), unbiased(mu.size());
+  for (int64_t c = 0; c < C; ++c) {
+    double n = 0, s = 0;
+    for (int64_t j = 0; j < W; ++j) {
+      if (cnt[j] == 0) continue;
+      n += cnt[j];
+      s += cnt[j] * m[j * C + c];
+    }
+    const double avg = s / n;
+    double var_n = 0;
+    for (int64_t j = 0; j < W; ++j) {
+      if (cnt[j] == 0) continue;
+      const double v = 1.0 / is[j * C + c], dm = m[j * C + c] - avg;
+      var_n += cnt[j] * (v * v - eps + dm * dm);
+    }
+    mu[c] = avg;
+    out_is[c] = detail::inv_std(var_n / n, eps);
+    unbiased[c] = var_n / (n - 1);
+  }
+  detail::store_vector(mean_out, mu.data());
+  detail::store_vector(invstd_out, out_is.data());
+  detail::update_running(running_mean, running_var, mu, unbiased, momentum);
+}
+
+void batch_norm_gather_stats_update(const TensorDesc& mean_out, const TensorDesc& invstd_out,
+                                    const TensorDesc& sum, const TensorDesc& square_sum,
+                                    const TensorDesc* running_mean,
+                                    const TensorDesc* running_var, double momentum, double eps,
+                                    const TensorDesc& counts) {
+  NPU_KERNEL_ASSERT(sum.ndim == 2 && square_sum.ndim == 2,
+                    "gather_stats_update takes [W, C] sums");
+  const int64_t W = sum.sizes[0], C = sum.sizes[1];
+  const std::vector<double> s = detail::load_vector<double>(&sum, W * C, 0.0),
+                            sq = detail::load_vector<double>(&square_sum, W * C, 0.0),
+                            cnt = detail::load_vector<double>(&counts, W, 0.0);
+  double n = 0;
+  for (double k : cnt) n += k;
+  std::vector<double> mu(static_cast<size_t>(C)), var(mu.size()), out_is(mu.size());
+  for (int64_t c = 0; c < C; ++c) {
+    double t = 0, tq = 0;
+    for (int64_t j = 0; j < W; ++j) t += s[j * C + c], tq += sq[j * C + c];
+    mu[c] = t / n;
+    var[c] = tq / n - mu[c] * mu[c];
+    out_is[c] = detail::inv_std(var[c], eps);
+  }
+  detail::store_vector(mean_out, mu.data());
+  detail::store_vector(invstd_out, out_is.data());
+  detail::update_running(running_mean, running_var, mu, var, momentum);
 }
 
 }  // namespace npu::kernels

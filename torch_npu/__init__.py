@@ -160,9 +160,12 @@ from torch_npu._utility_ops import *  # noqa: E402,F401,F403
 from torch_npu._utility_ops import __all__ as _utility_ops_all  # noqa: E402
 from torch_npu._utility_ops import Format  # noqa: E402,F401  (torch_npu.Format: ACL formats)
 
-__all__ = ["npu", "profiler", "utils", "__version__"] + _fused_ops_all + _utility_ops_all
 # torch_npu's detection / bounding-box operators (npu_iou, npu_roi_align, npu_nms_v4, ...)
 from torch_npu._detection_ops import *  # noqa: E402,F401,F403
 from torch_npu._detection_ops import __all__ as _detection_ops_all  # noqa: E402
+# torch_npu's SyncBatchNorm operators (batch_norm_reduce, batch_norm_gather_stats_update)
+from torch_npu._sync_batch_norm_ops import *  # noqa: E402,F401,F403
+from torch_npu._sync_batch_norm_ops import __all__ as _sync_batch_norm_ops_all  # noqa: E402
 
-__all__ += _detection_ops_all
+__all__ = (["npu", "profiler", "utils", "__version__"] + _fused_ops_all + _utility_ops_all
+           + _detection_ops_all + _sync_batch_norm_ops_all)

@@ -71,6 +71,9 @@ inline constexpr Exemption kExemptOps[] = {
      "read with item()"},
     {"bernoulli_", DeviceRule::kNone,
      "p may be on any device: it is copied to self's device first, as CUDA's kernel does"},
+    {"_pack_padded_sequence", DeviceRule::kNone,
+     "lengths is a CPU tensor by contract; the kernel refuses one on npu with torch_npu's "
+     "message (PackedSequence.cpp)"},
     {"_foreach_*", DeviceRule::kNone,
      "lists may span devices (a model split over devices): a list whose devices differ takes "
      "ATen's per-tensor loop, whose ops are checked one by one (as CUDA's foreach kernels do)"},

@@ -77,6 +77,7 @@
 #include "npu/kernels/normalization.h"
 #include "npu/kernels/optimizers.h"
 #include "npu/kernels/pooling.h"
+#include "npu/kernels/quantize.h"
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/sort.h"
 #include "npu/kernels/tensor_desc.h"

@@ -26,7 +26,7 @@ MESSAGE = "Expected all tensors to be on the same device"
 # pass while their npu tensors must agree.
 EXEMPT = {"_copy_from", "_copy_from_and_resize", "set_", "is_set_to", "fill_", "masked_fill_",
           "_has_compatible_shallow_copy_type",
-          "bernoulli_"}
+          "bernoulli_", "_pack_padded_sequence"}
 CPU_INDICES = {"index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_",
                "_unsafe_index_put", "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate"}
 

@@ -46,8 +46,6 @@ def run_tests():
 
 _ALLOWED_NP_DTYPES = (np.bool_, np.uint16, np.int16, np.int32, np.float16, np.float32, np.int8,
                       np.uint8, np.int64, np.float64)
-# Elements compared per float64 block by assertRtolEqual (32 MiB per temporary).
-_COMPARE_BLOCK = 1 << 22
 
 
 class TestCase(_Base):
@@ -76,29 +74,37 @@ class TestCase(_Base):
 
     # ---- assertRtolEqual -------------------------------------------------------------------
 
+    # Elements compared per step: the float64 temporaries stay a few tens of MiB whatever the
+    # arrays' size (whole-array float64 copies of a 157M-element result took 1.2 GiB each).
+    _RTOL_CHUNK = 1 << 22
+
     def _rtol_compare_arrays(self, x, y, tol, tiny, message):
-        if np.isnan(x).any() or np.isnan(y).any():
-            if not np.array_equal(np.isnan(x), np.isnan(y)):
-                self.fail(message or "result error: NaNs at different places")
-        # In float64, a block of elements at a time: whole-array float64 temporaries of a
-        # 100M-element result (attention scores) would take several times its size.
-        xf, yf = np.ravel(x), np.ravel(y)
-        not_abs = not_rel = 0
+        xf, yf = np.asarray(x).reshape(-1), np.asarray(y).reshape(-1)
+        abs_all = rel_all = True
+        abs_bad = rel_bad = 0
         max_diff = 0.0
-        for start in range(0, xf.size, _COMPARE_BLOCK):
-            x64 = xf[start:start + _COMPARE_BLOCK].astype(np.float64)
-            y64 = yf[start:start + _COMPARE_BLOCK].astype(np.float64)
+        for i in range(0, xf.size, self._RTOL_CHUNK):
+            xs, ys = xf[i:i + self._RTOL_CHUNK], yf[i:i + self._RTOL_CHUNK]
+            x_nan, y_nan = np.isnan(xs), np.isnan(ys)
+            if (x_nan.any() or y_nan.any()) and not np.array_equal(x_nan, y_nan):
+                self.fail(message or "result error: NaNs at different places")
+            x64 = xs.astype(np.float64)
+            y64 = ys.astype(np.float64)
             diff = np.abs(y64 - x64)
             diff[np.isnan(diff)] = 0.0
             bound = np.maximum(np.abs(x64), np.abs(y64))
-            not_abs += int(np.count_nonzero(~(diff <= tol)))
-            not_rel += int(np.count_nonzero(~(diff / (bound + tiny) <= tol)))
+            abs_bad_here = int(np.count_nonzero(~(diff <= tol)))
+            rel_bad_here = int(np.count_nonzero(~(diff / (bound + tiny) <= tol)))
+            abs_all &= abs_bad_here == 0
+            rel_all &= rel_bad_here == 0
+            abs_bad += abs_bad_here
+            rel_bad += rel_bad_here
             if diff.size:
                 max_diff = max(max_diff, float(diff.max()))
-        if not_abs == 0 or not_rel == 0:
+        if abs_all or rel_all:
             return
-        allowed = x.size * tol
-        if not_rel > allowed and not_abs > allowed:
+        allowed = xf.size * tol
+        if rel_bad > allowed and abs_bad > allowed:
             self.fail(message or f"result error: max abs diff {max_diff}, tolerance {tol}")
 
     def assertRtolEqual(self, x, y, prec=1.e-4, prec16=1.e-3, auto_trans_dtype=False,

@@ -64,4 +64,48 @@ void group_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_we
                          const TensorDesc& input, const TensorDesc& mean, const TensorDesc& rstd,
                          const TensorDesc* weight, int64_t group);
 
+// ---- SyncBatchNorm's pieces (CUDA's batch_norm_stats / _elemt / _backward_reduce /
+// _backward_elemt / _gather_stats contracts, plus torch_npu's batch_norm_reduce and
+// batch_norm_gather_stats_update). Per-channel tensors are C elements of any floating dtype;
+// a per-rank tensor is [W, C]; counts are W elements of any dtype. Math as batch_norm's (compute
+// type float32 or float64, per-channel sums in double).
+
+// Per channel: mean and invstd = 1 / sqrt(biased var + eps) (two passes).
+void batch_norm_stats(const TensorDesc& mean, const TensorDesc& invstd, const TensorDesc& input,
+                      double eps);
+// Per channel: sum(x) and sum(x * x) (torch_npu.batch_norm_reduce).
+void batch_norm_sums(const TensorDesc& sum, const TensorDesc& square_sum, const TensorDesc& input);
+// out = (x - mean) * invstd * weight + bias (weight 1 / bias 0 when absent).
+void batch_norm_elemt(const TensorDesc& out, const TensorDesc& input, const TensorDesc* weight,
+                      const TensorDesc* bias, const TensorDesc& mean, const TensorDesc& invstd);
+// Per channel: sum_dy = sum(dy), sum_dy_xmu = sum(dy * (x - mean)), grad_weight =
+// sum_dy_xmu * invstd, grad_bias = sum_dy; each output may be nullptr.
+void batch_norm_backward_reduce(const TensorDesc* sum_dy, const TensorDesc* sum_dy_xmu,
+                                const TensorDesc* grad_weight, const TensorDesc* grad_bias,
+                                const TensorDesc& grad_output, const TensorDesc& input,
+                                const TensorDesc& mean, const TensorDesc& invstd);
+// With n = sum(count) (count: any dtype, any number of elements):
+//   grad_input = (dy - sum_dy / n - (x - mean) * invstd^2 * sum_dy_xmu / n) * invstd * weight.
+void batch_norm_backward_elemt(const TensorDesc& grad_input, const TensorDesc& grad_output,
+                               const TensorDesc& input, const TensorDesc& mean,
+                               const TensorDesc& invstd, const TensorDesc* weight,
+                               const TensorDesc& sum_dy, const TensorDesc& sum_dy_xmu,
+                               const TensorDesc& count);
+// The global statistics from each rank's mean / invstd [W, C] and element count [W] (ranks with
+// count 0 are left out): mean_out = sum(n_j * mean_j) / n, var = sum(n_j * (1 / invstd_j^2 - eps
+// + (mean_j - mean_out)^2)) / n, invstd_out = 1 / sqrt(var + eps); running_mean and
+// running_var (unbiased: var * n / (n - 1)) are updated in place with momentum when given.
+void batch_norm_gather_stats(const TensorDesc& mean_out, const TensorDesc& invstd_out,
+                             const TensorDesc& mean, const TensorDesc& invstd,
+                             const TensorDesc* running_mean, const TensorDesc* running_var,
+                             double momentum, double eps, const TensorDesc& counts);
+// torch_npu.batch_norm_gather_stats_update: the same from each rank's sum / square_sum [W, C]:
+// mean_out = sum / n, var = square_sum / n - mean_out^2 (biased, which also updates
+// running_var, as torch_npu's), invstd_out = 1 / sqrt(var + eps).
+void batch_norm_gather_stats_update(const TensorDesc& mean_out, const TensorDesc& invstd_out,
+                                    const TensorDesc& sum, const TensorDesc& square_sum,
+                                    const TensorDesc* running_mean,
+                                    const TensorDesc* running_var, double momentum, double eps,
+                                    const TensorDesc& counts);
+
 }  // namespace npu::kernels

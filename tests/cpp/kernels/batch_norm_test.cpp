@@ -172,6 +172,95 @@ TEST(BatchNorm, LargeChannelsGoPlaneByPlaneAndHalfUsesFloatStats) {
   check_bn(k);
 }
 
+// SyncBatchNorm's pieces compose to the single-process kernels: stats + elemt is batch_norm's
+// training forward, backward_reduce + backward_elemt (count = the channel's n) its backward;
+// the sums, and the gather of two identical ranks, agree with the same statistics.
+void check_sync_pieces(const std::vector<int64_t>& sizes, DType dtype, Layout layout) {
+  SCOPED_TRACE(::testing::Message() << "ndim " << sizes.size() << " " << dtype_str(dtype)
+                                    << " layout " << int(layout));
+  const int64_t C = sizes[1];
+  const double eps = 1e-5;
+  int64_t n = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) n *= d == 1 ? 1 : sizes[d];
+  HostTensor x(dtype, sizes, layout), y(dtype, sizes), dy(dtype, sizes, layout), dx(dtype, sizes);
+  HostTensor w(DType::Float32, {C}), b(DType::Float32, {C}), sm(DType::Float32, {C}),
+      si(DType::Float32, {C}), gw(DType::Float32, {C}), gb(DType::Float32, {C});
+  fill_uniform(x, -2, 3);
+  fill_uniform(dy, -1, 1);
+  fill_uniform(w, 0.5, 1.5);
+  fill_uniform(b, -1, 1);
+  const TensorDesc wd = w.desc(), bd = b.desc(), smd = sm.desc(), sid = si.desc(),
+                   dxd = dx.desc(), gwd = gw.desc(), gbd = gb.desc();
+  nk::batch_norm(y.desc(), &smd, &sid, x.desc(), &wd, &bd, nullptr, nullptr, true, 0.1, eps);
+  nk::batch_norm_backward(&dxd, &gwd, &gbd, dy.desc(), x.desc(), &wd, nullptr, nullptr, &smd,
+                          &sid, true, eps);
+
+  HostTensor mean(DType::Float32, {C}), invstd(DType::Float32, {C});
+  nk::batch_norm_stats(mean.desc(), invstd.desc(), x.desc(), eps);
+  EXPECT_TRUE(all_close(mean, sm, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(invstd, si, 1e-6, 1e-6));
+
+  HostTensor y2(dtype, sizes);
+  const TensorDesc meand = mean.desc(), invd = invstd.desc();
+  nk::batch_norm_elemt(y2.desc(), x.desc(), &wd, &bd, meand, invd);
+  EXPECT_TRUE(all_close(y2, y, 1e-5, 1e-5));
+
+  HostTensor sdy(DType::Float32, {C}), sdx(DType::Float32, {C}), gw2(DType::Float32, {C}),
+      gb2(DType::Float32, {C}), count(DType::Int32, {1});
+  const TensorDesc sdyd = sdy.desc(), sdxd = sdx.desc(), gw2d = gw2.desc(), gb2d = gb2.desc();
+  nk::batch_norm_backward_reduce(&sdyd, &sdxd, &gw2d, &gb2d, dy.desc(), x.desc(), meand, invd);
+  EXPECT_TRUE(all_close(gw2, gw, 1e-4, 1e-4));
+  EXPECT_TRUE(all_close(gb2, gb, 1e-4, 1e-4));
+  count.set(0, double(n));
+  HostTensor dx2(dtype, sizes);
+  nk::batch_norm_backward_elemt(dx2.desc(), dy.desc(), x.desc(), meand, invd, &wd, sdyd, sdxd,
+                                count.desc());
+  const double tol = std::max(1e-4, 4 * default_rtol(dtype));
+  EXPECT_TRUE(all_close(dx2, dx, tol, tol));
+
+  // sums: sum = n * mean, square_sum = n * (var + mean^2)
+  HostTensor sum(DType::Float32, {C}), sq(DType::Float32, {C}), esum(DType::Float64, {C}),
+      esq(DType::Float64, {C});
+  nk::batch_norm_sums(sum.desc(), sq.desc(), x.desc());
+  for (int64_t c = 0; c < C; ++c) {
+    const double m = mean.get(c), var = 1 / (invstd.get(c) * invstd.get(c)) - eps;
+    esum.set(c, n * m);
+    esq.set(c, n * (var + m * m));
+  }
+  EXPECT_TRUE(all_close(sum, esum, 1e-4, 1e-3));
+  EXPECT_TRUE(all_close(sq, esq, 1e-4, 1e-3));
+
+  // two ranks holding the same data: the same mean and invstd; running_var's unbiased variance
+  // over 2n elements.
+  HostTensor m2(DType::Float32, {2, C}), i2(DType::Float32, {2, C}), counts(DType::Float32, {2}),
+      mo(DType::Float32, {C}), io(DType::Float32, {C}), rv(DType::Float32, {C}),
+      erv(DType::Float64, {C});
+  for (int64_t r = 0; r < 2; ++r) {
+    counts.set(r, double(n));
+    for (int64_t c = 0; c < C; ++c) m2.set(r * C + c, mean.get(c)), i2.set(r * C + c, invstd.get(c));
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    rv.set(c, 1.0);
+    const double var = 1 / (invstd.get(c) * invstd.get(c)) - eps;
+    erv.set(c, 0.9 + 0.1 * var * (2 * n) / (2 * n - 1));
+  }
+  const TensorDesc rvd = rv.desc();
+  nk::batch_norm_gather_stats(mo.desc(), io.desc(), m2.desc(), i2.desc(), nullptr, &rvd, 0.1, eps,
+                              counts.desc());
+  EXPECT_TRUE(all_close(mo, mean, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(io, invstd, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(rv, erv, 1e-5, 1e-5));
+}
+
+TEST(SyncBatchNormPieces, ComposeToBatchNorm) {
+  check_sync_pieces({16, 5}, DType::Float32, Layout::Contiguous);
+  check_sync_pieces({4, 6, 7, 9}, DType::Float32, Layout::Contiguous);
+  check_sync_pieces({4, 6, 7, 9}, DType::Float32, Layout::Transposed);
+  check_sync_pieces({3, 2, 4, 100, 60}, DType::Float32, Layout::Contiguous);  // plane by plane
+  check_sync_pieces({5, 3, 8, 8}, DType::Float16, Layout::Contiguous);
+  check_sync_pieces({5, 3, 8, 8}, DType::Float64, Layout::Contiguous);
+}
+
 TEST(BatchNorm, EmptyBatchLeavesRunningStats) {
   HostTensor x(DType::Float32, {0, 3, 2, 2}), y(DType::Float32, {0, 3, 2, 2}),
       rm(DType::Float32, {3}), rv(DType::Float32, {3}), sm(DType::Float32, {3}),
