@@ -77,6 +77,9 @@ void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
       case DeviceRule::kCpuIndices:
         ok = device_check::agrees<DeviceRule::kCpuIndices>(common, t, written, index);
         break;
+      case DeviceRule::kIndicesToSelf:
+        ok = device_check::agrees<DeviceRule::kIndicesToSelf>(common, t, written, index);
+        break;
       case DeviceRule::kNone:
         break;
     }

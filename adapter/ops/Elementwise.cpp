@@ -353,6 +353,23 @@ Result whereBody(const char* name, const at::Tensor& out, const at::Tensor& cond
   TORCH_CHECK(condition.scalar_type() == at::kBool || condition.scalar_type() == at::kByte,
               "where expected condition to be a boolean tensor, but got a tensor with dtype ",
               condition.scalar_type());
+  // torch_npu takes a CPU 0-dim condition, self and other together (where(cpu_scalar > 0,
+  // cpu_scalar, x)); TensorIterator allows one CPU scalar beside device tensors, so the others
+  // are copied to the device first.
+  const at::Tensor* operands[] = {&condition, &self, &other};
+  std::optional<c10::Device> device;
+  int cpu_scalars = 0;
+  for (const at::Tensor* t : operands) {
+    if (t->is_cpu() && t->dim() == 0) {
+      ++cpu_scalars;
+    } else if (!t->is_cpu() && !device) {
+      device = t->device();
+    }
+  }
+  if (cpu_scalars > 1 && device) {
+    auto onDevice = [&](const at::Tensor& t) { return t.is_cpu() ? t.to(*device) : t; };
+    return ternary(name, TOp::Where, out, onDevice(condition), onDevice(self), onDevice(other));
+  }
   return ternary(name, TOp::Where, out, condition, self, other);
 }
 

@@ -42,6 +42,15 @@ bool mayDependOnData(const c10::OperatorHandle& op) {
   return names.count(op.schema().name()) > 0;
 }
 
+// Ops whose CPU kernel checks arguments their meta kernel lets through (searchsorted's sorter
+// dtype and range, its side argument, out= dtype and leading sizes; histc's finite range): run
+// asynchronously, the error would surface on the stream at the next synchronization. torch_npu
+// checks these on the host before launching, so they wait for the stream and raise at the call.
+bool checksBeyondMeta(const c10::OperatorHandle& op) {
+  static const std::set<std::string> names = {"aten::searchsorted", "aten::histc"};
+  return names.count(op.schema().name()) > 0;
+}
+
 // Applies `f` to every npu tensor in `value` and `device` to every npu Device; lists are
 // rebuilt with the same element type.
 template <class TensorFn>
@@ -483,7 +492,9 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
   replaceNPUGenerators(op.schema(), stack);
   bool meta_refused = false;
-  if (canRunAsync(op) && runAsync(op, stack, device, &meta_refused)) {
+  // Shadow execution has no data to check: those ops run by the meta kernel's sizes there.
+  const bool check_first = checksBeyondMeta(op) && !shadowExecution();
+  if (canRunAsync(op) && !check_first && runAsync(op, stack, device, &meta_refused)) {
     countCall(OpPath::kHostKernel, op);
     return;
   }
@@ -491,7 +502,7 @@ void runOnHost(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     runShadowed(op, stack, meta_refused);
     return;
   }
-  if (meta_refused || mayDependOnData(op)) {
+  if (meta_refused || mayDependOnData(op) || check_first) {
     runSynchronizing(op, stack, device);
     countCall(OpPath::kHostKernelSync, op);
     return;
