@@ -169,6 +169,19 @@ at::Tensor prod_dim(const at::Tensor& self, int64_t dim, bool keepdim,
   if (sumLike(ROp::Prod, self, dims, keepdim, sumDType(self, dtype), out, "prod")) return out;
   return callHostKernel<at::Tensor>(NPU_ATEN_OP("prod", "dim_int"), self, dim, keepdim, dtype);
 }
+// out=: the out tensor's dtype is the result's (ATen's rule); a dtype= that disagrees with it is
+// ATen's kernel's to refuse. The product accumulates in double and rounds once into out, as the
+// card rounds a float16 product once from its float32 accumulator.
+at::Tensor& prod_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                     std::optional<at::ScalarType> dtype, at::Tensor& out) {
+  at::Tensor o = out;
+  const std::vector<int64_t> dims{dim};
+  if ((dtype && *dtype != out.scalar_type()) ||
+      !sumLike(ROp::Prod, self, dims, keepdim, out.scalar_type(), o, "prod")) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("prod", "int_out"), self, dim, keepdim, dtype, out);
+  }
+  return out;
+}
 at::Tensor prod_all(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   at::Tensor out;
   if (sumLike(ROp::Prod, self, std::nullopt, false, sumDType(self, dtype), out, "prod")) {
@@ -490,6 +503,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "mean.dim", mean_dim);
   NPU_IMPL(m, "mean.out", mean_out);
   NPU_IMPL(m, "prod.dim_int", prod_dim);
+  NPU_IMPL(m, "prod.int_out", prod_out);
   NPU_IMPL(m, "prod", prod_all);
   NPU_IMPL(m, "amax", amax);
   NPU_IMPL(m, "amax.out", amax_out);
