@@ -1,5 +1,6 @@
 #include "ExecutionPaths.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,35 @@ bool mayDependOnData(const c10::OperatorHandle& op) {
 bool checksBeyondMeta(const c10::OperatorHandle& op) {
   static const std::set<std::string> names = {"aten::searchsorted", "aten::histc"};
   return names.count(op.schema().name()) > 0;
+}
+
+// Ops whose CPU kernel rounds float16 / bfloat16 intermediates (interpolation weights, partial
+// sums, the terms of a derivative) where the card computes in float32 and rounds once: for
+// 16-bit arguments their queued CPU kernel runs on float32 copies of them, and the results are
+// rounded once into the 16-bit outputs (out= tensors through float32 buffers; never in place).
+bool computesWide(const c10::OperatorHandle& op) {
+  static const std::set<std::string> names = {
+      "aten::upsample_linear1d",      "aten::upsample_linear1d_backward",
+      "aten::upsample_trilinear3d",   "aten::upsample_trilinear3d_backward",
+      "aten::grid_sampler_2d",        "aten::grid_sampler_2d_backward",
+  };
+  return names.count(op.schema().name()) > 0;
+}
+
+// A float32 copy of every float16 / bfloat16 tensor in `value` (tensor lists too).
+c10::IValue widened(const c10::IValue& value) {
+  auto widen = [](const at::Tensor& t) {
+    return t.defined() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16)
+               ? t.to(at::kFloat)
+               : t;
+  };
+  if (value.isTensor()) return widen(value.toTensor());
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : value.toTensorList().vec()) out.push_back(widen(t));
+    return out;
+  }
+  return value;
 }
 
 // Applies `f` to every npu tensor in `value` and `device` to every npu Device; lists are
@@ -235,12 +265,16 @@ struct HostTask {
   torch::jit::Stack host;
   std::vector<at::Tensor> output_aliases;                   // fresh outputs, in result order
   std::vector<std::pair<at::Tensor, at::Tensor>> out_copies;  // (CPU out, host alias)
+  bool wide = false;  // computesWide: 16-bit arguments in float32, results rounded once by fill
 
   void operator()() {
     HostGuard guard;
     // The kernel replaces the stack's arguments by its results, so each run works on a copy:
     // a task captured into an NPU graph runs again at every replay.
     torch::jit::Stack results = host;
+    if (wide) {
+      for (c10::IValue& v : results) v = widened(v);
+    }
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &results);
     for (auto& [cpu_out, alias] : out_copies) alias.copy_(cpu_out);
     // results holds the kernel's results; copy the fresh ones into the npu outputs.
@@ -309,6 +343,10 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
 
   // Host aliases are taken after any out= resize.
   HostTask task{op, hostArguments(*stack, begin, num_args), {}, {}};
+  // In place, self would be written through a float32 copy: only out= forms are widened.
+  task.wide = computesWide(op) && std::all_of(written.begin(), written.end(), [&](size_t i) {
+                return isOutArgument(schema.arguments()[i]);
+              });
   // out= arguments: some CPU kernels resize their out tensor on the way (to an intermediate
   // shape), which a host alias of device memory cannot do. They get a CPU tensor of their own,
   // copied into the device tensor after the kernel.
@@ -316,8 +354,14 @@ bool runAsync(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
     if (!isOutArgument(schema.arguments()[i]) || !task.host[i].isTensor()) continue;
     const at::Tensor& device_out = (*stack)[begin + i].toTensor();
     if (!device_out.defined() || !device_out.is_privateuseone()) continue;
-    // Empty, so the kernel sizes it without the "resized a non-empty output" warning.
-    at::Tensor cpu_out = at::empty({0}, device_out.options().device(c10::kCPU));
+    // Empty, so the kernel sizes it without the "resized a non-empty output" warning; float32
+    // for a widened 16-bit out, rounded once when copied into the device tensor.
+    at::TensorOptions options = device_out.options().device(c10::kCPU);
+    if (task.wide && (device_out.scalar_type() == at::kHalf ||
+                      device_out.scalar_type() == at::kBFloat16)) {
+      options = options.dtype(at::kFloat);
+    }
+    at::Tensor cpu_out = at::empty({0}, options);
     task.out_copies.emplace_back(cpu_out, task.host[i].toTensor());
     task.host[i] = cpu_out;
   }
