@@ -270,10 +270,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   const c10::DeviceGuard guard(input.device());
   const int64_t c = input.size(1);
   at::Tensor out = at::empty(input.sizes(), input.options());
-  // As ATen's CPU kernel: the saved statistics are empty in eval mode.
+  // In eval mode the saved statistics are unused; torch_npu returns them with C elements, as
+  // the meta kernel (and CUDA) size them, where ATen's CPU kernel returns them empty. Zeros.
   const auto stat_options = input.options().dtype(bnStatDType(input));
-  at::Tensor save_mean = at::empty({training ? c : 0}, stat_options);
-  at::Tensor save_invstd = at::empty({training ? c : 0}, stat_options);
+  at::Tensor save_mean = training ? at::empty({c}, stat_options) : at::zeros({c}, stat_options);
+  at::Tensor save_invstd = training ? at::empty({c}, stat_options) : at::zeros({c}, stat_options);
   std::optional<nk::TensorDesc> sm, si;
   if (training) {
     sm = describe(save_mean);
