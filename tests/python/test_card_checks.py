@@ -139,3 +139,35 @@ def test_logspace_into_a_strided_out_of_steps_elements_keeps_its_shape():
     torch.logspace(0, 3, 4, base=2, out=got.narrow(1, 1, 2))
     assert torch.equal(got.cpu(), want)
     assert torch.equal(want, torch.tensor([[0.0, 1, 2], [0, 4, 8]]))
+
+
+# ---- two npus: the generated wrappers' device check in torch_npu's words ---------------------
+
+def test_device_mismatch_names_both_devices_and_the_argument(python):
+    result = python(
+        """
+        import torch, torch_npu
+        import torch.nn.functional as F
+        def message(f):
+            try:
+                f()
+            except RuntimeError as e:
+                return str(e).splitlines()[0]
+            return "no error"
+        print(message(lambda: torch.addmv(torch.randn(2, 3).npu(), torch.randn(3).npu(),
+                                          torch.randn(2).to("npu:1"))))
+        print(message(lambda: torch.bincount(torch.tensor([1, 2]).npu(),
+                                             weights=torch.rand(2).to("npu:1"))))
+        print(message(lambda: torch.acosh(torch.rand(3).to("npu:1"), out=torch.rand(3).npu())))
+        """,
+        env={"NPU_SIM_DEVICES": "2"},
+    )
+    assert result.returncode == 0, result.stderr
+    addmv, bincount, acosh = result.stdout.splitlines()
+    assert addmv == ("Expected all tensors to be on the same device, but found at least two "
+                     "devices, npu:0 and npu:1! (when checking argument for argument vec in "
+                     "method aten::addmv)")
+    assert "found at least two devices, npu:0 and npu:1!" in bincount and "weights" in bincount
+    # An elementwise op (TensorIterator's check) names the devices in the order it met them.
+    assert acosh.startswith("Expected all tensors to be on the same device, but found at least "
+                            "two devices, npu:")
