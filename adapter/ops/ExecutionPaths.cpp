@@ -61,6 +61,9 @@ bool computesWide(const c10::OperatorHandle& op) {
       "aten::upsample_linear1d",      "aten::upsample_linear1d_backward",
       "aten::upsample_trilinear3d",   "aten::upsample_trilinear3d_backward",
       "aten::grid_sampler_2d",        "aten::grid_sampler_2d_backward",
+      // The cube unit accumulates 16-bit convolutions in float32 (slow_conv_transpose2d and its
+      // gradient reach ATen's kernels; the npu's own convolutions go through Convolution.cpp).
+      "aten::slow_conv_transpose2d",  "aten::convolution_backward",
   };
   return names.count(op.schema().name()) > 0;
 }

@@ -113,3 +113,21 @@ def test_binary_cross_entropy_with_logits_rounds_once(reduction):
     # Mixed dtypes keep PyTorch's promotion: a float32 target gives a float32 loss.
     mixed = F.binary_cross_entropy_with_logits(x.npu(), target.float().npu())
     assert mixed.dtype == torch.float32
+
+
+def test_slow_conv_transpose2d_accumulates_in_float32():
+    """The cube unit sums a 16-bit convolution in float32 and rounds once (forward and both
+    gradients; ATen's float16 CPU kernel rounds its partial products)."""
+    torch.manual_seed(0)
+    x = half(torch.rand(2, 12, 20, 20) * 10)
+    w = half(torch.rand(12, 12, 3, 3) * 10)
+    xn, wn = x.npu().requires_grad_(), w.npu().requires_grad_()
+    y = torch._C._nn.slow_conv_transpose2d(xn, wn, (3, 3))
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    yd = torch._C._nn.slow_conv_transpose2d(xd, wd, (3, 3))
+    assert_rounded_once(y, yd)
+    g = half(torch.rand(yd.shape))
+    y.backward(g.npu())
+    yd.backward(g.double())
+    assert_rounded_once(xn.grad, xd.grad)
+    assert_rounded_once(wn.grad, wd.grad)
