@@ -15,6 +15,7 @@
 //    the kernel's enum), one row in the table.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/ops/mish_backward_native.h>
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -586,9 +587,21 @@ struct Forms<kBody, kFunctional, kInplace, kOut> {
   X("lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out", lerpBody)                                  \
   X("lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", lerpScalarBody)
 
+// mish_backward: ATen's formula (CompositeImplicitAutograd: softplus, tanh, sigmoid and products)
+// on the npu's kernels. A float16 / bfloat16 call evaluates it on float32 copies and rounds once,
+// as the card does; in 16 bits every step of the composite rounds.
+at::Tensor mish_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  const at::ScalarType type = self.scalar_type();
+  if ((type != at::kHalf && type != at::kBFloat16) || grad_output.scalar_type() != type) {
+    return at::native::math_mish_backward(grad_output, self);
+  }
+  return at::native::math_mish_backward(grad_output.to(at::kFloat), self.to(at::kFloat)).to(type);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "mish_backward", mish_backward);
 #define NPU_REGISTER_FORMS(fn_name, inplace_name, out_name, body)                               \
   {                                                                                              \
     using F = Forms<body, fn_name, inplace_name, out_name>;                                      \
