@@ -6,11 +6,15 @@
 //  2. ATen host kernel: ATen's own CPU kernel is the device kernel.
 //     a. asynchronous: the op's meta kernel computes the outputs' sizes, strides and dtypes on
 //        the host; the outputs are allocated on the npu and the CPU kernel is queued on the
-//        stream over host aliases of the device memory, so the host returns at once;
+//        stream over host aliases of the device memory, so the host returns at once (ops whose
+//        CPU kernel rounds 16-bit intermediates run it on float32 copies and round once:
+//        computesWide in ExecutionPaths.cpp);
 //     b. synchronizing: ops whose output size depends on the data (nonzero, masked_select,
-//        unique, boolean-mask indexing, ...) and calls whose meta kernel refused the arguments
-//        (bad input: the CPU kernel then raises its own message) wait for the stream, run the
-//        CPU kernel on aliases of the inputs and copy the outputs to the device;
+//        unique, boolean-mask indexing, ...), calls whose meta kernel refused the arguments
+//        (bad input: the CPU kernel then raises its own message) and ops whose CPU kernel checks
+//        what their meta kernel lets through (searchsorted, histc: checksBeyondMeta) wait for
+//        the stream, run the CPU kernel on aliases of the inputs and copy the outputs to the
+//        device, so a bad argument raises at the call;
 //  3. CPU fallback: anything else (no meta kernel, a non-tensor result, a view) is copied to the
 //     host, run there and copied back, with torch_npu's warning once per op;
 //     TORCH_NPU_FALLBACK_CPU_DISABLE=1 turns it into an error naming the op.
