@@ -1,7 +1,5 @@
 #include "DeviceCheck.h"
 
-#include <ATen/core/op_registration/adaption.h>
-
 #include <mutex>
 #include <optional>
 #include <string>
@@ -17,7 +15,9 @@ void reportMismatch(std::string_view op, DeviceRule rule, size_t argument, c10::
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
                        "devices, ", common, " and ", tensor.device(), "!");
   }
-  // CUDA's generated wrapper's words, with the argument's name from the schema.
+  // The generated wrappers' check in the words torch_npu prints (those of the PyTorch releases
+  // it builds against), with the argument's name from the schema; PyTorch's own wrappers now
+  // say "but got <argument> is on <device>, different from other tensors on <device>".
   const std::string base(baseName(op));
   const std::string overload(op.size() > base.size() ? op.substr(base.size() + 1) : "");
   std::string argument_name = "#" + std::to_string(argument);
@@ -25,9 +25,9 @@ void reportMismatch(std::string_view op, DeviceRule rule, size_t argument, c10::
     const auto& arguments = handle->schema().arguments();
     if (argument < arguments.size()) argument_name = arguments[argument].name();
   }
-  const std::string method = "aten::" + std::string(op);
-  c10::impl::common_device_check_failure(common, tensor, method.c_str(), argument_name.c_str());
-  TORCH_INTERNAL_ASSERT(false, "common_device_check_failure returned");  // it always throws
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                     "devices, ", common, " and ", tensor.device(), "! (when checking argument "
+                     "for argument ", argument_name, " in method aten::", op, ")");
 }
 
 const c10::OperatorHandle& operatorHandle(std::string_view registered) {
@@ -76,6 +76,9 @@ void checkDevices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
         break;
       case DeviceRule::kCpuIndices:
         ok = device_check::agrees<DeviceRule::kCpuIndices>(common, t, written, index);
+        break;
+      case DeviceRule::kIndicesToSelf:
+        ok = device_check::agrees<DeviceRule::kIndicesToSelf>(common, t, written, index);
         break;
       case DeviceRule::kNone:
         break;

@@ -43,6 +43,7 @@ enum class DeviceRule {
   kSameDevice,      // CUDA's generated wrappers: every defined tensor argument on one device
   kTensorIterator,  // the same, except that CPU 0-dim tensors pass (TensorIterator's scalars)
   kCpuIndices,      // as kTensorIterator, and the index list (Tensor?[]) may be on the CPU
+  kIndicesToSelf,   // as kCpuIndices, and where self is on the CPU the indices may be anywhere
   kNone,            // exempt (kExemptOps)
 };
 
@@ -50,7 +51,7 @@ namespace device_check {
 
 struct Exemption {
   std::string_view op;  // the operator's name without overload; "*" ends a prefix
-  DeviceRule rule;      // kNone or kCpuIndices
+  DeviceRule rule;      // kNone, kCpuIndices or kIndicesToSelf
   std::string_view reason;
 };
 
@@ -83,7 +84,9 @@ inline constexpr Exemption kExemptOps[] = {
     {"_unsafe_index", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
     {"index_put", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
     {"index_put_", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
-    {"_index_put_impl_", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
+    {"_index_put_impl_", DeviceRule::kIndicesToSelf,
+     "indices may be on the CPU, as with CUDA; a CPU self takes npu indices, which ATen's "
+     "index_put_ (AdvancedIndex) moves to self's device, as torch_npu accepts them"},
     {"_unsafe_index_put", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
     {"_unsafe_masked_index", DeviceRule::kCpuIndices, "indices may be on the CPU, as with CUDA"},
     {"_unsafe_masked_index_put_accumulate", DeviceRule::kCpuIndices,
@@ -128,11 +131,15 @@ template <DeviceRule kRule>
 C10_ALWAYS_INLINE bool agrees(std::optional<c10::Device>& common, const at::Tensor& t,
                               bool written, bool index = false) {
   if (!t.defined()) return true;
-  if constexpr (kRule == DeviceRule::kTensorIterator || kRule == DeviceRule::kCpuIndices) {
+  constexpr bool kIndices = kRule == DeviceRule::kCpuIndices || kRule == DeviceRule::kIndicesToSelf;
+  if constexpr (kRule == DeviceRule::kTensorIterator || kIndices) {
     if (!written && t.is_cpu() && t.dim() == 0) return true;
   }
-  if constexpr (kRule == DeviceRule::kCpuIndices) {
+  if constexpr (kIndices) {
     if (!written && index && t.is_cpu()) return true;
+  }
+  if constexpr (kRule == DeviceRule::kIndicesToSelf) {  // self comes first: it set `common`
+    if (index && common.has_value() && common->is_cpu()) return true;
   }
   if (!common.has_value()) {
     common = t.device();

@@ -15,6 +15,7 @@
 //    the kernel's enum), one row in the table.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/ops/mish_backward_native.h>
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -353,6 +354,23 @@ Result whereBody(const char* name, const at::Tensor& out, const at::Tensor& cond
   TORCH_CHECK(condition.scalar_type() == at::kBool || condition.scalar_type() == at::kByte,
               "where expected condition to be a boolean tensor, but got a tensor with dtype ",
               condition.scalar_type());
+  // torch_npu takes a CPU 0-dim condition, self and other together (where(cpu_scalar > 0,
+  // cpu_scalar, x)); TensorIterator allows one CPU scalar beside device tensors, so the others
+  // are copied to the device first.
+  const at::Tensor* operands[] = {&condition, &self, &other};
+  std::optional<c10::Device> device;
+  int cpu_scalars = 0;
+  for (const at::Tensor* t : operands) {
+    if (t->is_cpu() && t->dim() == 0) {
+      ++cpu_scalars;
+    } else if (!t->is_cpu() && !device) {
+      device = t->device();
+    }
+  }
+  if (cpu_scalars > 1 && device) {
+    auto onDevice = [&](const at::Tensor& t) { return t.is_cpu() ? t.to(*device) : t; };
+    return ternary(name, TOp::Where, out, onDevice(condition), onDevice(self), onDevice(other));
+  }
   return ternary(name, TOp::Where, out, condition, self, other);
 }
 
@@ -569,9 +587,21 @@ struct Forms<kBody, kFunctional, kInplace, kOut> {
   X("lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out", lerpBody)                                  \
   X("lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", lerpScalarBody)
 
+// mish_backward: ATen's formula (CompositeImplicitAutograd: softplus, tanh, sigmoid and products)
+// on the npu's kernels. A float16 / bfloat16 call evaluates it on float32 copies and rounds once,
+// as the card does; in 16 bits every step of the composite rounds.
+at::Tensor mish_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  const at::ScalarType type = self.scalar_type();
+  if ((type != at::kHalf && type != at::kBFloat16) || grad_output.scalar_type() != type) {
+    return at::native::math_mish_backward(grad_output, self);
+  }
+  return at::native::math_mish_backward(grad_output.to(at::kFloat), self.to(at::kFloat)).to(type);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "mish_backward", mish_backward);
 #define NPU_REGISTER_FORMS(fn_name, inplace_name, out_name, body)                               \
   {                                                                                              \
     using F = Forms<body, fn_name, inplace_name, out_name>;                                      \

@@ -1,5 +1,6 @@
 #include "ExecutionPaths.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -4,11 +4,15 @@
 //     of our kernels covers the call: it is queued on the stream (KernelBridge.h). A registered
 //     op that does not cover a call (a dtype, a layout) hands it to path 2 with callHostKernel.
 //  2. ATen host kernel: ATen's own CPU kernel is the device kernel. A dtype the card takes and
-//     the CPU kernel lacks (float16 of cdist, int32 indices of put_, ...) is widened first and
-//     the results narrowed back (HostKernelDtypes.h).
+//     the CPU kernel lacks (float16 of cdist, int32 indices of put_, ...), or 16-bit arguments
+//     of a CPU kernel that rounds intermediates where the card computes in float32
+//     (upsample_linear1d, grid_sampler_2d, ...), are widened first and the results narrowed
+//     back once (HostKernelDtypes.h). Ops whose CPU kernel checks more than their meta kernel
+//     (searchsorted, histc) have npu kernels that check at the call, then come here.
 //     a. asynchronous: the op's meta kernel computes the outputs' sizes, strides and dtypes on
-//        the host; the outputs are allocated on the npu and the CPU kernel is queued on the
-//        stream over host aliases of the device memory, so the host returns at once;
+//        the host (remembered per signature of the arguments); the outputs are allocated on the
+//        npu and the CPU kernel is queued on the stream over host aliases of the device memory,
+//        so the host returns at once;
 //     b. synchronizing: ops whose output size depends on the data (nonzero, masked_select,
 //        unique, boolean-mask indexing, ...) and calls whose meta kernel refused the arguments
 //        (bad input: the CPU kernel then raises its own message) wait for the stream, run the

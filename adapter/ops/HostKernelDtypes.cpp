@@ -61,6 +61,18 @@ const std::unordered_map<std::string, Widening>& widenings() {
       {"aten::_upsample_bilinear2d_aa", {Compute::kFloat32, {}}},
       {"aten::_upsample_bilinear2d_aa_backward", {Compute::kFloat32, {}}},
       {"aten::linalg_inv_ex", {Compute::kFloat32, {}}},
+      // CPU kernels that round float16 / bfloat16 intermediates (interpolation weights, partial
+      // sums, the terms of a derivative) where the card computes in float32 and rounds once
+      {"aten::upsample_linear1d", {Compute::kFloat32, {}}},
+      {"aten::upsample_linear1d_backward", {Compute::kFloat32, {}}},
+      {"aten::upsample_trilinear3d", {Compute::kFloat32, {}}},
+      {"aten::upsample_trilinear3d_backward", {Compute::kFloat32, {}}},
+      {"aten::grid_sampler_2d", {Compute::kFloat32, {}}},
+      {"aten::grid_sampler_2d_backward", {Compute::kFloat32, {}}},
+      // the cube unit accumulates 16-bit convolutions in float32 (slow_conv_transpose2d and its
+      // gradient reach ATen's kernels; the npu's own convolutions go through Convolution.cpp)
+      {"aten::slow_conv_transpose2d", {Compute::kFloat32, {}}},
+      {"aten::convolution_backward", {Compute::kFloat32, {}}},
       // integer inputs of float-only CPU kernels (the card casts them through float32)
       {"aten::hardsigmoid", {Compute::kFloat32Ints, {}}},
       {"aten::hardsigmoid_", {Compute::kFloat32Ints, {}}},

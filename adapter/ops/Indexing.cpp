@@ -8,6 +8,7 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/ops/_index_put_impl.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/count_nonzero.h>
 #include <ATen/ops/empty.h>
@@ -16,6 +17,8 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
+
+#include <sstream>
 
 #include "DeviceCheck.h"
 #include "ExecutionPaths.h"
@@ -483,6 +486,35 @@ std::optional<std::vector<int64_t>> indexingResultShape(
     meta.push_back(at::empty_strided(index->sizes(), index->strides(),
                                      index->options().device(c10::kMeta)));
   }
+  // The indices must broadcast together: ATen's CPU kernel refuses them with IndexError in these
+  // words, as torch_npu does (the meta kernel's own message is a RuntimeError).
+  std::vector<int64_t> together;
+  bool broadcast = true;
+  for (const std::optional<at::Tensor>& index : meta.vec()) {
+    if (!index) continue;
+    const at::IntArrayRef sizes = index->sizes();
+    if (together.size() < sizes.size()) together.insert(together.begin(), sizes.size() - together.size(), 1);
+    const size_t offset = together.size() - sizes.size();
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      int64_t& t = together[offset + d];
+      if (t == 1) {
+        t = sizes[d];
+      } else if (sizes[d] != 1 && sizes[d] != t) {
+        broadcast = false;
+      }
+    }
+  }
+  if (!broadcast) {
+    std::ostringstream shapes;
+    bool first = true;
+    for (const std::optional<at::Tensor>& index : meta.vec()) {
+      if (!index) continue;
+      shapes << (first ? "" : ", ") << index->sizes();
+      first = false;
+    }
+    TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together "
+                             "with shapes ", shapes.str());
+  }
   const at::Tensor meta_self =
       at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
   return at::index(meta_self, meta).sizes().vec();
@@ -492,6 +524,15 @@ std::optional<std::vector<int64_t>> indexingResultShape(
 // mismatch raises at the call (with the CPU's message) rather than from a later synchronize.
 at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                             const at::Tensor& values, bool accumulate, bool unsafe) {
+  if (self.is_cpu()) {
+    // A CPU self with npu indices (the device check lets only the indices be elsewhere): ATen's
+    // index_put_ moves its indices to self's device, so the CPU kernel runs, as torch_npu's does.
+    c10::List<std::optional<at::Tensor>> cpu_indices;
+    for (const std::optional<at::Tensor>& index : indices.vec()) {
+      cpu_indices.push_back(index && index->defined() ? std::optional(index->cpu()) : index);
+    }
+    return at::_index_put_impl_(self, cpu_indices, values, accumulate, unsafe);
+  }
   if (values.numel() > 1) {  // one element broadcasts to any result
     const std::optional<std::vector<int64_t>> result = indexingResultShape(self, indices);
     TORCH_CHECK(!result || at::is_expandable_to(values.sizes(), *result),

@@ -1,8 +1,9 @@
 // nll_loss / nll_loss2d (cross_entropy is log_softmax + nll_loss), with backward, on the
-// library's loss kernels.
+// library's loss kernels; binary_cross_entropy_with_logits's 16-bit calls in float32.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/binary_cross_entropy_with_logits_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
@@ -125,9 +126,39 @@ at::Tensor nll_loss2d_backward(const at::Tensor& grad_output, const at::Tensor& 
                      total_weight, true);
 }
 
+// ---- binary_cross_entropy_with_logits ------------------------------------------------------
+
+// ATen's composite (log-sigmoid, products with target and weights, the reduction), on the npu's
+// kernels. A float16 / bfloat16 call runs it on float32 copies and rounds the result once, as the
+// card computes the loss in float32: the composite in 16 bits rounds every step.
+at::Tensor binary_cross_entropy_with_logits(const at::Tensor& self, const at::Tensor& target,
+                                            const std::optional<at::Tensor>& weight,
+                                            const std::optional<at::Tensor>& pos_weight,
+                                            int64_t reduction) {
+  const at::ScalarType type = self.scalar_type();
+  auto sameType = [&](const std::optional<at::Tensor>& t) {
+    return !t || !t->defined() || t->scalar_type() == type;
+  };
+  // Mixed dtypes promote in the composite (a float32 target gives a float32 loss): left to it.
+  if ((type != at::kHalf && type != at::kBFloat16) || target.scalar_type() != type ||
+      !sameType(weight) || !sameType(pos_weight)) {
+    return at::native::binary_cross_entropy_with_logits(self, target, weight, pos_weight,
+                                                        reduction);
+  }
+  auto wide = [](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
+    if (!t || !t->defined()) return t;
+    return t->to(at::kFloat);
+  };
+  return at::native::binary_cross_entropy_with_logits(self.to(at::kFloat), target.to(at::kFloat),
+                                                      wide(weight),
+                                                      wide(pos_weight), reduction)
+      .to(type);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  NPU_IMPL(m, "binary_cross_entropy_with_logits", binary_cross_entropy_with_logits);
   NPU_IMPL(m, "nll_loss_forward", nll_loss_forward);
   NPU_IMPL(m, "nll_loss_backward", nll_loss_backward);
   NPU_IMPL(m, "nll_loss2d_forward", nll_loss2d_forward);

@@ -89,6 +89,24 @@ at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& out
 
 // ---- layer norm -------------------------------------------------------------------------
 
+// The parameters' dtype of a layer norm: the input's, or float32 beside a float16 / bfloat16
+// input (ATen's mixed mode: a float32 LayerNorm module fed 16-bit activations), where the saved
+// statistics and the parameters' gradients are float32 too. nullopt: another mix (ATen decides).
+std::optional<at::ScalarType> layerNormParamType(const at::Tensor& input,
+                                                 const std::optional<at::Tensor>& weight,
+                                                 const std::optional<at::Tensor>& bias) {
+  std::optional<at::ScalarType> type;
+  for (const std::optional<at::Tensor>* p : {&weight, &bias}) {
+    if (!*p || !(*p)->defined()) continue;
+    if (type && *type != (*p)->scalar_type()) return std::nullopt;
+    type = (*p)->scalar_type();
+  }
+  if (!type || *type == input.scalar_type()) return input.scalar_type();
+  const bool half = input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16;
+  if (half && *type == at::kFloat) return at::kFloat;
+  return std::nullopt;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
     const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
@@ -100,11 +118,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
   }
   int64_t n = 1;
   for (int64_t i = 0; ok && i < nd; ++i) n *= input.size(axis + i);
+  const std::optional<at::ScalarType> param_type = layerNormParamType(input, weight, bias);
   auto paramOk = [&](const std::optional<at::Tensor>& p) {
-    return !p || !p->defined() ||
-           (p->scalar_type() == input.scalar_type() && describable(*p) && p->numel() == n);
+    return !p || !p->defined() || (describable(*p) && p->numel() == n);
   };
-  if (!ok || !paramOk(weight) || !paramOk(bias) || input.numel() == 0) {
+  if (!ok || !param_type || !paramOk(weight) || !paramOk(bias) || input.numel() == 0) {
     torch::jit::Stack stack;
     torch::jit::push(stack, input, C10_AS_INTARRAYREF_SLOW(normalized_shape).vec(), weight, bias,
                      eps);
@@ -116,8 +134,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
   at::Tensor out = at::empty(x.sizes(), x.options());
   std::vector<int64_t> stat_shape(x.sizes().begin(), x.sizes().begin() + axis);
   stat_shape.resize(x.dim(), 1);
-  at::Tensor mean = at::empty(stat_shape, x.options());
-  at::Tensor rstd = at::empty(stat_shape, x.options());
+  at::Tensor mean = at::empty(stat_shape, x.options().dtype(*param_type));
+  at::Tensor rstd = at::empty(stat_shape, x.options().dtype(*param_type));
   std::optional<nk::TensorDesc> w, b;
   if (weight && weight->defined()) w = describe(weight->contiguous());
   if (bias && bias->defined()) b = describe(bias->contiguous());
@@ -135,10 +153,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
     const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
   const int64_t nd = static_cast<int64_t>(normalized_shape.size());
   const bool has_weight = weight && weight->defined();
+  const std::optional<at::ScalarType> param_type = layerNormParamType(input, weight, bias);
   const bool ok = describableFloating(input) && describableFloating(grad_out) &&
-                  grad_out.sizes() == input.sizes() && input.numel() > 0 &&
-                  mean.scalar_type() == input.scalar_type() &&
-                  (!has_weight || weight->scalar_type() == input.scalar_type());
+                  grad_out.sizes() == input.sizes() && input.numel() > 0 && param_type &&
+                  grad_out.scalar_type() == input.scalar_type() &&
+                  mean.scalar_type() == *param_type && rstd.scalar_type() == *param_type;
   if (!ok) {
     torch::jit::Stack stack;
     torch::jit::push(stack, grad_out, input, C10_AS_INTARRAYREF_SLOW(normalized_shape).vec(), mean,
@@ -153,9 +172,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
   std::optional<nk::TensorDesc> dgi, dgw, dgb, w;
   if (output_mask[0]) dgi = describe(gi = at::empty(x.sizes(), x.options()));
   const std::vector<int64_t> param_shape(x.sizes().end() - nd, x.sizes().end());
-  if (output_mask[1] && has_weight) dgw = describe(gw = at::empty(param_shape, x.options()));
+  const at::TensorOptions param_options = x.options().dtype(*param_type);
+  if (output_mask[1] && has_weight) dgw = describe(gw = at::empty(param_shape, param_options));
   if (output_mask[2] && bias && bias->defined()) {
-    dgb = describe(gb = at::empty(param_shape, x.options()));
+    dgb = describe(gb = at::empty(param_shape, param_options));
   }
   const at::Tensor wc = has_weight ? weight->contiguous() : at::Tensor();
   if (has_weight) w = describe(wc);
@@ -250,10 +270,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   const c10::DeviceGuard guard(input.device());
   const int64_t c = input.size(1);
   at::Tensor out = at::empty(input.sizes(), input.options());
-  // As ATen's CPU kernel: the saved statistics are empty in eval mode.
+  // In eval mode the saved statistics are unused; torch_npu returns them with C elements, as
+  // the meta kernel (and CUDA) size them, where ATen's CPU kernel returns them empty. Zeros.
   const auto stat_options = input.options().dtype(bnStatDType(input));
-  at::Tensor save_mean = at::empty({training ? c : 0}, stat_options);
-  at::Tensor save_invstd = at::empty({training ? c : 0}, stat_options);
+  at::Tensor save_mean = training ? at::empty({c}, stat_options) : at::zeros({c}, stat_options);
+  at::Tensor save_invstd = training ? at::empty({c}, stat_options) : at::zeros({c}, stat_options);
   std::optional<nk::TensorDesc> sm, si;
   if (training) {
     sm = describe(save_mean);

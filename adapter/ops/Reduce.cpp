@@ -58,6 +58,17 @@ Plan plan(const at::Tensor& self, DimList dims, bool keepdim) {
   return p;
 }
 
+// torch_npu checks a reduction's dims before its kernel and raises RuntimeError where ATen's
+// maybe_wrap_dim raises IndexError, in the same words; a 0-dim tensor takes dims -1 and 0.
+void checkReduceDims(const at::Tensor& self, DimList dims) {
+  if (!dims) return;
+  const int64_t n = std::max<int64_t>(self.dim(), 1);
+  for (int64_t d : *dims) {
+    TORCH_CHECK(d >= -n && d < n, "Dimension out of range (expected to be in range of [", -n,
+                ", ", n - 1, "], but got ", d, ")");
+  }
+}
+
 bool fastInput(const at::Tensor& self) {
   return self.numel() > 0 && describable(self) && self.dim() <= nk::kMaxDims;
 }
@@ -98,6 +109,7 @@ at::ScalarType sumDType(const at::Tensor& self, std::optional<at::ScalarType> dt
 // The body shared by the functional and out= forms; false: not the fast path.
 bool sumLike(ROp op, const at::Tensor& self, DimList dims, bool keepdim, at::ScalarType out_dtype,
              at::Tensor& out, const char* name) {
+  checkReduceDims(self, dims);
   const std::optional<nk::DType> od = toKernelDType(out_dtype);
   if (!fastInput(self) || !od) return false;
   const bool floating_only = op == ROp::Mean;
@@ -157,6 +169,19 @@ at::Tensor prod_dim(const at::Tensor& self, int64_t dim, bool keepdim,
   if (sumLike(ROp::Prod, self, dims, keepdim, sumDType(self, dtype), out, "prod")) return out;
   return callHostKernel<at::Tensor>(NPU_ATEN_OP("prod", "dim_int"), self, dim, keepdim, dtype);
 }
+// out=: the out tensor's dtype is the result's (ATen's rule); a dtype= that disagrees with it is
+// ATen's kernel's to refuse. The product accumulates in double and rounds once into out, as the
+// card rounds a float16 product once from its float32 accumulator.
+at::Tensor& prod_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                     std::optional<at::ScalarType> dtype, at::Tensor& out) {
+  at::Tensor o = out;
+  const std::vector<int64_t> dims{dim};
+  if ((dtype && *dtype != out.scalar_type()) ||
+      !sumLike(ROp::Prod, self, dims, keepdim, out.scalar_type(), o, "prod")) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("prod", "int_out"), self, dim, keepdim, dtype, out);
+  }
+  return out;
+}
 at::Tensor prod_all(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   at::Tensor out;
   if (sumLike(ROp::Prod, self, std::nullopt, false, sumDType(self, dtype), out, "prod")) {
@@ -170,6 +195,7 @@ at::Tensor prod_all(const at::Tensor& self, std::optional<at::ScalarType> dtype)
 // Reductions whose output has the input's dtype (amax/amin) or a fixed one.
 bool sameTypeReduce(ROp op, const at::Tensor& self, DimList dims, bool keepdim,
                     at::ScalarType out_dtype, at::Tensor& out, nk::Scalar p0, const char* name) {
+  checkReduceDims(self, dims);
   if (!fastInput(self) || !toKernelDType(out_dtype)) return false;
   if (out.defined() && out.scalar_type() != out_dtype) return false;
   const nk::DType compute = *toKernelDType(self.scalar_type());
@@ -324,6 +350,7 @@ at::Tensor& logsumexp_out(const at::Tensor& self, at::IntArrayRef dims, bool kee
 
 bool argReduce(nk::ArgReduceOp op, const at::Tensor& self, DimList dims, bool keepdim,
                at::Tensor* values, at::Tensor& indices, const char* name) {
+  checkReduceDims(self, dims);
   if (!fastInput(self) || !nk::arg_reduce_supports(*toKernelDType(self.scalar_type()))) {
     return false;
   }
@@ -476,6 +503,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "mean.dim", mean_dim);
   NPU_IMPL(m, "mean.out", mean_out);
   NPU_IMPL(m, "prod.dim_int", prod_dim);
+  NPU_IMPL(m, "prod.int_out", prod_out);
   NPU_IMPL(m, "prod", prod_all);
   NPU_IMPL(m, "amax", amax);
   NPU_IMPL(m, "amax.out", amax_out);

@@ -8,6 +8,7 @@
 #include <ATen/native/ResizeCommon.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/is_set_to_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -243,6 +244,22 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
   return out;
 }
 
+// logspace's out= keeps the CPU kernel's rule, which its meta kernel does not: an out of `steps`
+// elements keeps its shape and strides and takes the values in index order (only another count
+// is resized to [steps]). The values are ATen's kernel's.
+at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps,
+                         double base, at::Tensor& out) {
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+  if (out.numel() != steps || out.dim() == 1) {
+    callHostKernel<at::Tensor>(NPU_ATEN_OP("logspace", "out"), start, end, steps, base, out);
+    return out;
+  }
+  at::Tensor values = at::empty({steps}, out.options());
+  callHostKernel<at::Tensor>(NPU_ATEN_OP("logspace", "out"), start, end, steps, base, values);
+  out.copy_(values.view(out.sizes()));
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -264,6 +281,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   NPU_IMPL(m, "record_stream", record_stream);
   NPU_IMPL(m, "arange.start_out", arange_out);
   NPU_IMPL(m, "linspace.out", linspace_out);
+  NPU_IMPL(m, "logspace.out", logspace_out);
 }
 
 }  // namespace torch_npu::native

@@ -542,8 +542,9 @@ print(torch.equal(x.cpu(), reference))
 
 # ---- one device per op: npu and cpu tensors mixed are refused as on CUDA ------------------------
 
-# CUDA's two wordings: its generated wrappers' ("..., but got index is on cpu, different from
-# other tensors on ...") and TensorIterator's ("..., but found at least two devices, ...").
+# The generated wrappers' wording as torch_npu prints it ("..., but found at least two devices,
+# npu:0 and cpu! (when checking argument for argument index in method ...)") and TensorIterator's
+# ("..., but found at least two devices, npu:0 and cpu!").
 SAME_DEVICE = "Expected all tensors to be on the same device, but"
 
 

@@ -259,10 +259,12 @@ def test_issue_cases_raise_with_cuda_message(other):
         with pytest.raises(RuntimeError, match=MESSAGE) as info:
             f()
         assert other in str(info.value), (name, str(info.value))
-    # The argument is named, as CUDA's wrapper does.
-    with pytest.raises(RuntimeError, match=r"but got mat2 is on " + other):
+    # The argument is named, as the generated wrappers do (in torch_npu's words: both devices,
+    # then the argument).
+    with pytest.raises(RuntimeError, match=r"at least two devices, npu:0 and " + other +
+                       r"! \(when checking argument for argument mat2 in method aten::mm\)"):
         torch.mm(a, b)
-    with pytest.raises(RuntimeError, match=r"but got index is on " + other):
+    with pytest.raises(RuntimeError, match=r"npu:0 and " + other + r"! .*argument index in"):
         torch.index_select(a, 0, idx)
 
 
