@@ -46,9 +46,10 @@ def main():
             flags = set(next(line for line in f if line.startswith("flags")).split())
     except (OSError, StopIteration):
         pass
-    have = [f for f in ("avx512f", "avx512_bf16", "avx512_fp16", "f16c") if f in flags]
+    have = [f for f in ("amx_bf16", "avx512f", "avx512_bf16", "avx512_fp16", "f16c") if f in flags]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, CPU: {' '.join(have)} "
-          "(the npu GEMM takes AVX512-BF16 for bf16 where present: see kernels_bench's labels)")
+          "(the npu GEMM takes AMX tiles, else AVX512-BF16, for bf16 where present: see "
+          "kernels_bench's labels)")
     print(f"{'case':<26} {'cpu':>10} {'npu':>10} {'npu/cpu':>8} {'GFLOP/s npu':>12} "
           f"{'CPU time: cpu':>14} {'npu':>9} {'npu/cpu':>8}")
     for dtype, label in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
