@@ -230,17 +230,31 @@ struct MatMulKernel : Model::Kernel {
     }
     float* const out = static_cast<float*>(g.c.data);
     const int64_t ldc = g.c.strides[0];
+    // A contiguous bias and a ReLU (the common Linear) in one vectorised pass over the block;
+    // other activations through the unary kernel on the block.
+    const bool relu = act.on && act.op == k::UnaryOp::Relu;
     k::GemmEpilogue epilogue;
     if (bias_data != nullptr || act.on) {
       epilogue = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-        if (bias_data != nullptr) {
-          for (int64_t i = r0; i < r1; ++i) {
-            float* row = out + i * ldc;
+        for (int64_t i = r0; i < r1 && (bias_data != nullptr || relu); ++i) {
+          float* row = out + i * ldc;
+          if (bias_data != nullptr && bias_stride == 1) {
+            const float* b = bias_data;
+            for (int64_t j = c0; j < c1; ++j) row[j] += bias_scale * b[j];
+          } else if (bias_data != nullptr) {
             for (int64_t j = c0; j < c1; ++j) row[j] += bias_scale * bias_data[j * bias_stride];
           }
+          if (relu) {  // as the unary kernel's ReLU: NaN stays NaN, -0 becomes 0
+            for (int64_t j = c0; j < c1; ++j) {
+              const float v = row[j];
+              row[j] = (v > 0.0f || v != v) ? v : 0.0f;
+            }
+          }
         }
-        act.apply(TensorDesc::make(out + r0 * ldc + c0, DType::Float32, {r1 - r0, c1 - c0},
-                                   {ldc, 1}));
+        if (act.on && !relu) {
+          act.apply(TensorDesc::make(out + r0 * ldc + c0, DType::Float32, {r1 - r0, c1 - c0},
+                                     {ldc, 1}));
+        }
       };
     }
     k::gemm_prepacked(g.c, g.a, g.b, *packed, alpha, 0.0, epilogue);
