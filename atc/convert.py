@@ -721,7 +721,8 @@ def fuse(g: Graph) -> None:
             _drop(g, act, n)
 
 
-FEW_ROWS = 8  # the kernel library's GEMM dot-product path: at most this many rows of A
+# The kernel library's GEMM dot-product path: at most this many rows of A (kGemmFewRowsMax).
+FEW_ROWS = 8
 
 
 def _weight_matmuls(g: Graph):

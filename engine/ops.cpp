@@ -177,6 +177,9 @@ struct MatMulKernel : Model::Kernel {
 
   void prepare_weights(void* const* ptrs, PreparedWeights& prepared) override {
     if (!b_is_weight || gemms.size() != 1 || gemms[0].batched || gemms[0].b_off != 0) return;
+    // A few rows (a decode-time Linear) read the weight directly (gemm's dot-product path):
+    // panels would only take memory.
+    if (gemms[0].c.sizes[0] <= k::kGemmFewRowsMax) return;
     TensorDesc b = gemms[0].b;
     b.data = ptrs[b_id];
     packed = prepared.packed_b(b);

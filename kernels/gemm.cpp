@@ -663,7 +663,7 @@ void scale_c(const TensorDesc& c, double beta) {
 // B, reading and writing all of it for a few rows of A: 3.5x the time at M = 1 (a 32000 x 512
 // weight: 8.6 ms, where a single-threaded MKL sgemv took 2.4 ms on this machine). Columns are
 // split between the threads.
-constexpr int64_t kRowsMax = 8;
+constexpr int64_t kRowsMax = kGemmFewRowsMax;
 
 // out[r] = dot(A row r, col) for R rows at once: each 8 values of the column are loaded once.
 template <int R>

@@ -51,6 +51,10 @@ void gemm(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double 
 void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
                   double alpha = 1.0, double beta = 0.0, CubeMath math = CubeMath::KeepDtype);
 
+// gemm() takes at most this many rows of a float32 A against a float32 B whose columns are
+// contiguous in k (x @ W.T at decode time) as dot products, reading B once and never packing it.
+inline constexpr int64_t kGemmFewRowsMax = 8;
+
 // A float32 B [K, N] packed once into the GEMM's panels, for every product by the same B (an
 // offline model's weights): gemm() packs B at every call, a read and a write of all of it,
 // which for a batch of 64 rows costs as much memory traffic as the product's own reads of B.
