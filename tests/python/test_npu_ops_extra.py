@@ -431,9 +431,9 @@ def test_float_status_register_ops_refuse_clearly():
 
 
 def test_rtol_compare_in_blocks_sees_every_block():
-    from torch_npu.testing.testcase import _COMPARE_BLOCK, TestCase
+    from torch_npu.testing.testcase import TestCase
 
-    n = _COMPARE_BLOCK + 1000
+    n = TestCase._RTOL_CHUNK + 1000
     x = np.ones(n, dtype=np.float32)
     y = x.copy()
     y[-600:] = 2.0  # all in the last block; more than n * 1e-4 elements off
