@@ -30,6 +30,19 @@ def python():
     return run_python
 
 
+@pytest.fixture
+def conv_full_float32():
+    """torch.npu.conv.allow_hf32 off for the test (convolutions in full float32, to compare
+    with the CPU's), restored after."""
+    import torch
+    import torch_npu  # noqa: F401  (torch.npu)
+
+    saved = torch.npu.conv.allow_hf32
+    torch.npu.conv.allow_hf32 = False
+    yield
+    torch.npu.conv.allow_hf32 = saved
+
+
 @pytest.fixture(autouse=True)
 def _no_sanitizer_reports():
     """Under TORCH_NPU_SANITIZER=1 (`make test-sanitized`), a test whose own process made the

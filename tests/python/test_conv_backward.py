@@ -56,12 +56,8 @@ def _id(s):
     return f"n{n}_c{c}_{h}x{w}_o{o}_k{k}_s{st}_p{p}_d{d}_g{g}"
 
 
-@pytest.fixture(autouse=True)
-def _full_float32():
-    before = torch.npu.conv.allow_hf32
-    torch.npu.conv.allow_hf32 = False
-    yield
-    torch.npu.conv.allow_hf32 = before
+# Full float32 convolutions, to compare with the CPU's (conftest.py).
+pytestmark = pytest.mark.usefixtures("conv_full_float32")
 
 
 def _grads(device, x, w, b, go, stride, padding, dilation, groups, input_grad=True):

@@ -39,12 +39,8 @@ SHAPES = [
 IDS = ["b{}_c{}-{}_{}x{}_k{}_s{}_p{}_d{}_g{}".format(*s) for s in SHAPES]
 
 
-@pytest.fixture(autouse=True)
-def hf32_off():
-    saved = torch.npu.conv.allow_hf32
-    torch.npu.conv.allow_hf32 = False
-    yield
-    torch.npu.conv.allow_hf32 = saved
+# Full float32 convolutions, to compare with the CPU's (conftest.py).
+pytestmark = pytest.mark.usefixtures("conv_full_float32")
 
 
 def _operands(shape, dtype, seed):
