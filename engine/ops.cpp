@@ -170,10 +170,10 @@ struct MatMulKernel : Model::Kernel {
   double alpha = 1, beta = 1;
   Activation act;
   TensorDesc out_flat;
+  // B is a float32 model weight and any bias varies along the output's columns only: the
+  // Linear path (packed at load, bias and activation in the GEMM's epilogue).
   bool b_is_weight = false;
   std::shared_ptr<const k::PackedB> packed;
-  // The bias varies along the output's last dimension only (bias[j * stride]).
-  bool bias_per_column = false;
 
   void prepare_weights(void* const* ptrs, PreparedWeights& prepared) override {
     if (!b_is_weight || gemms.size() != 1 || gemms[0].batched || gemms[0].b_off != 0) return;
@@ -304,7 +304,6 @@ std::unique_ptr<Model::Kernel> make_matmul(const ModelDef& def, const NodeInfo& 
     }
     kr->b_is_weight = bt.storage == Storage::Weight && bt.dtype == DType::Float32 &&
                       def.tensors[kr->a_id].dtype == DType::Float32 && per_column;
-    kr->bias_per_column = kr->has_bias && per_column;
   };
   if (a.size() == 2 && b.size() == 2) {
     kr->gemms.push_back({matrix(m, kk, trans_a), matrix(kk, nn, trans_b), matrix(m, nn, false),
