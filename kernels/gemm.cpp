@@ -421,6 +421,53 @@ void pack_b_pairs(const uint16_t* b, int64_t rs, int64_t cs, int64_t kc, int64_t
   }
 }
 
+// A bfloat16 GEMM on the tile unit: A copied into zero-padded rows, B into 32-column pair
+// panels (pack_b_pairs, with K padded to the 32-value tile row), then gemm_amx_bf16_packed.
+void gemm_amx_bf16(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& a, const MatRef& b,
+                   float beta, float* c, int64_t ldc, const AmxBlockDone* done) {
+  constexpr int64_t kBlock = 32, kTileK = 32;
+  const int64_t Mp = (M + kBlock - 1) / kBlock * kBlock;
+  const int64_t Np = (N + kBlock - 1) / kBlock * kBlock;
+  const int64_t Kp = (K + kTileK - 1) / kTileK * kTileK;
+  const int64_t m_blocks = Mp / kBlock, n_blocks = Np / kBlock;
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  auto zeroed = [](size_t bytes) {
+    bytes = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    void* p = std::aligned_alloc(64, bytes);
+    NPU_KERNEL_ASSERT(p != nullptr, "out of host memory for AMX GEMM packing buffers");
+    std::memset(p, 0, bytes);
+    return std::unique_ptr<void, Free>(p);
+  };
+  const auto a_buf = zeroed(static_cast<size_t>(Mp * Kp) * sizeof(uint16_t));
+  const auto b_buf = zeroed(static_cast<size_t>(Np * Kp / 2) * sizeof(uint32_t));
+  uint16_t* const A = static_cast<uint16_t*>(a_buf.get());
+  uint32_t* const B = static_cast<uint32_t*>(b_buf.get());
+  const uint16_t* const as = static_cast<const uint16_t*>(a.data);
+  const uint16_t* const bs = static_cast<const uint16_t*>(b.data);
+  parallel_for(0, m_blocks + n_blocks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      if (t < m_blocks) {  // rows of A
+        for (int64_t i = t * kBlock; i < std::min(M, (t + 1) * kBlock); ++i) {
+          const uint16_t* src = as + i * a.rs;
+          uint16_t* row = A + i * Kp;
+          if (a.cs == 1) {
+            std::memcpy(row, src, K * sizeof(uint16_t));
+          } else {
+            for (int64_t k = 0; k < K; ++k) row[k] = src[k * a.cs];
+          }
+        }
+      } else {  // one 32-column panel of B
+        const int64_t j0 = (t - m_blocks) * kBlock;
+        pack_b_pairs(bs + j0 * b.cs, b.rs, b.cs, K, std::min(kBlock, N - j0), kBlock,
+                     reinterpret_cast<uint16_t*>(B + j0 * (Kp / 2)));
+      }
+    }
+  });
+  gemm_amx_bf16_packed(M, N, Kp, alpha, A, B, beta, c, ldc, done);
+}
+
 template <class P>
 void pack_a_any(const MatRef& a, int64_t r0, int64_t k0, int64_t mc, int64_t kc, int mr,
                 int64_t p0, int64_t p1, P* dst) {
@@ -756,8 +803,7 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
   auto run = [&](T al, T be, T* out, int64_t ld, const BlockDone* done) {
     if constexpr (std::is_same_v<T, float>) {
       if (ma.dtype == DType::BFloat16 && mb.dtype == DType::BFloat16 && use_amx(M, N, K)) {
-        gemm_amx_bf16(M, N, K, al, static_cast<const uint16_t*>(ma.data), ma.rs, ma.cs,
-                      static_cast<const uint16_t*>(mb.data), mb.rs, mb.cs, be, out, ld, done);
+        gemm_amx_bf16(M, N, K, al, ma, mb, be, out, ld, done);
         return;
       }
       if (ma.dtype == DType::BFloat16 && mb.dtype == DType::BFloat16 && use_avx512_bf16()) {

@@ -7,10 +7,10 @@
 // of C: 8192 multiply-adds an instruction, float32 accumulation. The kernel keeps a 32 x 32
 // block of C in four tiles (tmm0-3) across all of K, loading two A tiles (tmm4-5) and two B
 // tiles (tmm6-7) per 32 values of k.
-//  - A is packed once into a zero-padded row-major copy (rows to a multiple of 32, k to 32);
-//    B into 32-column panels of k pairs (k padded with zeros), each panel's two 16-column halves
-//    64 bytes apart in a 128-byte row: both copies are shared by the threads, which then take
-//    128 x 128 chunks of C, each over K blocks of 512 (the chunk's A rows and B columns of a K
+//  - The operands come packed (gemm.cpp, gemm_amx_bf16): A as a zero-padded row-major copy
+//    (rows to a multiple of 32, k to 32), B as 32-column panels of k pairs (the AVX512-BF16
+//    path's pair panels, k padded with zeros), each panel's two 16-column halves 64 bytes apart
+//    in a 128-byte row. Both copies are shared by the threads, which take 128 x 128 chunks of C, each over K blocks of 512 (the chunk's A rows and B columns of a K
 //    block stay in L2 while its 16 blocks go over them; running sums wait in a float buffer).
 //  - Then C = alpha * AB + beta * C is written for the chunk's valid rows and columns (beta == 0
 //    never reads C), and `done` is told.
@@ -67,47 +67,10 @@ std::unique_ptr<T, FreeDeleter> aligned_zeroed(size_t n) {
 
 }  // namespace
 
-void gemm_amx_bf16(
-    int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t ars, int64_t acs,
-    const uint16_t* b, int64_t brs, int64_t bcs, float beta, float* c, int64_t ldc,
-    const AmxBlockDone* done) {
-  const int64_t Mp = (M + kBlock - 1) / kBlock * kBlock;
-  const int64_t Np = (N + kBlock - 1) / kBlock * kBlock;
-  const int64_t Kp = (K + kTileK - 1) / kTileK * kTileK;
-  const int64_t m_blocks = Mp / kBlock, n_blocks = Np / kBlock;
-
-  // A: rows of Kp values; B: panel q holds Kp / 2 rows of 32 words (pairs of k), 128 bytes each.
-  auto ap = aligned_zeroed<uint16_t>(static_cast<size_t>(Mp * Kp));
-  auto bp = aligned_zeroed<uint32_t>(static_cast<size_t>(Np * Kp / 2));
-  uint16_t* const A = ap.get();
-  uint32_t* const B = bp.get();
-  parallel_for(0, m_blocks + n_blocks, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      if (t < m_blocks) {
-        for (int64_t i = t * kBlock; i < std::min<int64_t>(M, (t + 1) * kBlock); ++i) {
-          uint16_t* row = A + i * Kp;
-          const uint16_t* src = a + i * ars;
-          if (acs == 1) {
-            std::memcpy(row, src, K * sizeof(uint16_t));
-          } else {
-            for (int64_t k = 0; k < K; ++k) row[k] = src[k * acs];
-          }
-        }
-        continue;
-      }
-      const int64_t q = t - m_blocks;
-      uint32_t* panel = B + q * (Kp / 2) * kBlock;
-      const int64_t j0 = q * kBlock, cols = std::min<int64_t>(kBlock, N - j0);
-      for (int64_t p = 0; p < (K + 1) / 2; ++p) {
-        const uint16_t* r0 = b + 2 * p * brs + j0 * bcs;
-        const uint16_t* r1 = 2 * p + 1 < K ? r0 + brs : nullptr;
-        uint32_t* d = panel + p * kBlock;
-        for (int64_t j = 0; j < cols; ++j) {
-          d[j] = uint32_t(r0[j * bcs]) | (r1 ? uint32_t(r1[j * bcs]) << 16 : 0u);
-        }
-      }
-    }
-  });
+void gemm_amx_bf16_packed(int64_t M, int64_t N, int64_t Kp, float alpha, const uint16_t* A,
+                          const uint32_t* B, float beta, float* c, int64_t ldc,
+                          const AmxBlockDone* done) {
+  const int64_t m_blocks = (M + kBlock - 1) / kBlock, n_blocks = (N + kBlock - 1) / kBlock;
 
   // Tasks of kChunk x kChunk of C; each runs K in blocks of kKC, so that the task's A rows and
   // B columns of one K block (kChunk x kKC values each, 128 KB) stay in L2 while every 32 x 32

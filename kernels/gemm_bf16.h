@@ -29,11 +29,12 @@ bool amx_bf16_usable();
 // Told the block of C (rows [r0, r1) x columns [c0, c1)) each time one is final.
 using AmxBlockDone = std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
 
-// C[M x N] (float, row-major, leading dimension ldc) = alpha * A B + beta * C for bfloat16 A
-// (element (i, k) at a[i * ars + k * acs]) and B (element (k, j) at b[k * brs + j * bcs]), on
-// the tile unit (gemm_amx.cpp). beta == 0 never reads C. Call only when amx_bf16_usable().
-void gemm_amx_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t ars,
-                   int64_t acs, const uint16_t* b, int64_t brs, int64_t bcs, float beta, float* c,
-                   int64_t ldc, const AmxBlockDone* done);
+// C[M x N] (float, row-major, leading dimension ldc) = alpha * A B + beta * C on the tile unit
+// (gemm_amx.cpp), over packed bfloat16 operands: A [round_up(M, 32) x Kp] row-major, zero-padded,
+// Kp a multiple of 32; B as round_up(N, 32) / 32 panels of Kp / 2 rows of 32 words (pairs of
+// k), zero-padded. beta == 0 never reads C. Call only when amx_bf16_usable().
+void gemm_amx_bf16_packed(int64_t M, int64_t N, int64_t Kp, float alpha, const uint16_t* A,
+                          const uint32_t* B, float beta, float* c, int64_t ldc,
+                          const AmxBlockDone* done);
 
 }  // namespace npu::kernels::detail::gemm
