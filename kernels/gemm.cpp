@@ -120,7 +120,7 @@ Kernel<T, P> select_kernel() {
 // panels take twice the k values in the same bytes.
 template <class P>
 struct Blocking {
-  static constexpr int64_t kKC = std::is_same_v<P, double> ? 256 : std::is_same_v<P, float> ? 384 : 768;
+  static constexpr int64_t kKC = std::is_same_v<P, double> ? 256 : std::is_same_v<P, float> ? 512 : 768;
   static constexpr int64_t kNC = std::is_same_v<P, double> ? 384 : 512;
   static constexpr int64_t kPackedA = (16 << 20) / sizeof(P);  // 16 MB of packed A at most
 };
@@ -543,9 +543,10 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   static_assert(!kBf16C || std::is_same_v<P, uint16_t>, "a bfloat16 C needs the bfloat16 kernel");
   Kernel<T, P> kern = select_kernel<T, P>();
   if constexpr (std::is_same_v<P, float>) {
-    // Implicit GEMMs (convolutions) often have an M of 8, 16 or 32 output channels, which
-    // 14-row panels pad by up to 75%.
-    if (imp && kern.mr == 14 && (M + 7) / 8 * 8 < (M + 13) / 14 * 14) {
+    // 8-row panels where 14-row ones pad more rows: convolutions' 8, 16 or 32 output channels
+    // (padded by up to 75%), a batch of 64 rows (70). Each C value sums its k in the same order
+    // with either kernel, so the choice never changes a result.
+    if (kern.mr == 14 && (M + 7) / 8 * 8 < (M + 13) / 14 * 14) {
       kern = {8, 32, &kernel_avx512_f32_8x32};
     }
   }
