@@ -115,6 +115,25 @@ Kernel<T, P> select_kernel() {
   }
 }
 
+// The float32 kernel for an M x N product: 8-row panels where 14-row ones pad more rows
+// (convolutions' 8, 16 or 32 output channels: 14-row panels pad them by up to 75%; a batch of 64
+// rows: 70), 16-column panels for an N of at most 16 (a classifier's 10 outputs: 32-column
+// panels would be two thirds padding). Each C value sums its k in the same order with any of
+// them, so the choice never changes a result.
+Kernel<float, float> select_float_kernel(int64_t M, int64_t N) {
+  Kernel<float, float> kern = select_kernel<float, float>();
+  if (kern.mr != 14) return kern;  // AVX2
+  const bool narrow = N <= 16;
+  if ((M + 7) / 8 * 8 < (M + 13) / 14 * 14) {
+    return narrow ? Kernel<float, float>{8, 16, &kernel_avx512_f32_8x16}
+                  : Kernel<float, float>{8, 32, &kernel_avx512_f32_8x32};
+  }
+  return narrow ? Kernel<float, float>{14, 16, &kernel_avx512_f32_14x16} : kern;
+}
+
+// The panel width of B for a float32 GEMM with N columns (PackedB packs to it).
+int float_nr(int64_t N) { return select_float_kernel(14, N).nr; }
+
 // Block sizes (elements of k / columns). KC * NR * sizeof(P) of B plus an A panel fit L1; a
 // KC x NC B block fits L2 (2 MB per core on the target Xeon, ~1 MB on older ones). bfloat16
 // panels take twice the k values in the same bytes.
@@ -542,14 +561,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   constexpr bool kBf16C = std::is_same_v<CT, uint16_t>;
   static_assert(!kBf16C || std::is_same_v<P, uint16_t>, "a bfloat16 C needs the bfloat16 kernel");
   Kernel<T, P> kern = select_kernel<T, P>();
-  if constexpr (std::is_same_v<P, float>) {
-    // 8-row panels where 14-row ones pad more rows: convolutions' 8, 16 or 32 output channels
-    // (padded by up to 75%), a batch of 64 rows (70). Each C value sums its k in the same order
-    // with either kernel, so the choice never changes a result.
-    if (kern.mr == 14 && (M + 7) / 8 * 8 < (M + 13) / 14 * 14) {
-      kern = {8, 32, &kernel_avx512_f32_8x32};
-    }
-  }
+  if constexpr (std::is_same_v<P, float>) kern = select_float_kernel(M, N);
   const int mr = kern.mr, nr = kern.nr;
   constexpr int step = kStep<P>;
   using B = Blocking<P>;
@@ -886,7 +898,7 @@ PackedB::PackedB(const TensorDesc& b, CubeMath math) : math_(math) {
   using namespace detail::gemm;
   k_ = b.sizes[0];
   n_ = b.sizes[1];
-  nr_ = select_kernel<float, float>().nr;
+  nr_ = float_nr(n_);
   n_padded_ = (n_ + nr_ - 1) / nr_ * nr_;
   // K blocks of the driver's KC, each holding every column's panel: block pc starts at
   // pc * n_padded (every block before it has KC rows).
@@ -914,7 +926,7 @@ void gemm_prepacked(const TensorDesc& c, const TensorDesc& a, const TensorDesc& 
   const int64_t ldc = M == 1 ? N : c.strides[0];
   const bool fits = c.dtype == DType::Float32 && a.dtype == DType::Float32 &&
                     (c.strides[1] == 1 || N == 1) && M > 0 && N > 0 && K > 0 &&
-                    select_kernel<float, float>().nr == packed.nr();
+                    float_nr(N) == packed.nr();
   float* cp = static_cast<float*>(c.data);
   if (fits && few_rows_gemm(M, N, K, float(alpha), ma, mb, float(beta), cp, ldc)) {
     if (epilogue) epilogue(0, M, 0, N);

@@ -88,6 +88,15 @@ NPU_AVX512 inline void kernel_avx512_f32_8x32(int64_t k, const float* a, const f
                                               float* c, int64_t ldc, float alpha, float beta) {
   body_avx512<Avx512F, 8, 2>(k, a, b, c, ldc, alpha, beta);
 }
+// 16-column panels, for an N of at most 16.
+NPU_AVX512 inline void kernel_avx512_f32_14x16(int64_t k, const float* a, const float* b,
+                                               float* c, int64_t ldc, float alpha, float beta) {
+  body_avx512<Avx512F, 14, 1>(k, a, b, c, ldc, alpha, beta);
+}
+NPU_AVX512 inline void kernel_avx512_f32_8x16(int64_t k, const float* a, const float* b,
+                                              float* c, int64_t ldc, float alpha, float beta) {
+  body_avx512<Avx512F, 8, 1>(k, a, b, c, ldc, alpha, beta);
+}
 NPU_AVX512 inline void kernel_avx512_f64_14x16(int64_t k, const double* a, const double* b,
                                                double* c, int64_t ldc, double alpha,
                                                double beta) {

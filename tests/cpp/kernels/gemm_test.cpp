@@ -85,6 +85,21 @@ TEST_P(GemmIsa, ShapesAroundTileAndBlockEdges) {
   }
 }
 
+// 16-column panels (N <= 16, a classifier's last layer) and 8-row panels (M a multiple of 8 that
+// 14 rows would pad), across K blocks (K > 512), every layout, alpha and beta.
+TEST_P(GemmIsa, NarrowAndEightRowPanels) {
+  const int64_t shapes[][3] = {{64, 10, 512}, {64, 10, 1100}, {23, 16, 700}, {9, 15, 33},
+                               {70, 12, 40},  {16, 17, 600},  {64, 40, 1030}};
+  for (auto& s : shapes) {
+    for (int mask = 0; mask < 8; ++mask) {
+      check_gemm({s[0], s[1], s[2], bool(mask & 1), bool(mask & 2), bool(mask & 4), 1.0, 0.0,
+                  DType::Float32, DType::Float32, DType::Float32});
+    }
+    check_gemm({s[0], s[1], s[2], false, true, false, -1.5, 0.5, DType::Float32, DType::Float32,
+                DType::Float32});
+  }
+}
+
 TEST_P(GemmIsa, TransposedOperandsAndColumnMajorC) {
   for (int mask = 0; mask < 8; ++mask) {
     check_gemm({37, 45, 53, bool(mask & 1), bool(mask & 2), bool(mask & 4), 1.0, 0.0,
@@ -428,7 +443,8 @@ TEST_P(GemmIsa, BFloat16TileSizes) {
 // for bit (and, with HF32, the HF32 product); the epilogue sees every element of C exactly once.
 TEST_P(GemmIsa, PrepackedBEqualsGemmAndVisitsEveryBlockOnce) {
   const int64_t shapes[][3] = {{1, 1, 1},    {5, 45, 37},  {9, 33, 17},   {14, 32, 384},
-                               {64, 512, 256}, {64, 10, 512}, {100, 70, 385}, {131, 257, 800}};
+                               {64, 512, 256}, {64, 10, 512}, {100, 70, 385}, {131, 257, 800},
+                               {64, 10, 1100}, {23, 16, 700}};
   for (auto& s : shapes) {
     for (bool tb : {false, true}) {
       for (auto math : {nk::CubeMath::KeepDtype, nk::CubeMath::HF32}) {
