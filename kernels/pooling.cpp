@@ -164,6 +164,44 @@ int64_t max_pool_row8(const float* x, int64_t H, int64_t W, int64_t hs, const Po
   return ow;
 }
 
+// The 2x2 / stride 2 window without padding or dilation, values only (inference: no indices
+// wanted), over a float plane: row oh of y from input rows 2 oh and 2 oh + 1 of x, with
+// max_pool_row8's rule (a later value is taken if greater or NaN, in the order (0,0), (0,1),
+// (1,0), (1,1)), so the values equal the indexed path's. No index vector is built or written.
+void max_pool_2x2_values(const float* x, int64_t W, int64_t OH, int64_t OW, float* y) {
+  auto split = [](const float* q, __m256* even, __m256* odd) {
+    const __m256 a = _mm256_loadu_ps(q), b = _mm256_loadu_ps(q + 8);
+    *even = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+    *odd = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+  };
+  auto take = [](__m256 best, __m256 v) {
+    const __m256 m = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    return _mm256_blendv_ps(best, v, m);
+  };
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const float* r0 = x + 2 * oh * W;
+    const float* r1 = r0 + W;
+    float* yr = y + oh * OW;
+    int64_t ow = 0;
+    for (; ow + 8 <= OW; ow += 8) {
+      __m256 v0, v1, v2, v3;
+      split(r0 + 2 * ow, &v0, &v1);
+      split(r1 + 2 * ow, &v2, &v3);
+      _mm256_storeu_ps(yr + ow, take(take(take(v0, v1), v2), v3));
+    }
+    for (; ow < OW; ++ow) {
+      const float v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+      float best = v[0];
+      for (int i = 1; i < 4; ++i) {
+        if (v[i] > best || std::isnan(v[i])) best = v[i];
+      }
+      yr[ow] = best;
+    }
+  }
+}
+
 int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
 int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
 
@@ -193,6 +231,16 @@ void max_pool2d(const TensorDesc& out, const TensorDesc& indices, const TensorDe
     const int64_t ow_lo = std::min(OW, (p.padding[1] + p.stride[1] - 1) / p.stride[1]);
     const int64_t ow_hi = std::max(ow_lo, std::min(OW, W - span_w + p.padding[1] > 0
         ? (W - 1 - span_w + p.padding[1]) / p.stride[1] + 1 : 0));
+    if constexpr (std::is_same_v<T, float>) {
+      if (!want_indices && p.kernel[0] == 2 && p.kernel[1] == 2 && p.stride[0] == 2 &&
+          p.stride[1] == 2 && p.padding[0] == 0 && p.padding[1] == 0 && p.dilation[0] == 1 &&
+          p.dilation[1] == 1 && 2 * OH <= H && 2 * OW <= W) {
+        for_each_plane<T>(po, pi, OH * OW * 4, [&](int64_t, const T* x, T* y) {
+          max_pool_2x2_values(x, W, OH, OW, y);
+        });
+        return;
+      }
+    }
     for_each_plane<T>(po, pi, OH * OW * p.kernel[0] * p.kernel[1], [&](int64_t plane, const T* x, T* y) {
       std::vector<int64_t> idx(static_cast<size_t>(OH * OW));
       for (int64_t oh = 0; oh < OH; ++oh) {

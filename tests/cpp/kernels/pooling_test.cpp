@@ -257,5 +257,40 @@ TEST(Pooling, EmptyBatchAndSupports) {
   EXPECT_FALSE(nk::pooling_supports(DType::Int64));
 }
 
+// The values-only 2x2 / stride 2 path (no indices: the inference engine) keeps the indexed
+// path's rule bit for bit: among equal values the first in window order (-0 before +0 gives
+// -0), a NaN anywhere in the window wins; 8-column vector blocks and a scalar tail.
+TEST(Pooling, MaxPool2x2ValuesOnlyKeepsTheFirstOfEqualValuesAndNaN) {
+  const std::vector<int64_t> is = {1, 2, 4, 42}, os = {1, 2, 2, 21};
+  HostTensor x(DType::Float32, is), y(DType::Float32, os), y_idx(DType::Float32, os),
+      idx(DType::Int64, os);
+  fill_uniform(x, -1, 1);
+  auto at = [&](int64_t c, int64_t h, int64_t w) { return (c * 4 + h) * 42 + w; };
+  for (int64_t ow : {0, 9, 20}) {  // first vector block, second, scalar tail
+    x.set(at(0, 0, 2 * ow), -0.0);
+    x.set(at(0, 0, 2 * ow + 1), 0.0);
+    x.set(at(0, 1, 2 * ow), -0.0);
+    x.set(at(0, 1, 2 * ow + 1), 0.0);
+    x.set(at(1, 3, 2 * ow + 1), NAN);  // the last of its window
+  }
+  nk::Pool2dParams p;
+  p.kernel[0] = p.kernel[1] = p.stride[0] = p.stride[1] = 2;
+  nk::max_pool2d(y.desc(), nk::TensorDesc::make(nullptr, DType::Int64, os.data(), 4), x.desc(), p);
+  nk::max_pool2d(y_idx.desc(), idx.desc(), x.desc(), p);
+  EXPECT_EQ(y.buf, y_idx.buf);  // bit for bit, NaN payload and the sign of zero included
+  for (int64_t ow : {0, 9, 20}) {
+    EXPECT_TRUE(std::signbit(y.get(ow))) << "ow " << ow;  // -0, the first of the equal zeros
+    EXPECT_TRUE(std::isnan(y.get(2 * 21 + 21 + ow))) << "ow " << ow;
+  }
+  for (int64_t ow = 0; ow < 21; ++ow) {
+    if (ow == 0 || ow == 9 || ow == 20) continue;
+    double want = -INFINITY;
+    for (int64_t a = 0; a < 2; ++a) {
+      for (int64_t b = 0; b < 2; ++b) want = std::max(want, x.get(at(1, 2 + a, 2 * ow + b)));
+    }
+    EXPECT_EQ(y.get(2 * 21 + 21 + ow), want) << "ow " << ow;
+  }
+}
+
 }  // namespace
 }  // namespace ktest
