@@ -405,7 +405,12 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
                                            : nullptr);
   const bool relu = g.p.fuse_relu;
   float* const out_data = static_cast<float*>(out.data);
-  const float* const bias_data = with_bias ? static_cast<const float*>(bias->data) : nullptr;
+  std::vector<float> bias_rows;  // the bias, contiguous (the GEMM's row bias)
+  if (with_bias) {
+    const float* b = static_cast<const float*>(bias->data);
+    bias_rows.resize(static_cast<size_t>(g.G * g.Og));
+    for (int64_t o = 0; o < g.G * g.Og; ++o) bias_rows[o] = b[o * bias->strides[0]];
+  }
   for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
     const int64_t nb = std::min(slice, g.N - n0);
     if (padded) pad_input(input, n0, nb, g, Hp, Wp, xp.get());
@@ -435,24 +440,9 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
           pack_patches(x_group + n * sn, sc, sh, sw, g, k0, kc, c0, nc, nr, dst);
         };
       }
-      if (with_bias || relu) {
-        const float* b = with_bias ? bias_data + gr * g.Og * bias->strides[0] : nullptr;
-        const int64_t bs = with_bias ? bias->strides[0] : 0;
-        ig.epilogue = [&, b, bs](int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-          for (int64_t o = r0; o < r1; ++o) {
-            float* y = ig.c + n * ig.c_batch_stride + o * ig.ldc;
-            const float bv = b ? b[o * bs] : 0.0f;
-            if (relu) {  // relu(NaN) = NaN, as the unary Relu
-              for (int64_t l = c0; l < c1; ++l) {
-                const float v = y[l] + bv;
-                y[l] = (v > 0.0f || v != v) ? v : 0.0f;
-              }
-            } else {
-              for (int64_t l = c0; l < c1; ++l) y[l] += bv;
-            }
-          }
-        };
-      }
+      // The bias and ReLU are applied by the GEMM's micro-kernels as they store C.
+      ig.row_bias = with_bias ? bias_rows.data() + gr * g.Og : nullptr;
+      ig.relu = relu;
       gemm_implicit(ig);
     }
   }

@@ -563,6 +563,24 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   Kernel<T, P> kern = select_kernel<T, P>();
   if constexpr (std::is_same_v<P, float>) kern = select_float_kernel(M, N);
   const int mr = kern.mr, nr = kern.nr;
+  // The implicit GEMM's fused output stage (row bias, ReLU): AVX-512 kernels apply it in their
+  // stores; the AVX2 path and edge tiles apply it to the tile's C values right after.
+  const float* const row_bias = imp ? imp->row_bias : nullptr;
+  const bool relu = imp && imp->relu, post = row_bias || relu;
+  PostKernelF post_fn = nullptr;
+  if constexpr (std::is_same_v<P, float>) {
+    if (post && kern.fn == &kernel_avx512_f32_14x32) post_fn = &kernel_avx512_f32_post<14, 2>;
+    if (post && kern.fn == &kernel_avx512_f32_8x32) post_fn = &kernel_avx512_f32_post<8, 2>;
+    if (post && kern.fn == &kernel_avx512_f32_14x16) post_fn = &kernel_avx512_f32_post<14, 1>;
+    if (post && kern.fn == &kernel_avx512_f32_8x16) post_fn = &kernel_avx512_f32_post<8, 1>;
+  }
+  auto post_value = [&](int64_t row, T v) -> T {
+    if constexpr (std::is_same_v<T, float>) {
+      if (row_bias) v += row_bias[row];
+      if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;
+    }
+    return v;
+  };
   constexpr int step = kStep<P>;
   using B = Blocking<P>;
   static_assert(B::kKC % step == 0, "K blocks must hold whole k pairs");
@@ -639,6 +657,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
           const int64_t kc = std::min(kc_max, K - pc);
           const int64_t kcp = (kc + step - 1) / step * step;
           const T beta_eff = pc == 0 ? beta : T(1);
+          const bool post_now = post && pc + kc >= K;  // the last K block: C is final
           const P* b_block = bp;
           if constexpr (std::is_same_v<P, float>) {
             if (packed) {
@@ -672,8 +691,20 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
                 if constexpr (kBf16C) {
                   kernel_avx512bf16_14x32_bf16c(kcp / step, a_panel, b_panel, cp, ldc, alpha,
                                                 beta_eff);
+                } else if (post_now && post_fn) {
+                  if constexpr (std::is_same_v<T, float> && std::is_same_v<P, float>) {
+                    post_fn(kcp, a_panel, b_panel, cp, ldc, alpha, beta_eff,
+                            row_bias ? row_bias + row : nullptr, relu);
+                  }
                 } else {
                   kern.fn(kcp / step, a_panel, b_panel, cp, ldc, alpha, beta_eff);
+                  if (post_now) {
+                    for (int i = 0; i < rows; ++i) {
+                      for (int j = 0; j < cols; ++j) {
+                        cp[i * ldc + j] = post_value(row + i, cp[i * ldc + j]);
+                      }
+                    }
+                  }
                 }
               } else {
                 kern.fn(kcp / step, a_panel, b_panel, tile, nr, T(1), T(0));
@@ -685,7 +716,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
                       if (beta_eff != T(0)) v += beta_eff * bf16_to_float(BFloat16{out});
                       out = float_to_bf16(v).bits;
                     } else {
-                      cp[i * ldc + j] = beta_eff == T(0) ? v : v + beta_eff * cp[i * ldc + j];
+                      v = beta_eff == T(0) ? v : v + beta_eff * cp[i * ldc + j];
+                      cp[i * ldc + j] = post_now ? post_value(row + i, v) : v;
                     }
                   }
                 }

@@ -63,6 +63,11 @@ struct Avx2D {
   NPU_ALWAYS_INLINE static V mul(V a, V b) { return _mm256_mul_pd(a, b); }
 };
 
+// The identity output stage of the micro-kernels (gemm_body.inc's post).
+struct NoPost {
+  static constexpr bool kIdentity = true;
+};
+
 #define NPU_GEMM_NAME body_avx2
 #define NPU_GEMM_ATTR
 #include "gemm_body.inc"
@@ -97,6 +102,33 @@ NPU_AVX512 inline void kernel_avx512_f32_8x16(int64_t k, const float* a, const f
                                               float* c, int64_t ldc, float alpha, float beta) {
   body_avx512<Avx512F, 8, 1>(k, a, b, c, ldc, alpha, beta);
 }
+// The float32 kernels with an output stage fused into their stores: C row i of the tile gets
+// + row_bias[i] (when row_bias is not null), then ReLU (when relu; NaN stays NaN, -0 becomes
+// +0: (v > 0 || v != v) ? v : 0), so a convolution's bias and activation cost no pass over C.
+// The same float operations in the same order as the unfused pass did after the GEMM.
+struct RowBiasReluF {
+  static constexpr bool kIdentity = false;
+  const float* row_bias;
+  bool relu;
+  NPU_AVX512 NPU_ALWAYS_INLINE __m512 operator()(int i, __m512 v) const {
+    if (row_bias) v = _mm512_add_ps(v, _mm512_set1_ps(row_bias[i]));
+    if (relu) {
+      const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) |
+                             _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      v = _mm512_maskz_mov_ps(keep, v);
+    }
+    return v;
+  }
+};
+using PostKernelF = void (*)(int64_t k, const float* a, const float* b, float* c, int64_t ldc,
+                             float alpha, float beta, const float* row_bias, bool relu);
+template <int MR, int NV>
+NPU_AVX512 void kernel_avx512_f32_post(int64_t k, const float* a, const float* b, float* c,
+                                       int64_t ldc, float alpha, float beta,
+                                       const float* row_bias, bool relu) {
+  body_avx512<Avx512F, MR, NV>(k, a, b, c, ldc, alpha, beta, RowBiasReluF{row_bias, relu});
+}
+
 NPU_AVX512 inline void kernel_avx512_f64_14x16(int64_t k, const double* a, const double* b,
                                                double* c, int64_t ldc, double alpha,
                                                double beta) {

@@ -143,7 +143,8 @@ TEST(Conv2d, StridePaddingDilationGroups) {
 
 TEST(Conv2d, ImplicitGemmPath) {
   std::vector<ConvCase> cases = {
-      {3, 48, 9, 7, 20, 3, 3, 1, 1, 1, 1},         // K = 432: two K blocks; 20 rows: edge panel
+      {3, 48, 9, 7, 20, 3, 3, 1, 1, 1, 1},         // K = 432; 20 rows: edge panel
+      {2, 64, 9, 7, 20, 3, 3, 1, 1, 1, 1},         // K = 576: two K blocks of 512
       {2, 4, 30, 30, 5, 3, 3, 1, 1, 1, 1},         // L = 900: column blocks, panels span rows
       {5, 3, 11, 13, 30, 3, 3, 2, 1, 0, 2, 1, 2},  // odd sizes, stride, dilation, batch of 5
       {4, 6, 10, 9, 9, 3, 3, 1, 1, 2, 1, 2, 2, 3},  // groups 3, padding > dilation reach
@@ -175,6 +176,45 @@ TEST(Conv2d, ImplicitGemmPath) {
 // HF32 convolution == float32 convolution of input and weight rounded beforehand, bit for bit,
 // on the implicit-GEMM forward, the im2col forward (a column-major output) and the backward
 // (grad_output rounded too).
+// The bias and ReLU fused into the GEMM's stores (AVX-512 micro-kernels, edge tiles, the AVX2
+// path) give the bits of the unfused conv followed by y + b then (v > 0 || v != v) ? v : 0
+// (NaN kept), over one and two K blocks and a row count with an edge panel.
+TEST(Conv2d, FusedBiasReluEqualsConvThenBiasReluBitForBit) {
+  const ConvCase cases[] = {{2, 3, 20, 21, 32, 3, 3, 1, 1, 1, 1},
+                            {2, 64, 9, 7, 20, 3, 3, 1, 1, 1, 1},
+                            {1, 5, 6, 40, 13, 3, 3, 1, 1, 1, 1}};
+  for (const char* isa : {"avx2", "auto"}) {
+    nk::testing::set_gemm_isa(isa);
+    for (const ConvCase& k : cases) {
+      SCOPED_TRACE(::testing::Message() << isa << " C" << k.C << " O" << k.O);
+      const int64_t OH = k.H, OW = k.W;  // 3x3, padding 1, stride 1
+      HostTensor x(DType::Float32, {k.N, k.C, k.H, k.W}), w(DType::Float32, {k.O, k.C, 3, 3}),
+          b(DType::Float32, {k.O}), fused(DType::Float32, {k.N, k.O, OH, OW});
+      fill_uniform(x, -1, 1);
+      fill_uniform(w, -1, 1);
+      fill_uniform(b, -1, 1);
+      x.set(5 * k.W + 7, NAN);  // a NaN through every output channel near it
+      HostTensor plain = fused;
+      nk::Conv2dParams p;
+      p.padding[0] = p.padding[1] = 1;
+      nk::conv2d(plain.desc(), x.desc(), w.desc(), nullptr, p);
+      p.fuse_relu = true;
+      TensorDesc bd = b.desc();
+      nk::conv2d(fused.desc(), x.desc(), w.desc(), &bd, p);
+      HostTensor want = plain;
+      int64_t nans = 0;
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        const float v = static_cast<float>(plain.get(i)) + static_cast<float>(b.get(i / (OH * OW) % k.O));
+        want.set(i, (v > 0.0f || v != v) ? v : 0.0f);
+        nans += std::isnan(v);
+      }
+      EXPECT_GT(nans, 0);
+      EXPECT_EQ(fused.buf, want.buf);
+    }
+  }
+  nk::testing::set_gemm_isa("auto");
+}
+
 TEST(Conv2d, Hf32ReadsInputWeightAndGradOutputAsHf32) {
   auto rounded = [](const HostTensor& t) {
     HostTensor r = t;
