@@ -233,20 +233,23 @@ struct MatMulKernel : Model::Kernel {
     }
     float* const out = static_cast<float*>(g.c.data);
     const int64_t ldc = g.c.strides[0];
-    // A contiguous bias and a ReLU (the common Linear) in one vectorised pass over the block;
-    // other activations through the unary kernel on the block.
+    // A contiguous bias and a ReLU (the common Linear) are fused into the GEMM's stores (no pass
+    // over C); a strided bias and other activations run on each finished block of C.
     const bool relu = act.on && act.op == k::UnaryOp::Relu;
+    k::GemmOutputStage stage;
+    if (bias_data != nullptr && bias_stride == 1) {
+      stage.col_bias = bias_data;
+      stage.col_scale = bias_scale;
+      stage.relu = relu;
+    } else if (bias_data == nullptr) {
+      stage.relu = relu;
+    }
     k::GemmEpilogue epilogue;
-    if (bias_data != nullptr || act.on) {
+    if (!stage.active() ? (bias_data != nullptr || act.on) : (act.on && !relu)) {
       epilogue = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-        for (int64_t i = r0; i < r1 && (bias_data != nullptr || relu); ++i) {
-          float* row = out + i * ldc;
-          if (bias_data != nullptr && bias_stride == 1) {
-            const float* b = bias_data;
-            for (int64_t j = c0; j < c1; ++j) row[j] += bias_scale * b[j];
-          } else if (bias_data != nullptr) {
-            for (int64_t j = c0; j < c1; ++j) row[j] += bias_scale * bias_data[j * bias_stride];
-          }
+        for (int64_t i = r0; i < r1 && bias_data != nullptr && !stage.active(); ++i) {
+          float* row = out + i * ldc;  // a strided bias, then the activation
+          for (int64_t j = c0; j < c1; ++j) row[j] += bias_scale * bias_data[j * bias_stride];
           if (relu) {  // as the unary kernel's ReLU: NaN stays NaN, -0 becomes 0
             for (int64_t j = c0; j < c1; ++j) {
               const float v = row[j];
@@ -260,7 +263,7 @@ struct MatMulKernel : Model::Kernel {
         }
       };
     }
-    k::gemm_prepacked(g.c, g.a, g.b, *packed, alpha, 0.0, epilogue);
+    k::gemm_prepacked(g.c, g.a, g.b, *packed, alpha, 0.0, epilogue, stage);
   }
 };
 

@@ -441,8 +441,8 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
         };
       }
       // The bias and ReLU are applied by the GEMM's micro-kernels as they store C.
-      ig.row_bias = with_bias ? bias_rows.data() + gr * g.Og : nullptr;
-      ig.relu = relu;
+      ig.stage.row_bias = with_bias ? bias_rows.data() + gr * g.Og : nullptr;
+      ig.stage.relu = relu;
       gemm_implicit(ig);
     }
   }

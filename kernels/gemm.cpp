@@ -134,6 +134,13 @@ Kernel<float, float> select_float_kernel(int64_t M, int64_t N) {
 // The panel width of B for a float32 GEMM with N columns (PackedB packs to it).
 int float_nr(int64_t N) { return select_float_kernel(14, N).nr; }
 
+// v + s * b with the product rounded first, as the vector output stage computes it (this file
+// is compiled with FMA, and the compiler would contract the plain expression, or a product
+// that computed v, into one). s = 1 adds b alone.
+inline float add_scaled(float v, float s, float b) {
+  return _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_mul_ss(_mm_set_ss(s), _mm_set_ss(b))));
+}
+
 // Block sizes (elements of k / columns). KC * NR * sizeof(P) of B plus an A panel fit L1; a
 // KC x NC B block fits L2 (2 MB per core on the target Xeon, ~1 MB on older ones). bfloat16
 // panels take twice the k values in the same bytes.
@@ -554,30 +561,36 @@ inline constexpr int64_t kBf16DirectBBytes = 512 << 10;
 // block_done; b is then unused.
 //
 // packed (float only): B's panels made beforehand (PackedB); b is then unused.
+//
+// stage (float only): an output stage fused into the stores of C's final values (for imp, its
+// own stage is used).
 template <class T, class P, class CT = T>
 void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const MatRef& b, T beta,
             CT* c, int64_t ldc, const BlockDone* block_done,
-            const ImplicitGemm* imp = nullptr, const PackedB* packed = nullptr) {
+            const ImplicitGemm* imp = nullptr, const PackedB* packed = nullptr,
+            const GemmOutputStage* stage = nullptr) {
   constexpr bool kBf16C = std::is_same_v<CT, uint16_t>;
   static_assert(!kBf16C || std::is_same_v<P, uint16_t>, "a bfloat16 C needs the bfloat16 kernel");
   Kernel<T, P> kern = select_kernel<T, P>();
   if constexpr (std::is_same_v<P, float>) kern = select_float_kernel(M, N);
   const int mr = kern.mr, nr = kern.nr;
-  // The implicit GEMM's fused output stage (row bias, ReLU): AVX-512 kernels apply it in their
-  // stores; the AVX2 path and edge tiles apply it to the tile's C values right after.
-  const float* const row_bias = imp ? imp->row_bias : nullptr;
-  const bool relu = imp && imp->relu, post = row_bias || relu;
-  PostKernelF post_fn = nullptr;
+  // The fused output stage (GemmOutputStage): AVX-512 float kernels apply it in their stores;
+  // the AVX2 path and edge tiles apply it to the tile's C values right after.
+  const GemmOutputStage no_stage;
+  const GemmOutputStage& st = stage ? *stage : imp ? imp->stage : no_stage;
+  const bool post = st.active();
+  StageKernelF stage_fn = nullptr;
   if constexpr (std::is_same_v<P, float>) {
-    if (post && kern.fn == &kernel_avx512_f32_14x32) post_fn = &kernel_avx512_f32_post<14, 2>;
-    if (post && kern.fn == &kernel_avx512_f32_8x32) post_fn = &kernel_avx512_f32_post<8, 2>;
-    if (post && kern.fn == &kernel_avx512_f32_14x16) post_fn = &kernel_avx512_f32_post<14, 1>;
-    if (post && kern.fn == &kernel_avx512_f32_8x16) post_fn = &kernel_avx512_f32_post<8, 1>;
+    if (post && kern.fn == &kernel_avx512_f32_14x32) stage_fn = &kernel_avx512_f32_stage<14, 2>;
+    if (post && kern.fn == &kernel_avx512_f32_8x32) stage_fn = &kernel_avx512_f32_stage<8, 2>;
+    if (post && kern.fn == &kernel_avx512_f32_14x16) stage_fn = &kernel_avx512_f32_stage<14, 1>;
+    if (post && kern.fn == &kernel_avx512_f32_8x16) stage_fn = &kernel_avx512_f32_stage<8, 1>;
   }
-  auto post_value = [&](int64_t row, T v) -> T {
+  auto post_value = [&](int64_t row, int64_t col, T v) -> T {
     if constexpr (std::is_same_v<T, float>) {
-      if (row_bias) v += row_bias[row];
-      if (relu) v = (v > 0.0f || v != v) ? v : 0.0f;
+      if (st.row_bias) v = add_scaled(v, 1.0f, st.row_bias[row]);
+      if (st.col_bias) v = add_scaled(v, st.col_scale, st.col_bias[col]);
+      if (st.relu) v = (v > 0.0f || v != v) ? v : 0.0f;
     }
     return v;
   };
@@ -691,17 +704,19 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
                 if constexpr (kBf16C) {
                   kernel_avx512bf16_14x32_bf16c(kcp / step, a_panel, b_panel, cp, ldc, alpha,
                                                 beta_eff);
-                } else if (post_now && post_fn) {
+                } else if (post_now && stage_fn) {
                   if constexpr (std::is_same_v<T, float> && std::is_same_v<P, float>) {
-                    post_fn(kcp, a_panel, b_panel, cp, ldc, alpha, beta_eff,
-                            row_bias ? row_bias + row : nullptr, relu);
+                    const OutputStageF tile_stage{
+                        st.row_bias ? st.row_bias + row : nullptr,
+                        st.col_bias ? st.col_bias + col : nullptr, st.col_scale, st.relu};
+                    stage_fn(kcp, a_panel, b_panel, cp, ldc, alpha, beta_eff, tile_stage);
                   }
                 } else {
                   kern.fn(kcp / step, a_panel, b_panel, cp, ldc, alpha, beta_eff);
                   if (post_now) {
                     for (int i = 0; i < rows; ++i) {
                       for (int j = 0; j < cols; ++j) {
-                        cp[i * ldc + j] = post_value(row + i, cp[i * ldc + j]);
+                        cp[i * ldc + j] = post_value(row + i, col + j, cp[i * ldc + j]);
                       }
                     }
                   }
@@ -717,7 +732,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
                       out = float_to_bf16(v).bits;
                     } else {
                       v = beta_eff == T(0) ? v : v + beta_eff * cp[i * ldc + j];
-                      cp[i * ldc + j] = post_now ? post_value(row + i, v) : v;
+                      cp[i * ldc + j] = post_now ? post_value(row + i, col + j, v) : v;
                     }
                   }
                 }
@@ -946,7 +961,7 @@ PackedB::PackedB(const TensorDesc& b, CubeMath math) : math_(math) {
 
 void gemm_prepacked(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
                     const PackedB& packed, double alpha, double beta,
-                    const GemmEpilogue& epilogue) {
+                    const GemmEpilogue& epilogue, const GemmOutputStage& stage) {
   using namespace detail::gemm;
   NPU_KERNEL_ASSERT(c.ndim == 2 && a.ndim == 2 && b.ndim == 2, "gemm takes 2-D descriptors");
   NPU_KERNEL_ASSERT(b.sizes[0] == packed.k() && b.sizes[1] == packed.n(),
@@ -960,12 +975,30 @@ void gemm_prepacked(const TensorDesc& c, const TensorDesc& a, const TensorDesc& 
                     (c.strides[1] == 1 || N == 1) && M > 0 && N > 0 && K > 0 &&
                     float_nr(N) == packed.nr();
   float* cp = static_cast<float*>(c.data);
+  // The paths without the driver: the stage as a pass over C (the same operations).
+  auto stage_pass = [&] {
+    if (!stage.active()) return;
+    NPU_KERNEL_ASSERT(c.dtype == DType::Float32, "gemm_prepacked: an output stage needs a float32 C");
+    float* base = static_cast<float*>(c.data);
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        float& v = base[i * c.strides[0] + j * c.strides[1]];
+        float x = v;
+        if (stage.row_bias) x = add_scaled(x, 1.0f, stage.row_bias[i]);
+        if (stage.col_bias) x = add_scaled(x, stage.col_scale, stage.col_bias[j]);
+        if (stage.relu) x = (x > 0.0f || x != x) ? x : 0.0f;
+        v = x;
+      }
+    }
+  };
   if (fits && few_rows_gemm(M, N, K, float(alpha), ma, mb, float(beta), cp, ldc)) {
+    stage_pass();
     if (epilogue) epilogue(0, M, 0, N);
     return;
   }
   if (!fits) {
     gemm(c, a, b, alpha, beta, packed.math());
+    if (M > 0 && N > 0) stage_pass();
     if (epilogue && M > 0 && N > 0) epilogue(0, M, 0, N);
     return;
   }
@@ -973,7 +1006,7 @@ void gemm_prepacked(const TensorDesc& c, const TensorDesc& a, const TensorDesc& 
                     "gemm shapes do not agree");
   const BlockDone* done = epilogue ? &epilogue : nullptr;
   driver<float, float>(M, N, K, float(alpha), ma, mb, float(beta), cp, ldc, done, nullptr,
-                       &packed);
+                       &packed, stage.active() ? &stage : nullptr);
 }
 
 bool gemm_supports(DType a, DType b, DType c) {

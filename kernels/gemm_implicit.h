@@ -26,11 +26,10 @@ struct ImplicitGemm {
   // Optional: called once per block of C_n (rows [r0, r1) x columns [c0, c1)) when it is final,
   // on the thread that computed it.
   std::function<void(int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1)> epilogue;
-  // Optional output stage, fused into the micro-kernels' stores of the last K block (no pass
-  // over C, and no epilogue call needed for it): C_n row r gets + row_bias[r] (M contiguous
-  // values) when row_bias is set, then ReLU ((v > 0 || v != v) ? v : 0) when relu.
-  const float* row_bias = nullptr;
-  bool relu = false;
+  // Optional output stage (npu/kernels/matmul.h), fused into the micro-kernels' stores of the
+  // last K block: no pass over C, and no epilogue call needed for it. The same stage for every
+  // C_n (a convolution's bias is row_bias).
+  GemmOutputStage stage;
   CubeMath math = CubeMath::KeepDtype;  // HF32: A and the packed B are rounded to HF32
   // HF32 only: pack_b's values are HF32 values already (the caller rounded its source once, as
   // conv does while padding the input), so the packed panels need no rounding pass.

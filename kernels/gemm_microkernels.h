@@ -102,16 +102,26 @@ NPU_AVX512 inline void kernel_avx512_f32_8x16(int64_t k, const float* a, const f
                                               float* c, int64_t ldc, float alpha, float beta) {
   body_avx512<Avx512F, 8, 1>(k, a, b, c, ldc, alpha, beta);
 }
-// The float32 kernels with an output stage fused into their stores: C row i of the tile gets
-// + row_bias[i] (when row_bias is not null), then ReLU (when relu; NaN stays NaN, -0 becomes
-// +0: (v > 0 || v != v) ? v : 0), so a convolution's bias and activation cost no pass over C.
-// The same float operations in the same order as the unfused pass did after the GEMM.
-struct RowBiasReluF {
+// The float32 kernels with an output stage fused into their stores (GemmOutputStage, for one
+// tile: row_bias at the tile's first row, col_bias at its first column): the same float
+// operations in the same order as a pass over C after the GEMM.
+struct OutputStageF {
   static constexpr bool kIdentity = false;
   const float* row_bias;
+  const float* col_bias;
+  float col_scale;
   bool relu;
-  NPU_AVX512 NPU_ALWAYS_INLINE __m512 operator()(int i, __m512 v) const {
-    if (row_bias) v = _mm512_add_ps(v, _mm512_set1_ps(row_bias[i]));
+  NPU_AVX512 NPU_ALWAYS_INLINE __m512 operator()(int i, int j, __m512 v) const {
+    // The _round_ forms (current rounding mode) are builtins the compiler never contracts
+    // with a neighbouring multiply into an FMA (GCC's _mm512_add_ps / _mm512_mul_ps are plain
+    // vector arithmetic, which it does contract): each operation rounds as written.
+    constexpr int kCur = _MM_FROUND_CUR_DIRECTION;
+    if (row_bias) v = _mm512_add_round_ps(v, _mm512_set1_ps(row_bias[i]), kCur);
+    if (col_bias) {
+      const __m512 scaled = _mm512_mul_round_ps(_mm512_set1_ps(col_scale),
+                                                _mm512_loadu_ps(col_bias + j * 16), kCur);
+      v = _mm512_add_round_ps(v, scaled, kCur);
+    }
     if (relu) {
       const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) |
                              _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
@@ -120,13 +130,13 @@ struct RowBiasReluF {
     return v;
   }
 };
-using PostKernelF = void (*)(int64_t k, const float* a, const float* b, float* c, int64_t ldc,
-                             float alpha, float beta, const float* row_bias, bool relu);
+using StageKernelF = void (*)(int64_t k, const float* a, const float* b, float* c, int64_t ldc,
+                              float alpha, float beta, const OutputStageF& stage);
 template <int MR, int NV>
-NPU_AVX512 void kernel_avx512_f32_post(int64_t k, const float* a, const float* b, float* c,
-                                       int64_t ldc, float alpha, float beta,
-                                       const float* row_bias, bool relu) {
-  body_avx512<Avx512F, MR, NV>(k, a, b, c, ldc, alpha, beta, RowBiasReluF{row_bias, relu});
+NPU_AVX512 void kernel_avx512_f32_stage(int64_t k, const float* a, const float* b, float* c,
+                                        int64_t ldc, float alpha, float beta,
+                                        const OutputStageF& stage) {
+  body_avx512<Avx512F, MR, NV>(k, a, b, c, ldc, alpha, beta, stage);
 }
 
 NPU_AVX512 inline void kernel_avx512_f64_14x16(int64_t k, const double* a, const double* b,

@@ -87,13 +87,27 @@ class PackedB {
 // pass over C there.
 using GemmEpilogue = std::function<void(int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
 
+// An output stage fused into the GEMM's stores (float32 C): each value of C, once final, becomes
+// v + row_bias[i] (when row_bias is set), then + col_scale * col_bias[j] (when col_bias is set,
+// the product rounded first), then ReLU ((v > 0 || v != v) ? v : 0: NaN stays NaN, -0 becomes
+// +0) when relu. A Linear layer's bias and activation, or a convolution's, then cost no pass
+// over C. Both biases are contiguous, M and N values.
+struct GemmOutputStage {
+  const float* row_bias = nullptr;
+  const float* col_bias = nullptr;
+  float col_scale = 1.0f;
+  bool relu = false;
+  bool active() const { return row_bias != nullptr || col_bias != nullptr || relu; }
+};
+
 // gemm(c, a, b, alpha, beta, packed.math()) with B's panels taken from `packed` (made from this
-// b), then `epilogue` over every block of C. Calls the panels do not fit (a C that is not
+// b), then `stage` applied to C (fused where the driver runs), then `epilogue` over every block
+// of C. Calls the panels do not fit (a C that is not
 // float32 and row-major, an A that is not float32, the few-row GEMV path, another instruction
 // set than at packing) run gemm() on b and the epilogue over all of C afterwards.
 void gemm_prepacked(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
                     const PackedB& packed, double alpha = 1.0, double beta = 0.0,
-                    const GemmEpilogue& epilogue = {});
+                    const GemmEpilogue& epilogue = {}, const GemmOutputStage& stage = {});
 
 }  // namespace npu::kernels
 

@@ -473,6 +473,64 @@ TEST_P(GemmIsa, PrepackedBEqualsGemmAndVisitsEveryBlockOnce) {
   }
 }
 
+// The output stage (row bias, scaled column bias, ReLU) fused into the stores gives the bits of
+// gemm_prepacked without it followed by the same operations in a pass over C: full and edge
+// tiles, one and two K blocks, narrow panels, the few-row path (M <= 8 with B.T), NaN kept.
+TEST_P(GemmIsa, PrepackedOutputStageEqualsAPassAfterwards) {
+  const int64_t shapes[][3] = {{64, 512, 256}, {64, 10, 600}, {23, 70, 37}, {5, 40, 300},
+                               {100, 33, 1100}};
+  for (auto& s : shapes) {
+    for (bool tb : {false, true}) {
+      for (int which = 0; which < 4; ++which) {  // col+relu, row+col, relu only, row+relu
+        SCOPED_TRACE(::testing::Message() << s[0] << "x" << s[1] << "x" << s[2] << " tb=" << tb
+                                          << " stage " << which);
+        HostTensor a(DType::Float32, {s[0], s[2]});
+        HostTensor b(DType::Float32, {s[2], s[1]}, tb ? Layout::Transposed : Layout::Contiguous);
+        HostTensor c(DType::Float32, {s[0], s[1]});
+        HostTensor rb(DType::Float32, {s[0]}), cb(DType::Float32, {s[1]});
+        fill_uniform(a, -1, 1);
+        fill_uniform(b, -1, 1);
+        fill_uniform(rb, -1, 1);
+        fill_uniform(cb, -1, 1);
+        a.set(3, NAN);  // row 0 of C is NaN: ReLU keeps it
+        nk::GemmOutputStage st;
+        st.row_bias = (which == 1 || which == 3) ? reinterpret_cast<const float*>(rb.buf.data()) : nullptr;
+        st.col_bias = which <= 1 ? reinterpret_cast<const float*>(cb.buf.data()) : nullptr;
+        st.col_scale = 0.75f;
+        st.relu = which != 1;
+        const nk::PackedB packed(b.desc());
+        HostTensor got = c, want = c;
+        nk::gemm_prepacked(got.desc(), a.desc(), b.desc(), packed, 1.5, 0.0, {}, st);
+        nk::gemm_prepacked(want.desc(), a.desc(), b.desc(), packed, 1.5, 0.0);
+        float* w = reinterpret_cast<float*>(want.buf.data());
+        int64_t relu_zeroed = 0;
+        for (int64_t i = 0; i < s[0]; ++i) {
+          for (int64_t j = 0; j < s[1]; ++j) {
+            float v = w[i * s[1] + j];
+            if (st.row_bias) v += st.row_bias[i];
+            if (st.col_bias) v += st.col_scale * st.col_bias[j];
+            if (st.relu) {
+              relu_zeroed += !(v > 0.0f || v != v);
+              v = (v > 0.0f || v != v) ? v : 0.0f;
+            }
+            w[i * s[1] + j] = v;
+          }
+        }
+        EXPECT_TRUE(std::isnan(w[0]));
+        if (st.relu) EXPECT_GT(relu_zeroed, 0);
+        for (int64_t e = 0; e < s[0] * s[1]; ++e) {
+          const float g = reinterpret_cast<const float*>(got.buf.data())[e];
+          if (std::memcmp(&g, &w[e], 4) != 0) {
+            ADD_FAILURE() << "first difference at " << e << ": " << g << " vs " << w[e];
+            break;
+          }
+        }
+        ASSERT_EQ(got.buf, want.buf);
+      }
+    }
+  }
+}
+
 TEST(Gemm, PrepackedBUnderAnotherInstructionSetFallsBackToGemm) {
   HostTensor a(DType::Float32, {40, 300}), b(DType::Float32, {300, 50}), c(DType::Float32, {40, 50});
   fill_uniform(a, -1, 1);
