@@ -151,6 +151,17 @@ struct Blocking {
   static constexpr int64_t kPackedA = (16 << 20) / sizeof(P);  // 16 MB of packed A at most
 };
 
+// The float32 K block for a depth of K: at most kKC, but K is cut into equal blocks (a multiple
+// of 8) rather than full blocks and a short remainder, and a K of up to 1.25 kKC stays one
+// block (3x3 convolutions over 64 channels: K = 576, which 512 + 64 split into a second pass
+// over C for 64 values of k). A 14-row A panel of 640 k is 35 KB: still in L1.
+int64_t float_kc(int64_t K) {
+  constexpr int64_t kc = 512, one_block_max = kc + kc / 4;
+  if (K <= one_block_max) return std::max<int64_t>(K, 1);
+  const int64_t blocks = (K + kc - 1) / kc;
+  return ((K + blocks - 1) / blocks + 7) / 8 * 8;
+}
+
 // A 64-byte aligned per-thread scratch buffer (one per slot), grown on demand and kept: a GEMM
 // reuses it on the next call instead of faulting fresh pages in.
 template <class T>
@@ -603,6 +614,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   // K padded to whole steps: only the last K block can be odd, so this is the packed A's depth.
   const int64_t Kp = (K + step - 1) / step * step;
   int64_t kc_max = B::kKC, nc_max = B::kNC;
+  if constexpr (std::is_same_v<P, float>) kc_max = float_kc(K);
   if constexpr (kBf16C) {
     NPU_KERNEL_ASSERT(K <= kBf16DirectMaxK, "bfloat16-output GEMM path given too large a K");
     kc_max = Kp;
@@ -953,7 +965,7 @@ PackedB::PackedB(const TensorDesc& b, CubeMath math) : math_(math) {
   data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
   NPU_KERNEL_ASSERT(data_ != nullptr, "out of host memory for packed GEMM weights");
   const MatRef mb{b.data, b.dtype, b.strides[0], b.strides[1], math == CubeMath::HF32};
-  constexpr int64_t kc_max = Blocking<float>::kKC;
+  const int64_t kc_max = float_kc(k_);  // the driver's K blocks
   for (int64_t pc = 0; pc < k_; pc += kc_max) {
     pack_b_any<float>(mb, pc, 0, std::min(kc_max, k_ - pc), n_, nr_, data_.get() + pc * n_padded_);
   }

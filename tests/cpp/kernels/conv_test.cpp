@@ -144,7 +144,8 @@ TEST(Conv2d, StridePaddingDilationGroups) {
 TEST(Conv2d, ImplicitGemmPath) {
   std::vector<ConvCase> cases = {
       {3, 48, 9, 7, 20, 3, 3, 1, 1, 1, 1},         // K = 432; 20 rows: edge panel
-      {2, 64, 9, 7, 20, 3, 3, 1, 1, 1, 1},         // K = 576: two K blocks of 512
+      {2, 64, 9, 7, 20, 3, 3, 1, 1, 1, 1},         // K = 576: one K block (up to 640)
+      {2, 80, 9, 7, 20, 3, 3, 1, 1, 1, 1},         // K = 720: two K blocks of 360
       {2, 4, 30, 30, 5, 3, 3, 1, 1, 1, 1},         // L = 900: column blocks, panels span rows
       {5, 3, 11, 13, 30, 3, 3, 2, 1, 0, 2, 1, 2},  // odd sizes, stride, dilation, batch of 5
       {4, 6, 10, 9, 9, 3, 3, 1, 1, 2, 1, 2, 2, 3},  // groups 3, padding > dilation reach
@@ -181,7 +182,7 @@ TEST(Conv2d, ImplicitGemmPath) {
 // (NaN kept), over one and two K blocks and a row count with an edge panel.
 TEST(Conv2d, FusedBiasReluEqualsConvThenBiasReluBitForBit) {
   const ConvCase cases[] = {{2, 3, 20, 21, 32, 3, 3, 1, 1, 1, 1},
-                            {2, 64, 9, 7, 20, 3, 3, 1, 1, 1, 1},
+                            {2, 80, 9, 7, 20, 3, 3, 1, 1, 1, 1},
                             {1, 5, 6, 40, 13, 3, 3, 1, 1, 1, 1}};
   for (const char* isa : {"avx2", "auto"}) {
     nk::testing::set_gemm_isa(isa);

@@ -86,7 +86,8 @@ TEST_P(GemmIsa, ShapesAroundTileAndBlockEdges) {
 }
 
 // 16-column panels (N <= 16, a classifier's last layer) and 8-row panels (M a multiple of 8 that
-// 14 rows would pad), across K blocks (K > 512), every layout, alpha and beta.
+// 14 rows would pad), in one K block (K <= 640) and across equal K blocks (K > 640), every
+// layout, alpha and beta.
 TEST_P(GemmIsa, NarrowAndEightRowPanels) {
   const int64_t shapes[][3] = {{64, 10, 512}, {64, 10, 1100}, {23, 16, 700}, {9, 15, 33},
                                {70, 12, 40},  {16, 17, 600},  {64, 40, 1030}};
