@@ -719,6 +719,12 @@ def fuse(g: Graph) -> None:
         if act is not None and act.op in FUSABLE_ACTIVATIONS:
             n.attrs["activation"] = act.op
             _drop(g, act, n)
+        elif act is not None and act.op == "Gelu":
+            # Applied by the engine to each block of the product while it is in cache (a
+            # transformer's first feed-forward Linear), not as a pass over the whole output.
+            tanh = act.attrs.get("approximate", "none") == "tanh"
+            n.attrs["activation"] = "GeluTanh" if tanh else "Gelu"
+            _drop(g, act, n)
 
 
 # The kernel library's GEMM dot-product path: at most this many rows of A (kGemmFewRowsMax).

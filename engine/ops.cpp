@@ -100,7 +100,8 @@ struct Activation {
     if (name.empty()) return {};
     static const std::map<std::string, k::UnaryOp> ops = {
         {"Relu", k::UnaryOp::Relu}, {"Sigmoid", k::UnaryOp::Sigmoid},
-        {"Tanh", k::UnaryOp::Tanh}};
+        {"Tanh", k::UnaryOp::Tanh}, {"Gelu", k::UnaryOp::Gelu},
+        {"GeluTanh", k::UnaryOp::GeluTanh}};
     auto it = ops.find(name);
     if (it == ops.end()) refuse(n, "unknown fused activation " + name);
     return {true, it->second};

@@ -298,3 +298,40 @@ def test_linear_layers_with_packed_weights_match_onnxruntime(tmp_path, batch):
             (got,) = session.infer([x])
             np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
         session.free_resource()
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_linear_gelu_is_fused_and_matches_onnxruntime(tmp_path, approximate):
+    """A Linear followed by GELU (erf as exported in five ops, or tanh): atc fuses the GELU into
+    the MatMul (activation Gelu / GeluTanh, no node of its own), the engine applies it to each
+    block of C as the GEMM finishes it; outputs equal onnxruntime's, at rows on and off the
+    8- and 14-row panels, with a 3-D input."""
+    import json
+
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ff1 = nn.Linear(128, 200)
+            self.ff2 = nn.Linear(200, 64)
+
+        def forward(self, x):
+            return self.ff2(nn.functional.gelu(self.ff1(x), approximate=approximate))
+
+    torch.manual_seed(0)
+    for shape in ((64, 128), (3, 37, 128)):
+        path = export(Net().eval(), shape, tmp_path / f"gelu{len(shape)}.onnx")
+        om_path = convert(path, tmp_path / f"gelu{len(shape)}")
+        js = tmp_path / f"gelu{len(shape)}.json"
+        r = atc("--mode=1", f"--om={om_path}", f"--json={js}")
+        assert r.returncode == 0, r.stderr
+        nodes = json.loads(js.read_text())["nodes"]
+        assert [n["op"] for n in nodes] == ["MatMul", "MatMul"]
+        assert nodes[0]["attrs"]["activation"] == ("GeluTanh" if approximate == "tanh" else "Gelu")
+        x = np.random.RandomState(1).randn(*shape).astype(np.float32) * 2
+        session = InferSession(0, om_path)
+        (got,) = session.infer([x])
+        np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+        session.free_resource()
