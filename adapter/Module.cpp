@@ -20,6 +20,7 @@
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUGraph.h"
+#include "GraphOutputs.h"
 #include "NPUHostAllocator.h"
 #include "CompiledKernels.h"
 #include "CostModel.h"
@@ -671,6 +672,10 @@ PYBIND11_MODULE(_C, m) {
       .def("pool", &NPUGraph::pool)
       .def("_num_tasks", &NPUGraph::numTasks)
       .def("_debug_dump", &NPUGraph::debugDump, py::arg("debug_path"));
+  py::class_<GraphOutputs>(m, "_NPUGraphOutputs")
+      .def(py::init<std::vector<at::Tensor>>())
+      .def("hand_out", &GraphOutputs::handOut)
+      .def("preserve_live", &GraphOutputs::preserveLive);
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
   profiler::initProfilerBindings(m);
   initDistributedBindings(m);

@@ -26,9 +26,14 @@ Inductor's own CUDA graph trees.
 - Dynamic shapes: one graph per distinct set of integer inputs (and of the copied inputs'
   shapes), with Inductor's warning past ``triton.cudagraph_dynamic_shape_warn_limit`` and its
   ``triton.cudagraph_capture_sizes`` filter (other sizes run as compiled code).
-- Outputs: one in the graph's own memory is rewritten by the next replay, so it is returned as
-  a clone (CUDA graph trees track liveness instead of copying; a later step). One that views a
-  static input is returned as it is.
+- Outputs: one in the graph's own memory is handed back without a copy, as an alias of that
+  memory (``torch_npu._C._NPUGraphOutputs``, adapter/GraphOutputs.h). CUDA graph trees track
+  such outputs' liveness and let the next replay overwrite them (reading one then raises);
+  here, before each replay, an alias still referenced (a loss kept across steps, a gradient
+  that AccumulateGrad kept) gets its own copy of its bytes first, so no one's tensor changes
+  under them, and the ones nobody holds (saved activations the backward consumed, used
+  gradients) cost nothing. ``counters["npu"]["outputs_preserved"]`` counts those copies. An
+  output that views a static input is returned as it is.
 
 The first call for a signature runs the region once as compiled code on a side stream (warm-up:
 kernel libraries loaded, the allocator primed; its results are returned, so in-place updates
@@ -48,6 +53,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 import torch
+import torch_npu
 from torch._inductor import cudagraph_utils as _cudagraph_utils
 from torch._inductor import output_code as _output_code
 from torch._dynamo.utils import counters
@@ -113,9 +119,11 @@ class _Recording:
     copied: list[int]              # inputs copied in before each replay
     in_place: list[tuple[int, int]]  # (input index, address) read where they are
     outputs: tuple                 # the graph's outputs, rewritten by each replay
-    # Per output: "clone" (graph memory), "as_is" (views a static input), or the index of the
-    # copied input it views (handed back as the same view of the caller's tensor).
+    # Per output: "graph" (graph memory, handed out as an alias), "clone" (a CPU tensor made at
+    # capture), "as_is" (views a static input), or the index of the copied input it views
+    # (handed back as the same view of the caller's tensor).
     delivery: list
+    handout: Any = None  # _NPUGraphOutputs over the "graph" outputs (None if there are none)
     views_inputs: bool = False  # some output is handed back as a view of a caller's tensor
 
 
@@ -128,12 +136,19 @@ def _view_of_caller_input(out: torch.Tensor, static: torch.Tensor,
 
 
 def _deliver(outputs: Sequence[Any], delivery: list, static_inputs: list, given: list,
-             clone: bool) -> list:
+             graph_owned: Sequence[torch.Tensor] | None = None) -> list:
+    """The caller's outputs. For a replay, ``graph_owned`` holds the aliases of its "graph"
+    outputs, in order, and its "clone" outputs are cloned; a warm-up's (``graph_owned`` None)
+    are fresh and are handed back as they are."""
     result = []
+    replay = graph_owned is not None
+    aliases = iter(graph_owned or ())
     for o, how in zip(outputs, delivery):
         if isinstance(how, int):
             result.append(_view_of_caller_input(o, static_inputs[how], given[how]))
-        elif how == "clone" and clone:
+        elif how == "graph" and replay:
+            result.append(next(aliases))
+        elif how == "clone" and replay:
             result.append(o.clone())
         else:
             result.append(o)
@@ -213,15 +228,16 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             storage = o.untyped_storage().data_ptr()
             if storage in in_place_storages:
                 return "as_is"
-            return copied_storages.get(storage, "clone")
+            if o.device.type != "npu":  # a CPU scalar the region made at capture: a clone
+                return "clone"
+            return copied_storages.get(storage, "graph")
 
         def warm_up_results(first_outputs: Any) -> list:
             # The warm-up ran on the copies: its outputs that view a copied input are handed
             # back as views of the caller's tensor. The others are fresh memory: no clone.
             first = tuple(first_outputs) if isinstance(first_outputs, (list, tuple)) \
                 else (first_outputs,)
-            return _deliver(first, [delivery_of(o) for o in first], static_inputs, inputs,
-                            clone=False)
+            return _deliver(first, [delivery_of(o) for o in first], static_inputs, inputs)
 
         with torch.npu.device(device_index):
             stream = torch.npu.Stream()
@@ -249,9 +265,11 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         # update that one without a new capture (addresses are checked at each call).
         for i in mutated_in_place:
             static_inputs[i] = None
+        graph_owned = [o for o, how in zip(outputs, delivery) if how == "graph"]
+        handout = torch_npu._C._NPUGraphOutputs(graph_owned) if graph_owned else None
         recordings[key] = _Recording(graph, static_inputs, copied,
                                      [(i, inputs[i].data_ptr()) for i in in_place], outputs,
-                                     delivery, any(isinstance(d, int) for d in delivery))
+                                     delivery, handout, any(isinstance(d, int) for d in delivery))
         return warm_up_results(first_outputs)
 
     def compiled_code(inputs: list[Any]) -> Any:
@@ -295,9 +313,15 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             static_inputs[i].copy_(new_inputs[i])
         given = list(new_inputs) if recording.views_inputs else None
         new_inputs.clear()
+        handout = recording.handout
+        if handout is not None:
+            preserved = handout.preserve_live()  # queued before the replay overwrites them
+            if preserved:
+                counters["npu"]["outputs_preserved"] += preserved
         recording.graph.replay()
         counters["npu"]["graph_replays"] += 1
-        results = _deliver(recording.outputs, recording.delivery, static_inputs, given, clone=True)
+        results = _deliver(recording.outputs, recording.delivery, static_inputs, given,
+                           handout.hand_out() if handout is not None else [])
         _remember_region_outputs(results)
         return results
 
