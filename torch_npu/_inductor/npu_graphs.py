@@ -110,6 +110,50 @@ def _is_region_output(x: Any) -> bool:
     return ref is not None and not ref.expired()
 
 
+# The graphs' own output storages, by address: a region given an output of another region's
+# replay (an alias of that graph's memory, such as a backward's saved activations) reads it where
+# it is instead of copying it in, as CUDA graph trees keep a backward's saved tensors in the
+# forward's pool. An alias that was preserved (moved to a block of its own) is no longer there.
+_graph_memory: dict[int, StorageWeakRef] = {}
+
+
+def _remember_graph_memory(outputs: Sequence[torch.Tensor]) -> None:
+    if len(_graph_memory) > 4096:
+        for address in [a for a, r in _graph_memory.items() if r.expired()]:
+            del _graph_memory[address]
+    for o in outputs:
+        storage = o.untyped_storage()
+        _graph_memory[storage.data_ptr()] = StorageWeakRef(storage)
+
+
+# Outputs of captures' warm-ups (new memory, where later replays give graph memory): a region
+# given one waits a call before it is captured itself (``defers_capture`` in graphify).
+_warm_up_outputs: dict[int, StorageWeakRef] = {}
+
+
+def _remember_warm_up_outputs(outputs: Sequence[torch.Tensor]) -> None:
+    if len(_warm_up_outputs) > 4096:
+        for address in [a for a, r in _warm_up_outputs.items() if r.expired()]:
+            del _warm_up_outputs[address]
+    for o in outputs:
+        storage = o.untyped_storage()
+        _warm_up_outputs[storage.data_ptr()] = StorageWeakRef(storage)
+
+
+def _is_warm_up_output(x: Any) -> bool:
+    if not isinstance(x, torch.Tensor) or x.device.type != "npu":
+        return False
+    ref = _warm_up_outputs.get(x.untyped_storage().data_ptr())
+    return ref is not None and not ref.expired()
+
+
+def _in_graph_memory(x: Any) -> bool:
+    if not isinstance(x, torch.Tensor) or x.device.type != "npu":
+        return False
+    ref = _graph_memory.get(x.untyped_storage().data_ptr())
+    return ref is not None and not ref.expired()
+
+
 @dataclasses.dataclass
 class _Recording:
     """One captured graph: the region for one input signature."""
@@ -124,6 +168,7 @@ class _Recording:
     # (handed back as the same view of the caller's tensor).
     delivery: list
     handout: Any = None  # _NPUGraphOutputs over the "graph" outputs (None if there are none)
+    from_graphs: list = dataclasses.field(default_factory=list)  # (input, address) in graph memory
     views_inputs: bool = False  # some output is handed back as a view of a caller's tensor
 
 
@@ -165,7 +210,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
     mutated = set(mutated_input_idxs)
     recordings: dict[Any, _Recording] = {}
     state: dict[str, Any] = {"checked": False, "eager": False, "warned_dynamic": False,
-                             "rerecords": 0}
+                             "rerecords": 0, "deferred": False}
     # Mutated non-static inputs that earlier regions returned: read in place (see the module's
     # docstring), decided at the first call.
     mutated_in_place: list[int] = []
@@ -211,15 +256,18 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         if not is_backward:
             for i in in_place:
                 _remember_model_state(inputs[i])
+        from_graphs = [i for i, x in enumerate(inputs)
+                       if i not in in_place and _in_graph_memory(x)]
         copied = [i for i, x in enumerate(inputs)
-                  if isinstance(x, torch.Tensor) and i not in in_place]
+                  if isinstance(x, torch.Tensor) and i not in in_place and i not in from_graphs]
         static_inputs = list(inputs)
         for i in copied:
             x = inputs[i]
             static_inputs[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype,
                                                    device=x.device)
             static_inputs[i].copy_(x)
-        in_place_storages = {inputs[i].untyped_storage().data_ptr() for i in in_place}
+        in_place_storages = {inputs[i].untyped_storage().data_ptr()
+                             for i in in_place + from_graphs}
         copied_storages = {static_inputs[i].untyped_storage().data_ptr(): i for i in copied}
 
         def delivery_of(o: Any) -> Any:
@@ -237,7 +285,9 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             # back as views of the caller's tensor. The others are fresh memory: no clone.
             first = tuple(first_outputs) if isinstance(first_outputs, (list, tuple)) \
                 else (first_outputs,)
-            return _deliver(first, [delivery_of(o) for o in first], static_inputs, inputs)
+            how = [delivery_of(o) for o in first]
+            _remember_warm_up_outputs([o for o, d in zip(first, how) if d == "graph"])
+            return _deliver(first, how, static_inputs, inputs)
 
         with torch.npu.device(device_index):
             stream = torch.npu.Stream()
@@ -267,10 +317,37 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             static_inputs[i] = None
         graph_owned = [o for o, how in zip(outputs, delivery) if how == "graph"]
         handout = torch_npu._C._NPUGraphOutputs(graph_owned) if graph_owned else None
+        _remember_graph_memory(graph_owned)
+        for i in from_graphs:
+            static_inputs[i] = None  # read where it is; no reference kept
         recordings[key] = _Recording(graph, static_inputs, copied,
                                      [(i, inputs[i].data_ptr()) for i in in_place], outputs,
-                                     delivery, handout, any(isinstance(d, int) for d in delivery))
+                                     delivery, handout=handout,
+                                     from_graphs=[(i, inputs[i].data_ptr()) for i in from_graphs],
+                                     views_inputs=any(isinstance(d, int) for d in delivery))
         return warm_up_results(first_outputs)
+
+    def past_rerecord_limit() -> bool:
+        """Counts a capture made again because an input read in place moved; True (and logged
+        once) past ``triton.cudagraph_unexpected_rerecord_limit``."""
+        from torch._inductor import config
+
+        state["rerecords"] += 1
+        limit = config.triton.cudagraph_unexpected_rerecord_limit
+        if state["rerecords"] != limit + 1:
+            return state["rerecords"] > limit
+        _cudagraph_utils.log_cudagraph_skip_and_bump_counter(
+            "skipping cudagraphs due to the re-record limit: an input read in place "
+            f"moved more than {limit} times (triton.cudagraph_unexpected_rerecord_limit)")
+        return True
+
+    def defers_capture(inputs: list[Any]) -> bool:
+        """The first capture waits one call when an input comes from another region's warm-up
+        (new memory): from that region's replays on, the input is in graph memory, which the
+        capture then reads where it is (a backward after its forward's first call). Decided
+        once."""
+        state["deferred"] = True
+        return any(_is_warm_up_output(x) for x in inputs)
 
     def compiled_code(inputs: list[Any]) -> Any:
         outputs = model(inputs)
@@ -286,23 +363,26 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         if key[0] and not _captures_size(key[0]):
             return compiled_code(new_inputs)
         recording = recordings.get(key)
+        if recording is None and not state["deferred"] and defers_capture(new_inputs):
+            return compiled_code(new_inputs)
+        if recording is not None and any(new_inputs[i].data_ptr() != address
+                                         for i, address in recording.from_graphs):
+            # An input the graph reads from another graph's memory is elsewhere: kept past that
+            # graph's next replay (preserved in a block of its own: this call runs as compiled
+            # code), or from another capture of it (captured again, within the limit).
+            if not all(_in_graph_memory(new_inputs[i]) for i, _ in recording.from_graphs) \
+                    or past_rerecord_limit():
+                return compiled_code(new_inputs)
+            recording = None
         if recording is None or any(new_inputs[i].data_ptr() != address
                                     for i, address in recording.in_place):
             if recording is None and recordings and not state["warned_dynamic"]:
                 state["warned_dynamic"] = _cudagraph_utils.maybe_warning_due_to_dynamic_shape(
                     recordings, key)
-            if recording is not None and mutated_in_place:
+            if recording is not None and mutated_in_place and past_rerecord_limit():
                 # An input read in place moved (a new cache): CUDA graph trees' re-record limit.
-                from torch._inductor import config
-
-                state["rerecords"] += 1
-                if state["rerecords"] > config.triton.cudagraph_unexpected_rerecord_limit:
-                    _cudagraph_utils.log_cudagraph_skip_and_bump_counter(
-                        "skipping cudagraphs due to the re-record limit: an input read in place "
-                        f"moved more than {config.triton.cudagraph_unexpected_rerecord_limit} "
-                        "times (triton.cudagraph_unexpected_rerecord_limit)")
-                    state["eager"] = True
-                    return compiled_code(new_inputs)
+                state["eager"] = True
+                return compiled_code(new_inputs)
             given = list(new_inputs)
             new_inputs.clear()
             results = record(given, key)
@@ -311,6 +391,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         static_inputs = recording.static_inputs
         for i in recording.copied:
             static_inputs[i].copy_(new_inputs[i])
+        counters["npu"]["inputs_copied"] += len(recording.copied)
         given = list(new_inputs) if recording.views_inputs else None
         new_inputs.clear()
         handout = recording.handout
