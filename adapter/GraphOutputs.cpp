@@ -47,10 +47,13 @@ std::vector<at::Tensor> GraphOutputs::handOut() {
   std::vector<at::Tensor> result;
   result.reserve(outputs_.size());
   for (size_t i = 0; i < outputs_.size(); ++i) {
+    // The output's own kind of tensor over the alias storage (what empty + set_ would make,
+    // without two dispatches per output on every replay).
     const at::Tensor& out = outputs_[i];
-    at::Tensor alias = at::empty({0}, out.options());
-    alias.set_(aliases[storage_of_[i]], out.storage_offset(), out.sizes(), out.strides());
-    result.push_back(std::move(alias));
+    auto impl = c10::make_intrusive<c10::TensorImpl>(
+        c10::Storage(aliases[storage_of_[i]]), out.key_set(), out.dtype());
+    impl->set_sizes_and_strides(out.sizes(), out.strides(), out.storage_offset());
+    result.emplace_back(std::move(impl));
   }
   return result;
 }

@@ -107,7 +107,7 @@ def _is_region_output(x: Any) -> bool:
     if not isinstance(x, torch.Tensor):
         return False
     ref = _region_outputs.get(x.untyped_storage().data_ptr())
-    return ref is not None and not ref.expired()
+    return (ref is not None and not ref.expired()) or _in_graph_memory(x)
 
 
 # The graphs' own output storages, by address: a region given an output of another region's
@@ -147,6 +147,10 @@ def _is_warm_up_output(x: Any) -> bool:
     return ref is not None and not ref.expired()
 
 
+def _addresses(inputs: list[Any], idxs: list[int]) -> tuple[list[int], list[int]]:
+    return list(idxs), [inputs[i].data_ptr() for i in idxs]
+
+
 def _in_graph_memory(x: Any) -> bool:
     if not isinstance(x, torch.Tensor) or x.device.type != "npu":
         return False
@@ -161,15 +165,20 @@ class _Recording:
     graph: Any
     static_inputs: list            # what the graph reads: copies, or the callers' static tensors
     copied: list[int]              # inputs copied in before each replay
-    in_place: list[tuple[int, int]]  # (input index, address) read where they are
+    in_place: tuple[list[int], list[int]]  # (input indices, their addresses) read where they are
     outputs: tuple                 # the graph's outputs, rewritten by each replay
     # Per output: "graph" (graph memory, handed out as an alias), "clone" (a CPU tensor made at
     # capture), "as_is" (views a static input), or the index of the copied input it views
     # (handed back as the same view of the caller's tensor).
     delivery: list
     handout: Any = None  # _NPUGraphOutputs over the "graph" outputs (None if there are none)
-    from_graphs: list = dataclasses.field(default_factory=list)  # (input, address) in graph memory
+    # (input indices, addresses) read where they are in another graph's memory
+    from_graphs: tuple[list[int], list[int]] = ([], [])
     views_inputs: bool = False  # some output is handed back as a view of a caller's tensor
+    all_graph: bool = dataclasses.field(init=False)  # every output is the graph's own
+
+    def __post_init__(self) -> None:
+        self.all_graph = self.handout is not None and all(how == "graph" for how in self.delivery)
 
 
 def _view_of_caller_input(out: torch.Tensor, static: torch.Tensor,
@@ -321,9 +330,9 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         for i in from_graphs:
             static_inputs[i] = None  # read where it is; no reference kept
         recordings[key] = _Recording(graph, static_inputs, copied,
-                                     [(i, inputs[i].data_ptr()) for i in in_place], outputs,
+                                     _addresses(inputs, in_place), outputs,
                                      delivery, handout=handout,
-                                     from_graphs=[(i, inputs[i].data_ptr()) for i in from_graphs],
+                                     from_graphs=_addresses(inputs, from_graphs),
                                      views_inputs=any(isinstance(d, int) for d in delivery))
         return warm_up_results(first_outputs)
 
@@ -365,17 +374,16 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         recording = recordings.get(key)
         if recording is None and not state["deferred"] and defers_capture(new_inputs):
             return compiled_code(new_inputs)
-        if recording is not None and any(new_inputs[i].data_ptr() != address
-                                         for i, address in recording.from_graphs):
+        if recording is not None and recording.from_graphs[0] \
+                and not torch_npu._C._npu_dataPtrsAt(new_inputs, *recording.from_graphs):
             # An input the graph reads from another graph's memory is elsewhere: kept past that
             # graph's next replay (preserved in a block of its own: this call runs as compiled
             # code), or from another capture of it (captured again, within the limit).
-            if not all(_in_graph_memory(new_inputs[i]) for i, _ in recording.from_graphs) \
+            if not all(_in_graph_memory(new_inputs[i]) for i in recording.from_graphs[0]) \
                     or past_rerecord_limit():
                 return compiled_code(new_inputs)
             recording = None
-        if recording is None or any(new_inputs[i].data_ptr() != address
-                                    for i, address in recording.in_place):
+        if recording is None or not torch_npu._C._npu_dataPtrsAt(new_inputs, *recording.in_place):
             if recording is None and recordings and not state["warned_dynamic"]:
                 state["warned_dynamic"] = _cudagraph_utils.maybe_warning_due_to_dynamic_shape(
                     recordings, key)
@@ -401,10 +409,13 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
                 counters["npu"]["outputs_preserved"] += preserved
         recording.graph.replay()
         counters["npu"]["graph_replays"] += 1
-        results = _deliver(recording.outputs, recording.delivery, static_inputs, given,
-                           handout.hand_out() if handout is not None else [])
-        _remember_region_outputs(results)
-        return results
+        if recording.all_graph:  # the usual case: every output is the graph's own
+            return handout.hand_out()
+        # Nothing to remember as a region output: the graph's own outputs are known by their
+        # address (_in_graph_memory), views of static inputs were remembered at the capture,
+        # and the others are the caller's tensors or CPU clones.
+        return _deliver(recording.outputs, recording.delivery, static_inputs, given,
+                        handout.hand_out() if handout is not None else [])
 
     return run
 
