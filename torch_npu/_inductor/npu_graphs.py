@@ -87,75 +87,50 @@ def _remember_model_state(x: torch.Tensor) -> None:
     _static_addresses[x.data_ptr()] = weakref.ref(x)
 
 
+class _Storages:
+    """A set of npu storages, by address, that does not keep them alive: an entry whose storage
+    is gone no longer counts (its address may be reused by any tensor)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, StorageWeakRef] = {}
+
+    def add(self, tensors: Any) -> None:
+        if len(self._refs) > 4096:  # drop the entries of storages that are gone
+            for address in [a for a, r in self._refs.items() if r.expired()]:
+                del self._refs[address]
+        for t in tensors if isinstance(tensors, (list, tuple)) else (tensors,):
+            if isinstance(t, torch.Tensor) and t.device.type == "npu":
+                storage = t.untyped_storage()
+                self._refs[storage.data_ptr()] = StorageWeakRef(storage)
+
+    def __contains__(self, x: Any) -> bool:
+        if not isinstance(x, torch.Tensor) or x.device.type != "npu":
+            return False
+        ref = self._refs.get(x.untyped_storage().data_ptr())
+        return ref is not None and not ref.expired()
+
+
 # Storages that compiled npu regions returned (graph trees' "cudagraph-recorded tensors"): a later
-# region may mutate them in place and still be graphed. Keyed by the storage's address; an entry
-# whose storage is gone no longer counts (its address may be reused by any tensor).
-_region_outputs: dict[int, StorageWeakRef] = {}
+# region may mutate them in place and still be graphed.
+_region_outputs = _Storages()
 
-
-def _remember_region_outputs(outputs: Any) -> None:
-    if len(_region_outputs) > 4096:
-        for address in [a for a, r in _region_outputs.items() if r.expired()]:
-            del _region_outputs[address]
-    for o in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
-        if isinstance(o, torch.Tensor) and o.device.type == "npu":
-            storage = o.untyped_storage()
-            _region_outputs[storage.data_ptr()] = StorageWeakRef(storage)
-
-
-def _is_region_output(x: Any) -> bool:
-    if not isinstance(x, torch.Tensor):
-        return False
-    ref = _region_outputs.get(x.untyped_storage().data_ptr())
-    return (ref is not None and not ref.expired()) or _in_graph_memory(x)
-
-
-# The graphs' own output storages, by address: a region given an output of another region's
-# replay (an alias of that graph's memory, such as a backward's saved activations) reads it where
-# it is instead of copying it in, as CUDA graph trees keep a backward's saved tensors in the
-# forward's pool. An alias that was preserved (moved to a block of its own) is no longer there.
-_graph_memory: dict[int, StorageWeakRef] = {}
-
-
-def _remember_graph_memory(outputs: Sequence[torch.Tensor]) -> None:
-    if len(_graph_memory) > 4096:
-        for address in [a for a, r in _graph_memory.items() if r.expired()]:
-            del _graph_memory[address]
-    for o in outputs:
-        storage = o.untyped_storage()
-        _graph_memory[storage.data_ptr()] = StorageWeakRef(storage)
-
+# The graphs' own output storages: a region given an output of another region's replay (an alias
+# of that graph's memory, such as a backward's saved activations) reads it where it is instead of
+# copying it in, as CUDA graph trees keep a backward's saved tensors in the forward's pool. An
+# alias that was preserved (moved to a block of its own) is no longer there.
+_graph_memory = _Storages()
 
 # Outputs of captures' warm-ups (new memory, where later replays give graph memory): a region
 # given one waits a call before it is captured itself (``defers_capture`` in graphify).
-_warm_up_outputs: dict[int, StorageWeakRef] = {}
+_warm_up_outputs = _Storages()
 
 
-def _remember_warm_up_outputs(outputs: Sequence[torch.Tensor]) -> None:
-    if len(_warm_up_outputs) > 4096:
-        for address in [a for a, r in _warm_up_outputs.items() if r.expired()]:
-            del _warm_up_outputs[address]
-    for o in outputs:
-        storage = o.untyped_storage()
-        _warm_up_outputs[storage.data_ptr()] = StorageWeakRef(storage)
-
-
-def _is_warm_up_output(x: Any) -> bool:
-    if not isinstance(x, torch.Tensor) or x.device.type != "npu":
-        return False
-    ref = _warm_up_outputs.get(x.untyped_storage().data_ptr())
-    return ref is not None and not ref.expired()
+def _is_region_output(x: Any) -> bool:
+    return x in _region_outputs or x in _graph_memory
 
 
 def _addresses(inputs: list[Any], idxs: list[int]) -> tuple[list[int], list[int]]:
     return list(idxs), [inputs[i].data_ptr() for i in idxs]
-
-
-def _in_graph_memory(x: Any) -> bool:
-    if not isinstance(x, torch.Tensor) or x.device.type != "npu":
-        return False
-    ref = _graph_memory.get(x.untyped_storage().data_ptr())
-    return ref is not None and not ref.expired()
 
 
 @dataclasses.dataclass
@@ -266,7 +241,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             for i in in_place:
                 _remember_model_state(inputs[i])
         from_graphs = [i for i, x in enumerate(inputs)
-                       if i not in in_place and _in_graph_memory(x)]
+                       if i not in in_place and x in _graph_memory]
         copied = [i for i, x in enumerate(inputs)
                   if isinstance(x, torch.Tensor) and i not in in_place and i not in from_graphs]
         static_inputs = list(inputs)
@@ -295,7 +270,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             first = tuple(first_outputs) if isinstance(first_outputs, (list, tuple)) \
                 else (first_outputs,)
             how = [delivery_of(o) for o in first]
-            _remember_warm_up_outputs([o for o, d in zip(first, how) if d == "graph"])
+            _warm_up_outputs.add([o for o, d in zip(first, how) if d == "graph"])
             return _deliver(first, how, static_inputs, inputs)
 
         with torch.npu.device(device_index):
@@ -326,7 +301,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             static_inputs[i] = None
         graph_owned = [o for o, how in zip(outputs, delivery) if how == "graph"]
         handout = torch_npu._C._NPUGraphOutputs(graph_owned) if graph_owned else None
-        _remember_graph_memory(graph_owned)
+        _graph_memory.add(graph_owned)
         for i in from_graphs:
             static_inputs[i] = None  # read where it is; no reference kept
         recordings[key] = _Recording(graph, static_inputs, copied,
@@ -356,11 +331,11 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         capture then reads where it is (a backward after its forward's first call). Decided
         once."""
         state["deferred"] = True
-        return any(_is_warm_up_output(x) for x in inputs)
+        return any(x in _warm_up_outputs for x in inputs)
 
     def compiled_code(inputs: list[Any]) -> Any:
         outputs = model(inputs)
-        _remember_region_outputs(outputs)
+        _region_outputs.add(outputs)
         return outputs
 
     def run(new_inputs: list[Any]) -> Any:
@@ -379,7 +354,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             # An input the graph reads from another graph's memory is elsewhere: kept past that
             # graph's next replay (preserved in a block of its own: this call runs as compiled
             # code), or from another capture of it (captured again, within the limit).
-            if not all(_in_graph_memory(new_inputs[i]) for i in recording.from_graphs[0]) \
+            if not all(new_inputs[i] in _graph_memory for i in recording.from_graphs[0]) \
                     or past_rerecord_limit():
                 return compiled_code(new_inputs)
             recording = None
@@ -394,7 +369,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             given = list(new_inputs)
             new_inputs.clear()
             results = record(given, key)
-            _remember_region_outputs(results)
+            _region_outputs.add(results)
             return results
         static_inputs = recording.static_inputs
         for i in recording.copied:
@@ -412,7 +387,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         if recording.all_graph:  # the usual case: every output is the graph's own
             return handout.hand_out()
         # Nothing to remember as a region output: the graph's own outputs are known by their
-        # address (_in_graph_memory), views of static inputs were remembered at the capture,
+        # address (_graph_memory), views of static inputs were remembered at the capture,
         # and the others are the caller's tensors or CPU clones.
         return _deliver(recording.outputs, recording.delivery, static_inputs, given,
                         handout.hand_out() if handout is not None else [])
@@ -516,7 +491,7 @@ def _post_compile(self, example_inputs, constants, graph_kwargs):
         if inner is not None:
             def remembering(inputs: list[Any]) -> Any:
                 outputs = inner(inputs)
-                _remember_region_outputs(outputs)
+                _region_outputs.add(outputs)
                 return outputs
             self.current_callable = remembering
 
