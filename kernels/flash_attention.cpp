@@ -513,6 +513,164 @@ void decode_block(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int
   finish_rows(s, n, 0, rows, Dv, O, m, l, out, smax, ssum);
 }
 
+// ---- short sequences: the whole score matrix of a head at once -------------------------
+//
+// A head with at most kShortRows queries and keys (a small model's 16- or 64-token context)
+// is one block of the general path, where the library GEMM's packing and task set-up for
+// products of 16 x 16 x 8 cost more than their arithmetic, and every product is a call. Here
+// one item is a (sequence, head) in the forward and a (sequence, kv head) in the backward, its
+// operands laid out once as floats in thread scratch with the keys and values transposed
+// (d-major), so that every inner loop runs over the keys, contiguous: a query row's scores
+// s_j = scale * q . k_j, dP_j = dO . v_j, dQ = scale * sum_j dS_j k_j, dK^T += scale * q dS,
+// dV^T += dO P. Same statistics, masks and conventions as the general path (a row with nothing
+// visible: out 0, max -inf, sum 0); no bias, dropout or int8 keys (they take the general path).
+constexpr int64_t kShortRows = 64;
+
+bool short_path_applies(const FlashAttentionArgs& a, const Dims& dm, const std::vector<Seq>& seqs,
+                        const TensorDesc* grad_pse) {
+  const DType t = a.q.dtype;
+  const bool floating = t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16;
+  if (!floating || a.k.dtype != t || a.v.dtype != t) return false;
+  if ((a.pse && a.pse->data) || a.keep_prob < 1.0 || (grad_pse && grad_pse->data)) return false;
+  if (dm.d > kShortRows || dm.dv > kShortRows) return false;
+  return std::all_of(seqs.begin(), seqs.end(), [](const Seq& s) {
+    return s.sq <= kShortRows && s.skv <= kShortRows;
+  });
+}
+
+// y[0, n) += w * x[0, n)
+inline void axpy(float* y, float w, const float* x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] += w * x[j];
+}
+
+// The keys' rows [0, skv) of one (sequence, kv head), transposed: out[d * skv + j] = k_j[d].
+void load_transposed(const TensorDesc& t, const Seq& s, int64_t head, float* rows, float* out) {
+  const HeadRows hr(t, s.b, head, s.k0);
+  hr.load(0, s.skv, rows);
+  for (int64_t j = 0; j < s.skv; ++j) {
+    for (int64_t d = 0; d < hr.cols; ++d) out[d * s.skv + j] = rows[j * hr.cols + d];
+  }
+}
+
+// srow[j] = scale * q . k_j over the transposed keys, invisible keys -inf; false if the row
+// sees no key at all.
+bool short_scores(const float* q, const float* Kt, int64_t D, int64_t skv, float scale,
+                  const Visibility& vis, int64_t i, float* srow) {
+  const int cls = vis.classify(i, i + 1, 0, skv);
+  if (cls == 0) return false;
+  std::fill_n(srow, skv, 0.0f);
+  for (int64_t d = 0; d < D; ++d) axpy(srow, scale * q[d], Kt + d * skv, skv);
+  if (cls == 2) {
+    for (int64_t j = 0; j < skv; ++j) {
+      if (!vis.visible(i, j)) srow[j] = kNegInf;
+    }
+  }
+  return true;
+}
+
+void short_forward_head(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int64_t n,
+                        const TensorDesc& out, const TensorDesc& smax, const TensorDesc& ssum) {
+  const int64_t sq = s.sq, skv = s.skv, D = dm.d, Dv = dm.dv, h = n / dm.group;
+  float* Q = block_scratch(static_cast<size_t>(sq * D + 2 * skv * D + 2 * skv * Dv + skv +
+                                               sq * Dv + 2 * sq));
+  float* rows = Q + sq * D;  // K or V as rows, before transposing
+  float* Kt = rows + skv * std::max(D, Dv);
+  float* Vt = Kt + skv * D;
+  float* srow = Vt + skv * Dv;
+  float* O = srow + skv;
+  float* m = O + sq * Dv;
+  float* l = m + sq;
+  HeadRows(a.q, s.b, n, s.q0).load(0, sq, Q);
+  load_transposed(a.k, s, h, rows, Kt);
+  load_transposed(a.v, s, h, rows, Vt);
+  const Visibility vis(a, s, n);
+  const float scale = static_cast<float>(a.scale);
+  for (int64_t i = 0; i < sq; ++i) {
+    float* o = O + i * Dv;
+    m[i] = kNegInf;
+    l[i] = 0.0f;
+    if (short_scores(Q + i * D, Kt, D, skv, scale, vis, i, srow)) m[i] = row_max(srow, skv);
+    if (m[i] == kNegInf) {  // nothing visible: the row's output is 0
+      std::fill_n(o, Dv, 0.0f);
+      continue;
+    }
+    l[i] = exp_row(srow, skv, m[i], 1.0f);
+    for (int64_t c = 0; c < Dv; ++c) o[c] = dot_f32(srow, Vt + c * skv, skv);
+  }
+  finish_rows(s, n, 0, sq, Dv, O, m, l, out, smax, ssum);
+}
+
+void short_backward_head(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int64_t h,
+                         const TensorDesc& out, const TensorDesc& grad_out,
+                         const TensorDesc& smax, const TensorDesc& ssum,
+                         const TensorDesc& grad_q, const TensorDesc& grad_k,
+                         const TensorDesc& grad_v) {
+  const int64_t sq = s.sq, skv = s.skv, D = dm.d, Dv = dm.dv;
+  const int64_t kv = skv * std::max(D, Dv);
+  float* Kt = block_scratch(static_cast<size_t>(5 * kv + sq * (2 * D + 2 * Dv) + 3 * skv));
+  float* Vt = Kt + kv;
+  float* dKt = Vt + kv;
+  float* dVt = dKt + kv;
+  float* rows = dVt + kv;  // a [skv x max(D, Dv)] or [sq x ...] staging area
+  float* Q = rows + kv;
+  float* dQ = Q + sq * D;
+  float* dO = dQ + sq * D;
+  float* O = dO + sq * Dv;
+  float* p = O + sq * Dv;
+  float* dp = p + skv;
+  float* ds = dp + skv;
+  load_transposed(a.k, s, h, rows, Kt);
+  load_transposed(a.v, s, h, rows, Vt);
+  std::fill_n(dKt, skv * D, 0.0f);
+  std::fill_n(dVt, skv * Dv, 0.0f);
+  const float scale = static_cast<float>(a.scale);
+  for (int64_t g = 0; g < dm.group; ++g) {
+    const int64_t n = h * dm.group + g;
+    HeadRows(a.q, s.b, n, s.q0).load(0, sq, Q);
+    HeadRows(grad_out, s.b, n, s.q0).load(0, sq, dO);
+    HeadRows(out, s.b, n, s.q0).load(0, sq, O);
+    const StatRows sm(smax, s.b, n, s.q0), ss(ssum, s.b, n, s.q0);
+    const Visibility vis(a, s, n);
+    std::fill_n(dQ, sq * D, 0.0f);
+    for (int64_t i = 0; i < sq; ++i) {
+      const float li = ss.get(i);
+      const float* q = Q + i * D;
+      const float* go = dO + i * Dv;
+      if (!(li > 0) || !short_scores(q, Kt, D, skv, scale, vis, i, p)) continue;
+      double di = 0;  // D_i = dO_i . O_i
+      for (int64_t c = 0; c < Dv; ++c) di += double(go[c]) * O[i * Dv + c];
+      exp_row(p, skv, sm.get(i), 1.0f / li);  // P_ij
+      std::fill_n(dp, skv, 0.0f);
+      for (int64_t c = 0; c < Dv; ++c) axpy(dp, go[c], Vt + c * skv, skv);
+      for (int64_t j = 0; j < skv; ++j) ds[j] = p[j] * (dp[j] - static_cast<float>(di));
+      float* dq = dQ + i * D;
+      for (int64_t d = 0; d < D; ++d) {
+        dq[d] = scale * dot_f32(ds, Kt + d * skv, skv);
+        axpy(dKt + d * skv, scale * q[d], ds, skv);
+      }
+      for (int64_t c = 0; c < Dv; ++c) axpy(dVt + c * skv, go[c], p, skv);
+    }
+    HeadRows(grad_q, s.b, n, s.q0).store(0, sq, dQ);
+  }
+  for (int64_t j = 0; j < skv; ++j) {
+    for (int64_t d = 0; d < D; ++d) rows[j * D + d] = dKt[d * skv + j];
+  }
+  HeadRows(grad_k, s.b, h, s.k0).store(0, skv, rows);
+  for (int64_t j = 0; j < skv; ++j) {
+    for (int64_t c = 0; c < Dv; ++c) rows[j * Dv + c] = dVt[c * skv + j];
+  }
+  HeadRows(grad_v, s.b, h, s.k0).store(0, skv, rows);
+}
+
+// One parallel_for over `items` heads, a few per task (each is microseconds of work).
+template <class F>
+void for_each_head(int64_t items, F&& body) {
+  const int64_t grain = std::max<int64_t>(1, items / (4 * num_threads()));
+  parallel_for(0, items, grain, [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) body(it);
+  });
+}
+
 // Work items over (sequence, head, block) flattened.
 struct Items {
   std::vector<Seq> seqs;
@@ -951,6 +1109,12 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
     });
     return;
   }
+  if (a.k.dtype != DType::Int8 && short_path_applies(a, dm, seqs, nullptr)) {
+    for_each_head(static_cast<int64_t>(seqs.size()) * dm.nq, [&](int64_t it) {
+      short_forward_head(a, dm, seqs[it / dm.nq], it % dm.nq, out, softmax_max, softmax_sum);
+    });
+    return;
+  }
   if (detail::fast_forward(a, out, softmax_max, softmax_sum)) return;
   const Dropout drop(a);
   const Items items(std::move(seqs), dm.nq, kBr, false);
@@ -1057,11 +1221,18 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
   using namespace detail;
   NPU_KERNEL_ASSERT(a.k.dtype != DType::Int8 && a.v.dtype != DType::Int8,
                     "the attention backward takes no int8 (antiquant) key / value");
+  const Dims dm = dims_of(a);
+  if (const std::vector<Seq> seqs = sequences(a); short_path_applies(a, dm, seqs, grad_pse)) {
+    for_each_head(static_cast<int64_t>(seqs.size()) * dm.nkv, [&](int64_t it) {
+      short_backward_head(a, dm, seqs[it / dm.nkv], it % dm.nkv, out, grad_out, softmax_max,
+                          softmax_sum, grad_q, grad_k, grad_v);
+    });
+    return;
+  }
   if (detail::fast_backward(a, out, grad_out, softmax_max, softmax_sum, grad_q, grad_k, grad_v,
                             grad_pse)) {
     return;
   }
-  const Dims dm = dims_of(a);
   const Dropout drop(a);
   const int64_t D = dm.d, Dv = dm.dv;
   const Items qitems(sequences(a), dm.nq, kBr, false);
