@@ -971,8 +971,11 @@ void pair_rows(const uint16_t* rows, int64_t n, int64_t d, uint32_t* out) {
   }
 }
 
-// A key-major float tile [kBk x kBq] as bfloat16 rows (an A operand over queries).
-NPU_FA512 void tile_to_rows(const float* t, uint16_t* out) { rows_to_bf16(t, kBk * kBq, out); }
+// A key-major float tile [kBk x kBq] as bfloat16 rows (an A operand over queries), ld values
+// apart.
+NPU_FA512 void tile_to_rows(const float* t, uint16_t* out, int64_t ld) {
+  for (int64_t r = 0; r < kBk; ++r) rows_to_bf16(t + r * kBq, kBq, out + r * ld);
+}
 
 // A key-major float tile as pairs of key rows: [kBk / 2 x kBq] words (a B operand over keys).
 NPU_FA512 void tile_to_pairs(const float* t, uint32_t* out) {
@@ -1052,18 +1055,22 @@ NPU_AMX_TARGET void backward_head_amx(const FlashAttentionArgs& a, const Dims& d
                                       const TensorDesc& ssum, const TensorDesc& grad_q,
                                       const TensorDesc& grad_k, const TensorDesc& grad_v) {
   const int64_t D = dm.d, Dv = dm.dv;
-  const int64_t sq_pad = round_up(s.sq, kBq), sk_pad = round_up(s.skv, kBk);
+  // Query blocks go in pairs (kQPair queries) through dV += P^T dO and dK += dS^T Q: k = 128
+  // queries a product, so the float accumulators dV and dK (which live in L2, not L1, at these
+  // sizes) are loaded and stored half as often; the padding rows are zeros.
+  constexpr int64_t kQPair = 2 * kBq;
+  const int64_t sq_pad = round_up(s.sq, kQPair), sk_pad = round_up(s.skv, kBk);
   const int64_t x_floats = std::max(sq_pad, sk_pad) * std::max(D, Dv);
   // Float rows (to convert; dQ at the end), O rows, dO rows; K rows, V rows, K^T blocks; Q rows,
   // Q^T words, Q pairs; dO rows, dO^T words, dO pairs; lse, D_i, dQ^T blocks, dK, dV; the tiles
-  // S^T and dP^T, P^T rows, dS^T rows and pairs.
+  // S^T and dP^T, P^T and dS^T rows of a query pair, dS^T pairs.
   const auto [x, orows, dor, kb_f, vb_f, kt_f, qb_f, qt_f, qp_f, db_f, dt_f, dp_f, lse, di, dqt,
               dk, dv, tile, dpt, prow_f, dsrow_f, dspair_f] =
       carve<22>({x_floats, sq_pad * Dv, sq_pad * Dv, halves(sk_pad * D), halves(sk_pad * Dv),
                  halves(sk_pad * D), halves(sq_pad * D), halves(sq_pad * D), halves(sq_pad * D),
                  halves(sq_pad * Dv), halves(sq_pad * Dv), halves(sq_pad * Dv), sq_pad, sq_pad,
-                 sq_pad * D, sk_pad * D, sk_pad * Dv, kBk * kBq, kBk * kBq, kBk * kBq / 2,
-                 kBk * kBq / 2, kBk * kBq / 2});
+                 sq_pad * D, sk_pad * D, sk_pad * Dv, kBk * kBq, kBk * kBq, kBk * kQPair / 2,
+                 kBk * kQPair / 2, kBk * kBq / 2});
   auto* kb = reinterpret_cast<uint16_t*>(kb_f);
   auto* vb = reinterpret_cast<uint16_t*>(vb_f);
   auto* kt = reinterpret_cast<uint16_t*>(kt_f);
@@ -1109,26 +1116,39 @@ NPU_AMX_TARGET void backward_head_amx(const FlashAttentionArgs& a, const Dims& d
     const Visibility vis(a, s, n);
     for (int64_t j0 = 0; j0 < s.skv; j0 += kBk) {
       const int64_t cols = std::min(kBk, s.skv - j0);
-      for (int64_t i0 = 0; i0 < s.sq; i0 += kBq) {
-        const int64_t rows = std::min(kBq, s.sq - i0);
-        const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
-        if (cls == 0) continue;
-        // S^T = K Q^T;  dP^T = V dO^T
-        amx::tile_product_bf16(kBk, kBq, D, kb + j0 * D, D, qt + i0 * D / 2, kBq, tile, kBq,
-                               false);
-        amx::tile_product_bf16(kBk, kBq, Dv, vb + j0 * Dv, Dv, dt + i0 * Dv / 2, kBq, dpt, kBq,
-                               false);
-        if (cls == 2 || cols < kBk) mask_tile(tile, vis, i0, j0, s.sq, s.skv);
-        backward_tile(tile, dpt, lse + i0, di + i0, scale);
-        tile_to_rows(tile, prow);
-        tile_to_rows(dpt, dsrow);
-        tile_to_pairs(dpt, dspair);
-        // dV += P^T dO;  dK += dS^T Q;  dQ^T += K^T dS^T (the scale is applied once at the end)
-        amx::tile_product_bf16(kBk, Dv, kBq, prow, kBq, dp + i0 / 2 * Dv, Dv, dv + j0 * Dv, Dv,
-                               true);
-        amx::tile_product_bf16(kBk, D, kBq, dsrow, kBq, qp + i0 / 2 * D, D, dk + j0 * D, D,
-                               true);
-        amx::tile_product_bf16(D, kBq, kBk, kt + j0 * D, kBk, dspair, kBq, dqt + i0 * D, kBq,
+      for (int64_t ip = 0; ip < s.sq; ip += kQPair) {
+        bool any = false;
+        for (int64_t half = 0; half < 2; ++half) {
+          const int64_t i0 = ip + half * kBq;
+          const int64_t rows = std::min(kBq, s.sq - i0);
+          if (rows <= 0 || vis.classify(i0, i0 + rows, j0, j0 + cols) == 0) {
+            for (int64_t r = 0; r < kBk; ++r) {
+              std::fill_n(prow + r * kQPair + half * kBq, kBq, uint16_t{0});
+              std::fill_n(dsrow + r * kQPair + half * kBq, kBq, uint16_t{0});
+            }
+            continue;
+          }
+          const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
+          any = true;
+          // S^T = K Q^T;  dP^T = V dO^T
+          amx::tile_product_bf16(kBk, kBq, D, kb + j0 * D, D, qt + i0 * D / 2, kBq, tile, kBq,
+                                 false);
+          amx::tile_product_bf16(kBk, kBq, Dv, vb + j0 * Dv, Dv, dt + i0 * Dv / 2, kBq, dpt,
+                                 kBq, false);
+          if (cls == 2 || cols < kBk) mask_tile(tile, vis, i0, j0, s.sq, s.skv);
+          backward_tile(tile, dpt, lse + i0, di + i0, scale);
+          tile_to_rows(tile, prow + half * kBq, kQPair);
+          tile_to_rows(dpt, dsrow + half * kBq, kQPair);
+          tile_to_pairs(dpt, dspair);
+          // dQ^T += K^T dS^T (the scale is applied once at the end)
+          amx::tile_product_bf16(D, kBq, kBk, kt + j0 * D, kBk, dspair, kBq, dqt + i0 * D, kBq,
+                                 true);
+        }
+        if (!any) continue;
+        // dV += P^T dO;  dK += dS^T Q over the pair's 128 queries
+        amx::tile_product_bf16(kBk, Dv, kQPair, prow, kQPair, dp + ip / 2 * Dv, Dv, dv + j0 * Dv,
+                               Dv, true);
+        amx::tile_product_bf16(kBk, D, kQPair, dsrow, kQPair, qp + ip / 2 * D, D, dk + j0 * D, D,
                                true);
       }
     }
