@@ -961,13 +961,35 @@ void word_transpose_blocks(const uint16_t* rows, int64_t n, int64_t d, uint32_t*
   }
 }
 
-// bfloat16 rows [n x d] (n even) as B operands over the rows: [n / 2 x d] words, word (p, c)
-// the pair (rows 2p, 2p + 1) of column c.
+// Column panels: a product whose B and C rows are 128 floats / words (512 bytes) apart ran at
+// half the speed of one on 64-wide rows (the rows of a tile then share L1 sets, and loads alias
+// the stores 4 KB apart), so the backward's dV / dK and their B operands are kept as panels of
+// 64 columns (32 when the head dim is an odd multiple of 32), each panel [rows x width].
+int64_t panel_width(int64_t d) { return d % 64 == 0 ? 64 : 32; }
+
+// bfloat16 rows [n x d] (n even) as B operands over the rows, in column panels: panel k holds
+// [n / 2 x w] words, word (p, c) the pair (rows 2p, 2p + 1) of column k * w + c.
 void pair_rows(const uint16_t* rows, int64_t n, int64_t d, uint32_t* out) {
+  const int64_t w = panel_width(d);
   for (int64_t p = 0; p < n / 2; ++p) {
     const uint16_t* r0 = rows + 2 * p * d;
     const uint16_t* r1 = r0 + d;
-    for (int64_t c = 0; c < d; ++c) out[p * d + c] = uint32_t(r0[c]) | (uint32_t(r1[c]) << 16);
+    for (int64_t c0 = 0; c0 < d; c0 += w) {
+      uint32_t* o = out + c0 * (n / 2) + p * w;
+      for (int64_t c = 0; c < w; ++c) o[c] = uint32_t(r0[c0 + c]) | (uint32_t(r1[c0 + c]) << 16);
+    }
+  }
+}
+
+// Rows [0, n) of a column-panelled float matrix ([d / w panels] of [n_all x w]) as plain rows
+// [n x d], times mul.
+void unpanel(const float* x, int64_t n, int64_t n_all, int64_t d, float mul, float* out) {
+  const int64_t w = panel_width(d);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c0 = 0; c0 < d; c0 += w) {
+      const float* in = x + c0 * n_all + r * w;
+      for (int64_t c = 0; c < w; ++c) out[r * d + c0 + c] = in[c] * mul;
+    }
   }
 }
 
@@ -1059,11 +1081,14 @@ NPU_AMX_TARGET void backward_head_amx(const FlashAttentionArgs& a, const Dims& d
   // queries a product, so the float accumulators dV and dK (which live in L2, not L1, at these
   // sizes) are loaded and stored half as often; the padding rows are zeros.
   constexpr int64_t kQPair = 2 * kBq;
+  constexpr int64_t kKeyChunk = 4 * kBk;
   const int64_t sq_pad = round_up(s.sq, kQPair), sk_pad = round_up(s.skv, kBk);
+  const int64_t wk = panel_width(D), wv = panel_width(Dv);  // dK / Q and dV / dO panels
   const int64_t x_floats = std::max(sq_pad, sk_pad) * std::max(D, Dv);
-  // Float rows (to convert; dQ at the end), O rows, dO rows; K rows, V rows, K^T blocks; Q rows,
-  // Q^T words, Q pairs; dO rows, dO^T words, dO pairs; lse, D_i, dQ^T blocks, dK, dV; the tiles
-  // S^T and dP^T, P^T and dS^T rows of a query pair, dS^T pairs.
+  // Float rows (to convert; dQ, dK, dV at the end), O rows, dO rows; K rows, V rows, K^T blocks;
+  // Q rows, Q^T words, Q pairs (panels); dO rows, dO^T words, dO pairs (panels); lse, D_i, dQ^T
+  // blocks, dK and dV (panels); the tiles S^T and dP^T, P^T and dS^T rows of a query pair, dS^T
+  // pairs.
   const auto [x, orows, dor, kb_f, vb_f, kt_f, qb_f, qt_f, qp_f, db_f, dt_f, dp_f, lse, di, dqt,
               dk, dv, tile, dpt, prow_f, dsrow_f, dspair_f] =
       carve<22>({x_floats, sq_pad * Dv, sq_pad * Dv, halves(sk_pad * D), halves(sk_pad * Dv),
@@ -1114,42 +1139,53 @@ NPU_AMX_TARGET void backward_head_amx(const FlashAttentionArgs& a, const Dims& d
     }
     std::fill(dqt, dqt + sq_pad * D, 0.0f);
     const Visibility vis(a, s, n);
-    for (int64_t j0 = 0; j0 < s.skv; j0 += kBk) {
-      const int64_t cols = std::min(kBk, s.skv - j0);
+    // Keys in chunks of kKeyChunk, each walking every query pair: the chunk's key-side buffers
+    // and one pair's query-side buffers stay in L2 (walking all queries for every key block
+    // streamed the query side, megabytes a head at S = 4096, from memory each time).
+    for (int64_t jc = 0; jc < s.skv; jc += kKeyChunk) {
       for (int64_t ip = 0; ip < s.sq; ip += kQPair) {
-        bool any = false;
-        for (int64_t half = 0; half < 2; ++half) {
-          const int64_t i0 = ip + half * kBq;
-          const int64_t rows = std::min(kBq, s.sq - i0);
-          if (rows <= 0 || vis.classify(i0, i0 + rows, j0, j0 + cols) == 0) {
-            for (int64_t r = 0; r < kBk; ++r) {
-              std::fill_n(prow + r * kQPair + half * kBq, kBq, uint16_t{0});
-              std::fill_n(dsrow + r * kQPair + half * kBq, kBq, uint16_t{0});
+        for (int64_t j0 = jc; j0 < std::min(s.skv, jc + kKeyChunk); j0 += kBk) {
+          const int64_t cols = std::min(kBk, s.skv - j0);
+          bool any = false;
+          for (int64_t half = 0; half < 2; ++half) {
+            const int64_t i0 = ip + half * kBq;
+            const int64_t rows = std::min(kBq, s.sq - i0);
+            if (rows <= 0 || vis.classify(i0, i0 + rows, j0, j0 + cols) == 0) {
+              for (int64_t r = 0; r < kBk; ++r) {
+                std::fill_n(prow + r * kQPair + half * kBq, kBq, uint16_t{0});
+                std::fill_n(dsrow + r * kQPair + half * kBq, kBq, uint16_t{0});
+              }
+              continue;
             }
-            continue;
+            const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
+            any = true;
+            // S^T = K Q^T;  dP^T = V dO^T
+            amx::tile_product_bf16(kBk, kBq, D, kb + j0 * D, D, qt + i0 * D / 2, kBq, tile, kBq,
+                                   false);
+            amx::tile_product_bf16(kBk, kBq, Dv, vb + j0 * Dv, Dv, dt + i0 * Dv / 2, kBq, dpt,
+                                   kBq, false);
+            if (cls == 2 || cols < kBk) mask_tile(tile, vis, i0, j0, s.sq, s.skv);
+            backward_tile(tile, dpt, lse + i0, di + i0, scale);
+            tile_to_rows(tile, prow + half * kBq, kQPair);
+            tile_to_rows(dpt, dsrow + half * kBq, kQPair);
+            tile_to_pairs(dpt, dspair);
+            // dQ^T += K^T dS^T (the scale is applied once at the end)
+            amx::tile_product_bf16(D, kBq, kBk, kt + j0 * D, kBk, dspair, kBq, dqt + i0 * D, kBq,
+                                   true);
           }
-          const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
-          any = true;
-          // S^T = K Q^T;  dP^T = V dO^T
-          amx::tile_product_bf16(kBk, kBq, D, kb + j0 * D, D, qt + i0 * D / 2, kBq, tile, kBq,
-                                 false);
-          amx::tile_product_bf16(kBk, kBq, Dv, vb + j0 * Dv, Dv, dt + i0 * Dv / 2, kBq, dpt,
-                                 kBq, false);
-          if (cls == 2 || cols < kBk) mask_tile(tile, vis, i0, j0, s.sq, s.skv);
-          backward_tile(tile, dpt, lse + i0, di + i0, scale);
-          tile_to_rows(tile, prow + half * kBq, kQPair);
-          tile_to_rows(dpt, dsrow + half * kBq, kQPair);
-          tile_to_pairs(dpt, dspair);
-          // dQ^T += K^T dS^T (the scale is applied once at the end)
-          amx::tile_product_bf16(D, kBq, kBk, kt + j0 * D, kBk, dspair, kBq, dqt + i0 * D, kBq,
-                                 true);
+          if (!any) continue;
+          // dV += P^T dO;  dK += dS^T Q over the pair's 128 queries, panel by panel
+          for (int64_t c = 0; c < Dv; c += wv) {
+            const uint32_t* b = dp + c * sq_pad / 2 + ip / 2 * wv;
+            amx::tile_product_bf16(kBk, wv, kQPair, prow, kQPair, b, wv, dv + c * sk_pad + j0 * wv,
+                                   wv, true);
+          }
+          for (int64_t c = 0; c < D; c += wk) {
+            const uint32_t* b = qp + c * sq_pad / 2 + ip / 2 * wk;
+            amx::tile_product_bf16(kBk, wk, kQPair, dsrow, kQPair, b, wk, dk + c * sk_pad + j0 * wk,
+                                   wk, true);
+          }
         }
-        if (!any) continue;
-        // dV += P^T dO;  dK += dS^T Q over the pair's 128 queries
-        amx::tile_product_bf16(kBk, Dv, kQPair, prow, kQPair, dp + ip / 2 * Dv, Dv, dv + j0 * Dv,
-                               Dv, true);
-        amx::tile_product_bf16(kBk, D, kQPair, dsrow, kQPair, qp + ip / 2 * D, D, dk + j0 * D, D,
-                               true);
       }
     }
     for (int64_t i0 = 0; i0 < s.sq; i0 += kBq) {
@@ -1160,9 +1196,10 @@ NPU_AMX_TARGET void backward_head_amx(const FlashAttentionArgs& a, const Dims& d
     }
     HeadRows(grad_q, s.b, n, s.q0).store(0, s.sq, x);
   }
-  for (int64_t i = 0; i < s.skv * D; ++i) dk[i] *= scale;
-  HeadRows(grad_k, s.b, h, s.k0).store(0, s.skv, dk);
-  HeadRows(grad_v, s.b, h, s.k0).store(0, s.skv, dv);
+  unpanel(dk, s.skv, sk_pad, D, scale, x);
+  HeadRows(grad_k, s.b, h, s.k0).store(0, s.skv, x);
+  unpanel(dv, s.skv, sk_pad, Dv, 1.0f, x);
+  HeadRows(grad_v, s.b, h, s.k0).store(0, s.skv, x);
 }
 
 bool fast_forward(const FlashAttentionArgs& a, const TensorDesc& out, const TensorDesc& smax,
