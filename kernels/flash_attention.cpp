@@ -919,12 +919,6 @@ NPU_FA512 NPU_FA_INLINE __m512i bf16_high(__m512 x) {
   return _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
 }
 
-uint16_t bf16_of(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return static_cast<uint16_t>((b + 0x7fff + ((b >> 16) & 1)) >> 16);
-}
-
 // n floats (a multiple of 16) as bfloat16.
 NPU_FA512 void rows_to_bf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; i += 16) {
@@ -934,14 +928,31 @@ NPU_FA512 void rows_to_bf16(const float* x, int64_t n, uint16_t* out) {
   }
 }
 
-// Rows x [n x d] (n a multiple of kBk) as bfloat16, transposed per block of kBk rows: block b
-// is [d x kBk].
-void transpose_blocks_to_bf16(const float* x, int64_t n, int64_t d, uint16_t* out) {
+// The rows [0, n) of one (sequence, head) of a bfloat16 tensor, copied as they are (no round trip
+// through float), zero rows up to n_pad.
+void load_head_bf16(const TensorDesc& t, const Seq& s, int64_t head, bool kv, int64_t n,
+                    int64_t n_pad, uint16_t* dst) {
+  const HeadRows hr(t, s.b, head, kv ? s.k0 : s.q0);
+  const int64_t d = hr.cols;
+  for (int64_t r = 0; r < n; ++r) {
+    const auto* src = reinterpret_cast<const uint16_t*>(hr.base) + r * hr.row_stride;
+    if (hr.col_stride == 1) {
+      std::memcpy(dst + r * d, src, static_cast<size_t>(d) * sizeof(uint16_t));
+    } else {
+      for (int64_t c = 0; c < d; ++c) dst[r * d + c] = src[c * hr.col_stride];
+    }
+  }
+  std::fill(dst + n * d, dst + n_pad * d, uint16_t{0});
+}
+
+// bfloat16 rows x [n x d] (n a multiple of kBk) transposed per block of kBk rows: block b is
+// [d x kBk].
+void transpose_blocks_bf16(const uint16_t* x, int64_t n, int64_t d, uint16_t* out) {
   for (int64_t b0 = 0; b0 < n; b0 += kBk) {
     uint16_t* blk = out + b0 * d;
     for (int64_t r = 0; r < kBk; ++r) {
-      const float* row = x + (b0 + r) * d;
-      for (int64_t p = 0; p < d; ++p) blk[p * kBk + r] = bf16_of(row[p]);
+      const uint16_t* row = x + (b0 + r) * d;
+      for (int64_t p = 0; p < d; ++p) blk[p * kBk + r] = row[p];
     }
   }
 }
@@ -1031,12 +1042,10 @@ NPU_AMX_TARGET void forward_head_amx(const FlashAttentionArgs& a, const Dims& dm
   auto* qb = reinterpret_cast<uint16_t*>(qb_f);
   auto* qt = reinterpret_cast<uint32_t*>(qt_f);
   auto* pt = reinterpret_cast<uint32_t*>(pt_f);
-  load_head(a.k, s, h, true, s.skv, sk_pad, x);
-  rows_to_bf16(x, sk_pad * D, kb);
-  load_head(a.v, s, h, true, s.skv, sk_pad, x);
-  transpose_blocks_to_bf16(x, sk_pad, Dv, vt);
-  load_head(a.q, s, n, false, s.sq, sq_pad, x);
-  rows_to_bf16(x, sq_pad * D, qb);
+  load_head_bf16(a.k, s, h, true, s.skv, sk_pad, kb);
+  load_head_bf16(a.v, s, h, true, s.skv, sk_pad, reinterpret_cast<uint16_t*>(x));
+  transpose_blocks_bf16(reinterpret_cast<uint16_t*>(x), sk_pad, Dv, vt);
+  load_head_bf16(a.q, s, n, false, s.sq, sq_pad, qb);
   word_transpose_blocks(qb, sq_pad, D, qt);
   const Visibility vis(a, s, n);
   const float scale = static_cast<float>(a.scale);
@@ -1108,19 +1117,16 @@ NPU_AMX_TARGET void backward_head_amx(const FlashAttentionArgs& a, const Dims& d
   auto* prow = reinterpret_cast<uint16_t*>(prow_f);
   auto* dsrow = reinterpret_cast<uint16_t*>(dsrow_f);
   auto* dspair = reinterpret_cast<uint32_t*>(dspair_f);
-  load_head(a.k, s, h, true, s.skv, sk_pad, x);
-  rows_to_bf16(x, sk_pad * D, kb);
-  transpose_blocks_to_bf16(x, sk_pad, D, kt);
-  load_head(a.v, s, h, true, s.skv, sk_pad, x);
-  rows_to_bf16(x, sk_pad * Dv, vb);
+  load_head_bf16(a.k, s, h, true, s.skv, sk_pad, kb);
+  transpose_blocks_bf16(kb, sk_pad, D, kt);
+  load_head_bf16(a.v, s, h, true, s.skv, sk_pad, vb);
   std::fill(dk, dk + sk_pad * D, 0.0f);
   std::fill(dv, dv + sk_pad * Dv, 0.0f);
   const float scale = static_cast<float>(a.scale);
   const amx::AmxTileScope tiles;
   for (int64_t g = 0; g < dm.group; ++g) {
     const int64_t n = h * dm.group + g;
-    load_head(a.q, s, n, false, s.sq, sq_pad, x);
-    rows_to_bf16(x, sq_pad * D, qb);
+    load_head_bf16(a.q, s, n, false, s.sq, sq_pad, qb);
     word_transpose_blocks(qb, sq_pad, D, qt);
     pair_rows(qb, sq_pad, D, qp);
     load_head(grad_out, s, n, false, s.sq, sq_pad, dor);
