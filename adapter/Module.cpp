@@ -20,6 +20,7 @@
 #include "NPUFunctions.h"
 #include "NPUGenerator.h"
 #include "NPUGraph.h"
+#include "GraphOutputs.h"
 #include "NPUHostAllocator.h"
 #include "CompiledKernels.h"
 #include "CostModel.h"
@@ -671,6 +672,26 @@ PYBIND11_MODULE(_C, m) {
       .def("pool", &NPUGraph::pool)
       .def("_num_tasks", &NPUGraph::numTasks)
       .def("_debug_dump", &NPUGraph::debugDump, py::arg("debug_path"));
+  py::class_<GraphOutputs>(m, "_NPUGraphOutputs")
+      .def(py::init<std::vector<at::Tensor>>())
+      .def("hand_out", &GraphOutputs::handOut)
+      .def("preserve_live", &GraphOutputs::preserveLive);
+  // Whether inputs[indices[k]] starts at addresses[k] for every k: a graph replay's check that
+  // the inputs it reads where they are have not moved, without a Python call per tensor.
+  m.def("_npu_dataPtrsAt", [](const py::list& inputs, const std::vector<int64_t>& indices,
+                              const std::vector<int64_t>& addresses) {
+    TORCH_CHECK(indices.size() == addresses.size(), "_npu_dataPtrsAt: ", indices.size(),
+                " indices for ", addresses.size(), " addresses");
+    for (size_t k = 0; k < indices.size(); ++k) {
+      PyObject* item = PyList_GetItem(inputs.ptr(), static_cast<Py_ssize_t>(indices[k]));
+      if (item == nullptr) throw py::error_already_set();
+      TORCH_CHECK(THPVariable_Check(item), "_npu_dataPtrsAt: input ", indices[k],
+                  " is not a tensor");
+      if (reinterpret_cast<int64_t>(THPVariable_Unpack(item).data_ptr()) != addresses[k])
+        return false;
+    }
+    return true;
+  });
   m.attr("_built_torch_version") = NPU_BUILT_TORCH_VERSION;
   profiler::initProfilerBindings(m);
   initDistributedBindings(m);

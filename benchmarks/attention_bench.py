@@ -16,9 +16,15 @@ device, as in ops_bench.py: both sides keep worker threads spinning for a while 
 work, so on a 2-core machine a call right after the other device's would lose a core.
 
     .venv/bin/python benchmarks/attention_bench.py [--repeats N] [--only TEXT] [--wide]
+
+On a shared machine the two-thread figures move with the other load (the load average is
+printed before and after); OMP_NUM_THREADS=1 runs both devices on one thread each (the npu's
+kernel pool follows it), which other load disturbs less. bfloat16 tiles run on AMX where the CPU
+has it (the kernel's testing::set_attention_amx(false) is the float32-FMA path they replaced).
 """
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -74,7 +80,9 @@ def main():
     cases = [(dtype, S, heads, D) for dtype in (torch.bfloat16, torch.float32)
              for heads, D in shapes for S in (1024, 2048, 4096)]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, median of "
-          f"{ns.repeats} rounds; sdpa(is_causal=True) forward + backward, batch 1")
+          f"{ns.repeats} rounds; sdpa(is_causal=True) forward + backward, batch 1; "
+          f"load average {os.getloadavg()[0]:.1f}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"{'case':<28} {'cpu':>10} {'npu':>10} {'npu/cpu':>8}  {'npu peak':>9} "
           f"{'outputs':>9} {'HxSxS f32':>10}")
     missed = 0
@@ -92,7 +100,7 @@ def main():
         print(f"{name:<28} {t['cpu'] * 1e3:>7.1f} ms {t['npu'] * 1e3:>7.1f} ms {ratio:>8.2f}"
               f"{' MISSED' if ratio > 1.0 else '       '} {peak:>5.1f} MiB {outputs:>5.1f} MiB "
               f"{full:>6.0f} MiB", flush=True)
-    print(f"{missed} case(s) above 1.0")
+    print(f"{missed} case(s) above 1.0; load average {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -25,16 +25,19 @@
 // on the calling thread).
 // Head dims that are multiples of 32 with no bias and no dropout take the AVX-512 tile path
 // instead ("the AVX-512 path" below): the same algorithm on key-major tiles with its own
-// micro-kernel, one (sequence, head) per item and its operands laid out once per item.
+// micro-kernel, one (sequence, head) per item and its operands laid out once per item; with
+// bfloat16 inputs and AMX, its tile products run on the tile unit ("the AMX path").
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "convert.h"
 #include "dtype_traits.h"
 #include "kernel_assert.h"
@@ -513,6 +516,170 @@ void decode_block(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int
   finish_rows(s, n, 0, rows, Dv, O, m, l, out, smax, ssum);
 }
 
+// ---- short sequences: the whole score matrix of a head at once -------------------------
+//
+// A head with at most kShortRows queries and keys (a small model's 16- or 64-token context)
+// is one block of the general path, where the library GEMM's packing and task set-up for
+// products of 16 x 16 x 8 cost more than their arithmetic, and every product is a call. Here
+// one item is a (sequence, head) in the forward and a (sequence, kv head) in the backward, its
+// operands laid out once as floats in thread scratch with the keys and values transposed
+// (d-major), so that every inner loop runs over the keys, contiguous: a query row's scores
+// s_j = scale * q . k_j, dP_j = dO . v_j, dQ = scale * sum_j dS_j k_j, dK^T += scale * q dS,
+// dV^T += dO P. Same statistics, masks and conventions as the general path (a row with nothing
+// visible: out 0, max -inf, sum 0); no bias, dropout or int8 keys (they take the general path).
+constexpr int64_t kShortRows = 64;
+
+bool fast_path_cpu();  // the AVX-512 tile path's CPU check (below)
+
+bool short_path_applies(const FlashAttentionArgs& a, const Dims& dm, const std::vector<Seq>& seqs,
+                        const TensorDesc* grad_pse) {
+  const DType t = a.q.dtype;
+  const bool floating = t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16;
+  if (!floating || a.k.dtype != t || a.v.dtype != t) return false;
+  if ((a.pse && a.pse->data) || a.keep_prob < 1.0 || (grad_pse && grad_pse->data)) return false;
+  if (dm.d > kShortRows || dm.dv > kShortRows) return false;
+  // Head dims the AVX-512 tile path takes: it is faster from 64-row tiles that are at least
+  // half full (measured at 64 x 64, head dims 32 and 64: 1.5-2.7x), slower on 16 x 16 (5x).
+  const bool tiles = dm.d % 32 == 0 && dm.dv % 32 == 0 && fast_path_cpu();
+  const int64_t most = tiles ? kShortRows / 2 : kShortRows;
+  return std::all_of(seqs.begin(), seqs.end(), [most](const Seq& s) {
+    return s.sq <= most && s.skv <= most;
+  });
+}
+
+// y[0, n) += w * x[0, n)
+inline void axpy(float* y, float w, const float* x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] += w * x[j];
+}
+
+// The keys' rows [0, skv) of one (sequence, kv head), transposed: out[d * skv + j] = k_j[d].
+void load_transposed(const TensorDesc& t, const Seq& s, int64_t head, float* rows, float* out) {
+  const HeadRows hr(t, s.b, head, s.k0);
+  hr.load(0, s.skv, rows);
+  for (int64_t j = 0; j < s.skv; ++j) {
+    for (int64_t d = 0; d < hr.cols; ++d) out[d * s.skv + j] = rows[j * hr.cols + d];
+  }
+}
+
+// srow[j] = scale * q . k_j over the transposed keys, invisible keys -inf; false if the row
+// sees no key at all.
+bool short_scores(const float* q, const float* Kt, int64_t D, int64_t skv, float scale,
+                  const Visibility& vis, int64_t i, float* srow) {
+  const int cls = vis.classify(i, i + 1, 0, skv);
+  if (cls == 0) return false;
+  std::fill_n(srow, skv, 0.0f);
+  for (int64_t d = 0; d < D; ++d) axpy(srow, scale * q[d], Kt + d * skv, skv);
+  if (cls == 2) {
+    for (int64_t j = 0; j < skv; ++j) {
+      if (!vis.visible(i, j)) srow[j] = kNegInf;
+    }
+  }
+  return true;
+}
+
+void short_forward_head(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int64_t n,
+                        const TensorDesc& out, const TensorDesc& smax, const TensorDesc& ssum) {
+  const int64_t sq = s.sq, skv = s.skv, D = dm.d, Dv = dm.dv, h = n / dm.group;
+  float* Q = block_scratch(static_cast<size_t>(sq * D + 2 * skv * D + 2 * skv * Dv + skv +
+                                               sq * Dv + 2 * sq));
+  float* rows = Q + sq * D;  // K or V as rows, before transposing
+  float* Kt = rows + skv * std::max(D, Dv);
+  float* Vt = Kt + skv * D;
+  float* srow = Vt + skv * Dv;
+  float* O = srow + skv;
+  float* m = O + sq * Dv;
+  float* l = m + sq;
+  HeadRows(a.q, s.b, n, s.q0).load(0, sq, Q);
+  load_transposed(a.k, s, h, rows, Kt);
+  load_transposed(a.v, s, h, rows, Vt);
+  const Visibility vis(a, s, n);
+  const float scale = static_cast<float>(a.scale);
+  for (int64_t i = 0; i < sq; ++i) {
+    float* o = O + i * Dv;
+    m[i] = kNegInf;
+    l[i] = 0.0f;
+    if (short_scores(Q + i * D, Kt, D, skv, scale, vis, i, srow)) m[i] = row_max(srow, skv);
+    if (m[i] == kNegInf) {  // nothing visible: the row's output is 0
+      std::fill_n(o, Dv, 0.0f);
+      continue;
+    }
+    l[i] = exp_row(srow, skv, m[i], 1.0f);
+    for (int64_t c = 0; c < Dv; ++c) o[c] = dot_f32(srow, Vt + c * skv, skv);
+  }
+  finish_rows(s, n, 0, sq, Dv, O, m, l, out, smax, ssum);
+}
+
+void short_backward_head(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int64_t h,
+                         const TensorDesc& out, const TensorDesc& grad_out,
+                         const TensorDesc& smax, const TensorDesc& ssum,
+                         const TensorDesc& grad_q, const TensorDesc& grad_k,
+                         const TensorDesc& grad_v) {
+  const int64_t sq = s.sq, skv = s.skv, D = dm.d, Dv = dm.dv;
+  const int64_t kv = skv * std::max(D, Dv);
+  float* Kt = block_scratch(static_cast<size_t>(5 * kv + sq * (2 * D + 2 * Dv) + 3 * skv));
+  float* Vt = Kt + kv;
+  float* dKt = Vt + kv;
+  float* dVt = dKt + kv;
+  float* rows = dVt + kv;  // a [skv x max(D, Dv)] or [sq x ...] staging area
+  float* Q = rows + kv;
+  float* dQ = Q + sq * D;
+  float* dO = dQ + sq * D;
+  float* O = dO + sq * Dv;
+  float* p = O + sq * Dv;
+  float* dp = p + skv;
+  float* ds = dp + skv;
+  load_transposed(a.k, s, h, rows, Kt);
+  load_transposed(a.v, s, h, rows, Vt);
+  std::fill_n(dKt, skv * D, 0.0f);
+  std::fill_n(dVt, skv * Dv, 0.0f);
+  const float scale = static_cast<float>(a.scale);
+  for (int64_t g = 0; g < dm.group; ++g) {
+    const int64_t n = h * dm.group + g;
+    HeadRows(a.q, s.b, n, s.q0).load(0, sq, Q);
+    HeadRows(grad_out, s.b, n, s.q0).load(0, sq, dO);
+    HeadRows(out, s.b, n, s.q0).load(0, sq, O);
+    const StatRows sm(smax, s.b, n, s.q0), ss(ssum, s.b, n, s.q0);
+    const Visibility vis(a, s, n);
+    std::fill_n(dQ, sq * D, 0.0f);
+    for (int64_t i = 0; i < sq; ++i) {
+      const float li = ss.get(i);
+      const float* q = Q + i * D;
+      const float* go = dO + i * Dv;
+      if (!(li > 0) || !short_scores(q, Kt, D, skv, scale, vis, i, p)) continue;
+      double di = 0;  // D_i = dO_i . O_i
+      for (int64_t c = 0; c < Dv; ++c) di += double(go[c]) * O[i * Dv + c];
+      exp_row(p, skv, sm.get(i), 1.0f / li);  // P_ij
+      std::fill_n(dp, skv, 0.0f);
+      for (int64_t c = 0; c < Dv; ++c) axpy(dp, go[c], Vt + c * skv, skv);
+      for (int64_t j = 0; j < skv; ++j) ds[j] = p[j] * (dp[j] - static_cast<float>(di));
+      float* dq = dQ + i * D;
+      for (int64_t d = 0; d < D; ++d) {
+        dq[d] = scale * dot_f32(ds, Kt + d * skv, skv);
+        axpy(dKt + d * skv, scale * q[d], ds, skv);
+      }
+      for (int64_t c = 0; c < Dv; ++c) axpy(dVt + c * skv, go[c], p, skv);
+    }
+    HeadRows(grad_q, s.b, n, s.q0).store(0, sq, dQ);
+  }
+  for (int64_t j = 0; j < skv; ++j) {
+    for (int64_t d = 0; d < D; ++d) rows[j * D + d] = dKt[d * skv + j];
+  }
+  HeadRows(grad_k, s.b, h, s.k0).store(0, skv, rows);
+  for (int64_t j = 0; j < skv; ++j) {
+    for (int64_t c = 0; c < Dv; ++c) rows[j * Dv + c] = dVt[c * skv + j];
+  }
+  HeadRows(grad_v, s.b, h, s.k0).store(0, skv, rows);
+}
+
+// One parallel_for over `items` heads, a few per task (each is microseconds of work).
+template <class F>
+void for_each_head(int64_t items, F&& body) {
+  const int64_t grain = std::max<int64_t>(1, items / (4 * num_threads()));
+  parallel_for(0, items, grain, [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) body(it);
+  });
+}
+
 // Work items over (sequence, head, block) flattened.
 struct Items {
   std::vector<Seq> seqs;
@@ -557,7 +724,8 @@ struct Items {
 //    (A[k * lda + i]): no per-tile packing at all.
 //  - 16-bit inputs are converted once (in the layouts); the products are float32 FMAs. (On this
 //    Xeon vdpbf16ps ran at 48 GFLOP/s a core against 167 for float32 FMAs: bfloat16 pairs were
-//    slower, so they are not used here.)
+//    slower, so they are not used here.) bfloat16 on a CPU with AMX takes the AMX path below
+//    instead: the same tiles, the products on the tile unit.
 //  - Forward per query block: S^T = K Q^T, mask, online softmax over the key blocks, and
 //    O^T += V^T P^T. Backward per key block and visible query block: S^T, dP^T = V dO^T,
 //    P^T = exp(S^T - lse), dS^T = P^T (dP^T - D_i), then dV += P^T dO, dK += dS^T Q and
@@ -882,6 +1050,328 @@ NPU_FA512 void backward_head(const FlashAttentionArgs& a, const Dims& dm, const 
   HeadRows(grad_v, s.b, h, s.k0).store(0, s.skv, dv);
 }
 
+// ---- the AMX path: bfloat16 tile products on the tile unit -----------------------------
+//
+// bfloat16 inputs on a CPU with AMX (and the tile state granted by Linux) run the AVX-512
+// path's algorithm with its products on the tile unit (TDPBF16PS, amx_tiles.h), as the card's
+// cube unit and FlashAttention-2 do: bfloat16 operands, float32 accumulation, the softmax
+// statistics, the score tiles and the accumulators (O^T, dQ^T, dK, dV) in float32; P and dS
+// are rounded to bfloat16 (nearest even) for the products that take them.
+//  - Each item lays its operands out once, as the tiles read them: A operands as bfloat16 rows
+//    (K and V by key; V^T and K^T per block of kBk keys, so a block's rows are 128 bytes
+//    apart), B operands as k-pair words: Q^T and dO^T per block of kBq queries (the 32-bit
+//    words of a bfloat16 row are already pairs of d, so these are word transposes), Q and dO
+//    as pairs of query rows.
+//  - The key-major float tiles are those of the AVX-512 path (mask_tile, softmax_tile,
+//    backward_tile are shared); P^T / dS^T leave them as bfloat16 rows (A of dV += P^T dO,
+//    dK += dS^T Q) or pairs of key rows (B of O^T += V^T P^T, dQ^T += K^T dS^T).
+//  - dQ^T accumulates per query block ([D x kBq], transposed back once at the end).
+std::atomic<bool> g_attention_amx{true};
+
+bool amx_products(DType t) {
+  return t == DType::BFloat16 && g_attention_amx.load(std::memory_order_relaxed) &&
+         fast_path_cpu() && amx::amx_bf16_usable();
+}
+
+// The bfloat16 bits of x in the high half of each 32-bit lane (nearest even; the inputs here
+// are finite).
+NPU_FA512 NPU_FA_INLINE __m512i bf16_high(__m512 x) {
+  const __m512i b = _mm512_castps_si512(x);
+  const __m512i odd =
+      _mm512_and_si512(_mm512_maskz_srli_epi32(kAll16, b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+  return _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+}
+
+// n floats (a multiple of 16) as bfloat16.
+NPU_FA512 void rows_to_bf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512i h = _mm512_maskz_srli_epi32(kAll16, bf16_high(_mm512_loadu_ps(x + i)), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm512_maskz_cvtepi32_epi16(kAll16, h));
+  }
+}
+
+// The rows [0, n) of one (sequence, head) of a bfloat16 tensor, copied as they are (no round trip
+// through float), zero rows up to n_pad.
+void load_head_bf16(const TensorDesc& t, const Seq& s, int64_t head, bool kv, int64_t n,
+                    int64_t n_pad, uint16_t* dst) {
+  const HeadRows hr(t, s.b, head, kv ? s.k0 : s.q0);
+  const int64_t d = hr.cols;
+  for (int64_t r = 0; r < n; ++r) {
+    const auto* src = reinterpret_cast<const uint16_t*>(hr.base) + r * hr.row_stride;
+    if (hr.col_stride == 1) {
+      std::memcpy(dst + r * d, src, static_cast<size_t>(d) * sizeof(uint16_t));
+    } else {
+      for (int64_t c = 0; c < d; ++c) dst[r * d + c] = src[c * hr.col_stride];
+    }
+  }
+  std::fill(dst + n * d, dst + n_pad * d, uint16_t{0});
+}
+
+// bfloat16 rows x [n x d] (n a multiple of kBk) transposed per block of kBk rows: block b is
+// [d x kBk].
+void transpose_blocks_bf16(const uint16_t* x, int64_t n, int64_t d, uint16_t* out) {
+  for (int64_t b0 = 0; b0 < n; b0 += kBk) {
+    uint16_t* blk = out + b0 * d;
+    for (int64_t r = 0; r < kBk; ++r) {
+      const uint16_t* row = x + (b0 + r) * d;
+      for (int64_t p = 0; p < d; ++p) blk[p * kBk + r] = row[p];
+    }
+  }
+}
+
+// bfloat16 rows [n x d] (n a multiple of kBq) as B operands over d: per block of kBq rows,
+// [d / 2 x kBq] words (word p of row r is the pair (d = 2p, 2p + 1)).
+void word_transpose_blocks(const uint16_t* rows, int64_t n, int64_t d, uint32_t* out) {
+  const int64_t w = d / 2;
+  for (int64_t b0 = 0; b0 < n; b0 += kBq) {
+    uint32_t* blk = out + b0 * w;
+    for (int64_t r = 0; r < kBq; ++r) {
+      const uint16_t* row = rows + (b0 + r) * d;
+      for (int64_t p = 0; p < w; ++p) {
+        blk[p * kBq + r] = uint32_t(row[2 * p]) | (uint32_t(row[2 * p + 1]) << 16);
+      }
+    }
+  }
+}
+
+// Column panels: a product whose B and C rows are 128 floats / words (512 bytes) apart ran at
+// half the speed of one on 64-wide rows (the rows of a tile then share L1 sets, and loads alias
+// the stores 4 KB apart), so the backward's dV / dK and their B operands are kept as panels of
+// 64 columns (32 when the head dim is an odd multiple of 32), each panel [rows x width].
+int64_t panel_width(int64_t d) { return d % 64 == 0 ? 64 : 32; }
+
+// bfloat16 rows [n x d] (n even) as B operands over the rows, in column panels: panel k holds
+// [n / 2 x w] words, word (p, c) the pair (rows 2p, 2p + 1) of column k * w + c.
+void pair_rows(const uint16_t* rows, int64_t n, int64_t d, uint32_t* out) {
+  const int64_t w = panel_width(d);
+  for (int64_t p = 0; p < n / 2; ++p) {
+    const uint16_t* r0 = rows + 2 * p * d;
+    const uint16_t* r1 = r0 + d;
+    for (int64_t c0 = 0; c0 < d; c0 += w) {
+      uint32_t* o = out + c0 * (n / 2) + p * w;
+      for (int64_t c = 0; c < w; ++c) o[c] = uint32_t(r0[c0 + c]) | (uint32_t(r1[c0 + c]) << 16);
+    }
+  }
+}
+
+// Rows [0, n) of a column-panelled float matrix ([d / w panels] of [n_all x w]) as plain rows
+// [n x d], times mul.
+void unpanel(const float* x, int64_t n, int64_t n_all, int64_t d, float mul, float* out) {
+  const int64_t w = panel_width(d);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c0 = 0; c0 < d; c0 += w) {
+      const float* in = x + c0 * n_all + r * w;
+      for (int64_t c = 0; c < w; ++c) out[r * d + c0 + c] = in[c] * mul;
+    }
+  }
+}
+
+// A key-major float tile [kBk x kBq] as bfloat16 rows (an A operand over queries), ld values
+// apart.
+NPU_FA512 void tile_to_rows(const float* t, uint16_t* out, int64_t ld) {
+  for (int64_t r = 0; r < kBk; ++r) rows_to_bf16(t + r * kBq, kBq, out + r * ld);
+}
+
+// A key-major float tile as pairs of key rows: [kBk / 2 x kBq] words (a B operand over keys).
+NPU_FA512 void tile_to_pairs(const float* t, uint32_t* out) {
+  for (int64_t p = 0; p < kBk / 2; ++p) {
+    const float* r0 = t + 2 * p * kBq;
+    const float* r1 = r0 + kBq;
+    for (int64_t c = 0; c < kBq; c += 16) {
+      const __m512i lo = _mm512_maskz_srli_epi32(kAll16, bf16_high(_mm512_loadu_ps(r0 + c)), 16);
+      const __m512i hi = bf16_high(_mm512_loadu_ps(r1 + c));
+      _mm512_storeu_si512(out + p * kBq + c, _mm512_or_si512(lo, hi));
+    }
+  }
+}
+
+// Sizes in floats of bfloat16 / word buffers carved from float scratch.
+constexpr int64_t halves(int64_t n) { return (n + 1) / 2; }
+
+NPU_AMX_TARGET void forward_head_amx(const FlashAttentionArgs& a, const Dims& dm, const Seq& s,
+                                     int64_t n, const TensorDesc& out, const TensorDesc& smax,
+                                     const TensorDesc& ssum) {
+  const int64_t D = dm.d, Dv = dm.dv, h = n / dm.group;
+  const int64_t sq_pad = round_up(s.sq, kBq), sk_pad = round_up(s.skv, kBk);
+  const int64_t x_floats = std::max(sq_pad * D, sk_pad * std::max(D, Dv));
+  // Float rows (to convert), K rows, V^T blocks, Q rows, Q^T words, the tile, P^T pairs, O^T,
+  // m, l, an output block.
+  const auto [x, kb_f, vt_f, qb_f, qt_f, tile, pt_f, ot, m, l, orow] =
+      carve<11>({x_floats, halves(sk_pad * D), halves(sk_pad * Dv), halves(sq_pad * D),
+                 halves(sq_pad * D), kBk * kBq, kBk * kBq / 2, Dv * kBq, kBq, kBq, kBq * Dv});
+  auto* kb = reinterpret_cast<uint16_t*>(kb_f);
+  auto* vt = reinterpret_cast<uint16_t*>(vt_f);
+  auto* qb = reinterpret_cast<uint16_t*>(qb_f);
+  auto* qt = reinterpret_cast<uint32_t*>(qt_f);
+  auto* pt = reinterpret_cast<uint32_t*>(pt_f);
+  load_head_bf16(a.k, s, h, true, s.skv, sk_pad, kb);
+  load_head_bf16(a.v, s, h, true, s.skv, sk_pad, reinterpret_cast<uint16_t*>(x));
+  transpose_blocks_bf16(reinterpret_cast<uint16_t*>(x), sk_pad, Dv, vt);
+  load_head_bf16(a.q, s, n, false, s.sq, sq_pad, qb);
+  word_transpose_blocks(qb, sq_pad, D, qt);
+  const Visibility vis(a, s, n);
+  const float scale = static_cast<float>(a.scale);
+  const HeadRows outr(out, s.b, n, s.q0);
+  const amx::AmxTileScope tiles;
+  for (int64_t i0 = 0; i0 < s.sq; i0 += kBq) {
+    const int64_t rows = std::min(kBq, s.sq - i0);
+    std::fill(ot, ot + Dv * kBq, 0.0f);
+    std::fill(m, m + kBq, kNegInf);
+    std::fill(l, l + kBq, 0.0f);
+    for (int64_t j0 = 0; j0 < s.skv; j0 += kBk) {
+      const int64_t cols = std::min(kBk, s.skv - j0);
+      const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
+      if (cls == 0) continue;
+      // S^T = K Q^T;  O^T += V^T P^T
+      amx::tile_product_bf16(kBk, kBq, D, kb + j0 * D, D, qt + i0 * D / 2, kBq, tile, kBq, false);
+      if (cls == 2 || cols < kBk) mask_tile(tile, vis, i0, j0, s.sq, s.skv);
+      softmax_tile(tile, scale, m, l, ot, Dv);
+      tile_to_pairs(tile, pt);
+      amx::tile_product_bf16(Dv, kBq, kBk, vt + j0 * Dv, kBk, pt, kBq, ot, kBq, true);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+      for (int64_t c = 0; c < Dv; ++c) orow[r * Dv + c] = ot[c * kBq + r] * inv;
+    }
+    outr.store(i0, rows, orow);
+    const StatRows sm(smax, s.b, n, s.q0 + i0), ss(ssum, s.b, n, s.q0 + i0);
+    for (int64_t r = 0; r < rows; ++r) {
+      sm.set(r, m[r]);
+      ss.set(r, l[r]);
+    }
+  }
+}
+
+NPU_AMX_TARGET void backward_head_amx(const FlashAttentionArgs& a, const Dims& dm, const Seq& s,
+                                      int64_t h, const TensorDesc& out,
+                                      const TensorDesc& grad_out, const TensorDesc& smax,
+                                      const TensorDesc& ssum, const TensorDesc& grad_q,
+                                      const TensorDesc& grad_k, const TensorDesc& grad_v) {
+  const int64_t D = dm.d, Dv = dm.dv;
+  // Query blocks go in pairs (kQPair queries) through dV += P^T dO and dK += dS^T Q: k = 128
+  // queries a product, so the float accumulators dV and dK (which live in L2, not L1, at these
+  // sizes) are loaded and stored half as often; the padding rows are zeros.
+  constexpr int64_t kQPair = 2 * kBq;
+  constexpr int64_t kKeyChunk = 4 * kBk;
+  const int64_t sq_pad = round_up(s.sq, kQPair), sk_pad = round_up(s.skv, kBk);
+  const int64_t wk = panel_width(D), wv = panel_width(Dv);  // dK / Q and dV / dO panels
+  const int64_t x_floats = std::max(sq_pad, sk_pad) * std::max(D, Dv);
+  // Float rows (to convert; dQ, dK, dV at the end), O rows, dO rows; K rows, V rows, K^T blocks;
+  // Q rows, Q^T words, Q pairs (panels); dO rows, dO^T words, dO pairs (panels); lse, D_i, dQ^T
+  // blocks, dK and dV (panels); the tiles S^T and dP^T, P^T and dS^T rows of a query pair, dS^T
+  // pairs.
+  const auto [x, orows, dor, kb_f, vb_f, kt_f, qb_f, qt_f, qp_f, db_f, dt_f, dp_f, lse, di, dqt,
+              dk, dv, tile, dpt, prow_f, dsrow_f, dspair_f] =
+      carve<22>({x_floats, sq_pad * Dv, sq_pad * Dv, halves(sk_pad * D), halves(sk_pad * Dv),
+                 halves(sk_pad * D), halves(sq_pad * D), halves(sq_pad * D), halves(sq_pad * D),
+                 halves(sq_pad * Dv), halves(sq_pad * Dv), halves(sq_pad * Dv), sq_pad, sq_pad,
+                 sq_pad * D, sk_pad * D, sk_pad * Dv, kBk * kBq, kBk * kBq, kBk * kQPair / 2,
+                 kBk * kQPair / 2, kBk * kBq / 2});
+  auto* kb = reinterpret_cast<uint16_t*>(kb_f);
+  auto* vb = reinterpret_cast<uint16_t*>(vb_f);
+  auto* kt = reinterpret_cast<uint16_t*>(kt_f);
+  auto* qb = reinterpret_cast<uint16_t*>(qb_f);
+  auto* qt = reinterpret_cast<uint32_t*>(qt_f);
+  auto* qp = reinterpret_cast<uint32_t*>(qp_f);
+  auto* db = reinterpret_cast<uint16_t*>(db_f);
+  auto* dt = reinterpret_cast<uint32_t*>(dt_f);
+  auto* dp = reinterpret_cast<uint32_t*>(dp_f);
+  auto* prow = reinterpret_cast<uint16_t*>(prow_f);
+  auto* dsrow = reinterpret_cast<uint16_t*>(dsrow_f);
+  auto* dspair = reinterpret_cast<uint32_t*>(dspair_f);
+  load_head_bf16(a.k, s, h, true, s.skv, sk_pad, kb);
+  transpose_blocks_bf16(kb, sk_pad, D, kt);
+  load_head_bf16(a.v, s, h, true, s.skv, sk_pad, vb);
+  std::fill(dk, dk + sk_pad * D, 0.0f);
+  std::fill(dv, dv + sk_pad * Dv, 0.0f);
+  const float scale = static_cast<float>(a.scale);
+  const amx::AmxTileScope tiles;
+  for (int64_t g = 0; g < dm.group; ++g) {
+    const int64_t n = h * dm.group + g;
+    load_head_bf16(a.q, s, n, false, s.sq, sq_pad, qb);
+    word_transpose_blocks(qb, sq_pad, D, qt);
+    pair_rows(qb, sq_pad, D, qp);
+    load_head(grad_out, s, n, false, s.sq, sq_pad, dor);
+    rows_to_bf16(dor, sq_pad * Dv, db);
+    word_transpose_blocks(db, sq_pad, Dv, dt);
+    pair_rows(db, sq_pad, Dv, dp);
+    load_head(out, s, n, false, s.sq, sq_pad, orows);
+    // D_i = rowsum(dO * O) and lse as in backward_head.
+    const StatRows sm(smax, s.b, n, s.q0), ss(ssum, s.b, n, s.q0);
+    for (int64_t r = 0; r < sq_pad; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < Dv; ++c) acc += double(orows[r * Dv + c]) * dor[r * Dv + c];
+      di[r] = static_cast<float>(acc);
+      const float lv = r < s.sq ? ss.get(r) : 0.0f;
+      lse[r] = lv > 0 ? sm.get(r) + std::log(lv) : std::numeric_limits<float>::infinity();
+    }
+    std::fill(dqt, dqt + sq_pad * D, 0.0f);
+    const Visibility vis(a, s, n);
+    // Keys in chunks of kKeyChunk, each walking every query pair: the chunk's key-side buffers
+    // and one pair's query-side buffers stay in L2 (walking all queries for every key block
+    // streamed the query side, megabytes a head at S = 4096, from memory each time).
+    for (int64_t jc = 0; jc < s.skv; jc += kKeyChunk) {
+      for (int64_t ip = 0; ip < s.sq; ip += kQPair) {
+        for (int64_t j0 = jc; j0 < std::min(s.skv, jc + kKeyChunk); j0 += kBk) {
+          const int64_t cols = std::min(kBk, s.skv - j0);
+          bool any = false;
+          for (int64_t half = 0; half < 2; ++half) {
+            const int64_t i0 = ip + half * kBq;
+            const int64_t rows = std::min(kBq, s.sq - i0);
+            if (rows <= 0 || vis.classify(i0, i0 + rows, j0, j0 + cols) == 0) {
+              for (int64_t r = 0; r < kBk; ++r) {
+                std::fill_n(prow + r * kQPair + half * kBq, kBq, uint16_t{0});
+                std::fill_n(dsrow + r * kQPair + half * kBq, kBq, uint16_t{0});
+              }
+              continue;
+            }
+            const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
+            any = true;
+            // S^T = K Q^T;  dP^T = V dO^T
+            amx::tile_product_bf16(kBk, kBq, D, kb + j0 * D, D, qt + i0 * D / 2, kBq, tile, kBq,
+                                   false);
+            amx::tile_product_bf16(kBk, kBq, Dv, vb + j0 * Dv, Dv, dt + i0 * Dv / 2, kBq, dpt,
+                                   kBq, false);
+            if (cls == 2 || cols < kBk) mask_tile(tile, vis, i0, j0, s.sq, s.skv);
+            backward_tile(tile, dpt, lse + i0, di + i0, scale);
+            tile_to_rows(tile, prow + half * kBq, kQPair);
+            tile_to_rows(dpt, dsrow + half * kBq, kQPair);
+            tile_to_pairs(dpt, dspair);
+            // dQ^T += K^T dS^T (the scale is applied once at the end)
+            amx::tile_product_bf16(D, kBq, kBk, kt + j0 * D, kBk, dspair, kBq, dqt + i0 * D, kBq,
+                                   true);
+          }
+          if (!any) continue;
+          // dV += P^T dO;  dK += dS^T Q over the pair's 128 queries, panel by panel
+          for (int64_t c = 0; c < Dv; c += wv) {
+            const uint32_t* b = dp + c * sq_pad / 2 + ip / 2 * wv;
+            amx::tile_product_bf16(kBk, wv, kQPair, prow, kQPair, b, wv, dv + c * sk_pad + j0 * wv,
+                                   wv, true);
+          }
+          for (int64_t c = 0; c < D; c += wk) {
+            const uint32_t* b = qp + c * sq_pad / 2 + ip / 2 * wk;
+            amx::tile_product_bf16(kBk, wk, kQPair, dsrow, kQPair, b, wk, dk + c * sk_pad + j0 * wk,
+                                   wk, true);
+          }
+        }
+      }
+    }
+    for (int64_t i0 = 0; i0 < s.sq; i0 += kBq) {
+      const float* blk = dqt + i0 * D;
+      for (int64_t r = 0; r < std::min(kBq, s.sq - i0); ++r) {
+        for (int64_t c = 0; c < D; ++c) x[(i0 + r) * D + c] = blk[c * kBq + r] * scale;
+      }
+    }
+    HeadRows(grad_q, s.b, n, s.q0).store(0, s.sq, x);
+  }
+  unpanel(dk, s.skv, sk_pad, D, scale, x);
+  HeadRows(grad_k, s.b, h, s.k0).store(0, s.skv, x);
+  unpanel(dv, s.skv, sk_pad, Dv, 1.0f, x);
+  HeadRows(grad_v, s.b, h, s.k0).store(0, s.skv, x);
+}
+
 bool fast_forward(const FlashAttentionArgs& a, const TensorDesc& out, const TensorDesc& smax,
                   const TensorDesc& ssum) {
   if (a.k.dtype == DType::Int8) return false;
@@ -889,9 +1379,14 @@ bool fast_forward(const FlashAttentionArgs& a, const TensorDesc& out, const Tens
   const std::vector<Seq> seqs = sequences(a);
   const int64_t items = static_cast<int64_t>(seqs.size()) * dm.nq;
   if (!fast_path_applies(a, dm, items, nullptr)) return false;
+  const bool amx = amx_products(a.q.dtype);
   parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
-      forward_head(a, dm, seqs[it / dm.nq], it % dm.nq, out, smax, ssum);
+      if (amx) {
+        forward_head_amx(a, dm, seqs[it / dm.nq], it % dm.nq, out, smax, ssum);
+      } else {
+        forward_head(a, dm, seqs[it / dm.nq], it % dm.nq, out, smax, ssum);
+      }
     }
   });
   return true;
@@ -906,10 +1401,16 @@ bool fast_backward(const FlashAttentionArgs& a, const TensorDesc& out, const Ten
   const std::vector<Seq> seqs = sequences(a);
   const int64_t items = static_cast<int64_t>(seqs.size()) * dm.nkv;
   if (!fast_path_applies(a, dm, items, grad_pse)) return false;
+  const bool amx = amx_products(a.q.dtype);
   parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
-      backward_head(a, dm, seqs[it / dm.nkv], it % dm.nkv, out, grad_out, smax, ssum, grad_q,
-                    grad_k, grad_v);
+      if (amx) {
+        backward_head_amx(a, dm, seqs[it / dm.nkv], it % dm.nkv, out, grad_out, smax, ssum,
+                          grad_q, grad_k, grad_v);
+      } else {
+        backward_head(a, dm, seqs[it / dm.nkv], it % dm.nkv, out, grad_out, smax, ssum, grad_q,
+                      grad_k, grad_v);
+      }
     }
   });
   return true;
@@ -917,6 +1418,15 @@ bool fast_backward(const FlashAttentionArgs& a, const TensorDesc& out, const Ten
 
 }  // namespace
 }  // namespace detail
+
+namespace testing {
+void set_attention_amx(bool allowed) {
+  detail::g_attention_amx.store(allowed, std::memory_order_relaxed);
+}
+const char* attention_bf16_products() {
+  return detail::amx_products(DType::BFloat16) ? "amx_bf16" : "fma_f32";
+}
+}  // namespace testing
 
 bool attention_dropout_keep(uint64_t seed, uint64_t offset, int64_t seq, int64_t head,
                             int64_t i, int64_t j, double keep_prob) {
@@ -948,6 +1458,12 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
         items.locate(it, &s, &n, &i0);
         decode_block(a, dm, *s, n, out, softmax_max, softmax_sum);
       }
+    });
+    return;
+  }
+  if (a.k.dtype != DType::Int8 && short_path_applies(a, dm, seqs, nullptr)) {
+    for_each_head(static_cast<int64_t>(seqs.size()) * dm.nq, [&](int64_t it) {
+      short_forward_head(a, dm, seqs[it / dm.nq], it % dm.nq, out, softmax_max, softmax_sum);
     });
     return;
   }
@@ -1057,11 +1573,18 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
   using namespace detail;
   NPU_KERNEL_ASSERT(a.k.dtype != DType::Int8 && a.v.dtype != DType::Int8,
                     "the attention backward takes no int8 (antiquant) key / value");
+  const Dims dm = dims_of(a);
+  if (const std::vector<Seq> seqs = sequences(a); short_path_applies(a, dm, seqs, grad_pse)) {
+    for_each_head(static_cast<int64_t>(seqs.size()) * dm.nkv, [&](int64_t it) {
+      short_backward_head(a, dm, seqs[it / dm.nkv], it % dm.nkv, out, grad_out, softmax_max,
+                          softmax_sum, grad_q, grad_k, grad_v);
+    });
+    return;
+  }
   if (detail::fast_backward(a, out, grad_out, softmax_max, softmax_sum, grad_q, grad_k, grad_v,
                             grad_pse)) {
     return;
   }
-  const Dims dm = dims_of(a);
   const Dropout drop(a);
   const int64_t D = dm.d, Dv = dm.dv;
   const Items qitems(sequences(a), dm.nq, kBr, false);

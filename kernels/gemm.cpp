@@ -44,6 +44,7 @@
 #include "gemm_bf16.h"
 #include "gemm_implicit.h"
 #include "gemm_microkernels.h"
+#include "npu/kernels/gemm_small.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/thread_pool.h"
 #include "vec_math.h"
@@ -1041,6 +1042,7 @@ void gemm(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, double 
     detail::gemm::scale_c(c, beta);
     return;
   }
+  if (detail::gemm_small(c, a, b, alpha, beta, math)) return;
   if (c.dtype == DType::Float64) detail::gemm::gemm_typed<double>(c, a, b, alpha, beta, math);
   else detail::gemm::gemm_typed<float>(c, a, b, alpha, beta, math);
 }
@@ -1063,6 +1065,17 @@ void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
   // parallel_for runs inline). Large ones: one after the other, each using every thread.
   double flops = 2.0 * c.sizes[1] * c.sizes[2] * a.sizes[2];
   int64_t grain = flops >= 4e6 ? batch : 1;
+  if (batch > 0 && c.sizes[1] > 0 && c.sizes[2] > 0 && a.sizes[2] > 0 &&
+      detail::gemm_small(slice(c, 0), slice(a, 0), slice(b, 0), alpha, beta, math)) {
+    // Small products (a head's scores): a few thousand flops each, so tasks take many.
+    parallel_for(1, batch, std::max<int64_t>(1, batch / (4 * num_threads())),
+                 [&](int64_t b0, int64_t b1) {
+                   for (int64_t i = b0; i < b1; ++i) {
+                     detail::gemm_small(slice(c, i), slice(a, i), slice(b, i), alpha, beta, math);
+                   }
+                 });
+    return;
+  }
   parallel_for(0, batch, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i) {
       gemm(slice(c, i), slice(a, i), slice(b, i), alpha, beta, math);

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <memory>
 
+#include "amx_tiles.h"
 #include "gemm_bf16.h"
 #include "kernel_assert.h"
 #include "npu/kernels/thread_pool.h"
@@ -33,24 +34,6 @@ constexpr int kBlock = 32;  // C block: 2 x 2 tiles of 16 x 16
 constexpr int kTileK = 32;  // bfloat16 values of k per A tile row
 constexpr int64_t kChunkBlocks = 4;  // a task: 4 x 4 blocks of C (128 x 128)
 constexpr int64_t kKC = 512;        // k per K block (a multiple of kTileK)
-
-// The 64-byte tile configuration of palette 1: eight tiles of 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TileConfig make_config() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  return cfg;
-}
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -75,7 +58,7 @@ void gemm_amx_bf16_packed(int64_t M, int64_t N, int64_t Kp, float alpha, const u
   // Tasks of kChunk x kChunk of C; each runs K in blocks of kKC, so that the task's A rows and
   // B columns of one K block (kChunk x kKC values each, 128 KB) stay in L2 while every 32 x 32
   // block of the task goes over them, keeping its running sums in a float buffer in between.
-  const TileConfig cfg = make_config();
+  const amx::TileConfig cfg = amx::make_tile_config();
   const int64_t mc_blocks = (m_blocks + kChunkBlocks - 1) / kChunkBlocks;
   const int64_t nc_blocks = (n_blocks + kChunkBlocks - 1) / kChunkBlocks;
   parallel_for(0, mc_blocks * nc_blocks, 1, [&](int64_t t0, int64_t t1) {
@@ -143,3 +126,7 @@ void gemm_amx_bf16_packed(int64_t M, int64_t N, int64_t Kp, float alpha, const u
 }
 
 }  // namespace npu::kernels::detail::gemm
+
+namespace npu::kernels::detail::amx {
+bool amx_bf16_usable() { return gemm::amx_bf16_usable(); }
+}  // namespace npu::kernels::detail::amx

@@ -1,7 +1,8 @@
 """F.scaled_dot_product_attention on npu at lengths of many tiles: forward output and q / k / v
 gradients against a float64 reference on the CPU, causal and not, float32 and bfloat16, ragged
-tails (S not a multiple of the 64-row tiles), head dims of the AVX-512 tile path (32, 64) and
-one beside it (24); and the O(S) memory bound of forward + backward."""
+tails (S not a multiple of the 64-row tiles), head dims of the tile path (32, 64, 128; bfloat16
+on AMX where the CPU has it) and one beside it (24); and the O(S) memory bound of forward +
+backward in both dtypes."""
 
 import pytest
 import torch
@@ -40,14 +41,15 @@ def sdpa_case(dtype, S, heads, D, causal, seed):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-@pytest.mark.parametrize("S,heads,D", [(300, 2, 32), (300, 2, 24), (1024, 2, 64)])
+@pytest.mark.parametrize("S,heads,D", [(300, 2, 32), (300, 2, 24), (1024, 2, 64), (333, 2, 128)])
 def test_sdpa_at_length_matches_float64_cpu(dtype, causal, S, heads, D):
     sdpa_case(dtype, S, heads, D, causal, seed=S + D)
 
 
-def test_sdpa_forward_backward_memory_is_o_of_s():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_sdpa_forward_backward_memory_is_o_of_s(dtype):
     S, heads, D = 2048, 2, 64
-    q, k, v, grad = (torch.randn(1, heads, S, D).npu() for _ in range(4))
+    q, k, v, grad = (torch.randn(1, heads, S, D).to(dtype).npu() for _ in range(4))
     for t in (q, k, v):
         t.requires_grad_()
     torch.npu.synchronize()
@@ -59,6 +61,6 @@ def test_sdpa_forward_backward_memory_is_o_of_s():
     # Beyond its inputs the call keeps its outputs (out, dq, dk, dv: 4 x 1 MiB here) and
     # statistics of O(S); one S x S float32 score matrix of one head alone would be 16 MiB,
     # both heads' 32 MiB.
-    outputs = 4 * heads * S * D * 4
+    outputs = 4 * heads * S * D * dtype.itemsize
     assert peak < outputs + 2 * 2**20, peak / 2**20
     assert peak < S * S * 4 / 2, peak / 2**20

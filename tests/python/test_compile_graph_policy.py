@@ -6,6 +6,7 @@ Each case runs the same function step by step compiled with reduce-overhead and 
 npu, and compares the results and the inputs' contents after every call. A case that cannot use
 a graph must say so in Inductor's log, and still compute eager's result."""
 
+import copy
 from unittest import mock
 
 import pytest
@@ -233,6 +234,160 @@ def test_outputs_stay_valid_across_replays():
         torch.testing.assert_close(out, f(x))
 
 
+def preserved():
+    return counters["npu"]["outputs_preserved"]
+
+
+def test_outputs_are_handed_out_without_copies_when_nobody_keeps_them():
+    def f(x):
+        return torch.sin(x) * 2, (x + 1).sum(0)
+
+    compiled = torch.compile(f, mode="reduce-overhead")
+    for s in range(5):
+        x = sample(16, 8, seed=s)
+        got = compiled(x)
+        torch.testing.assert_close(got, f(x))
+        del got
+    assert replays() >= 3
+    assert preserved() == 0
+
+
+def test_a_kept_output_and_views_of_it_keep_their_values_across_replays():
+    def f(x):
+        return (x * 3).relu(), x.exp()
+
+    compiled = torch.compile(f, mode="reduce-overhead")
+    for s in range(3):  # warm-up, capture, first replay
+        compiled(sample(8, 8, seed=10 + s))
+    x0 = sample(8, 8, seed=0)
+    a0, b0 = compiled(x0)
+    row, col = a0[2], b0[:, 5]  # views made by the caller share the kept storage
+    before = replays()
+    for s in range(1, 4):
+        a, b = compiled(sample(8, 8, seed=s))
+        torch.testing.assert_close(a, f(sample(8, 8, seed=s))[0])
+    assert replays() == before + 3
+    assert preserved() >= 2  # a0's and b0's storages, once each
+    want_a, want_b = f(x0)
+    torch.testing.assert_close(a0, want_a)
+    torch.testing.assert_close(b0, want_b)
+    torch.testing.assert_close(row, want_a[2])
+    torch.testing.assert_close(col, want_b[:, 5])
+    a0.add_(1)  # a preserved output is the caller's own memory now
+    torch.testing.assert_close(row, want_a[2] + 1)
+
+
+def test_outputs_sharing_a_storage_still_share_it():
+    def f(x):
+        y = x * 2
+        return y, y[1:], y.t()
+
+    compiled = torch.compile(f, mode="reduce-overhead")
+    for s in range(4):
+        y, tail, t = compiled(sample(4, 4, seed=s))
+    assert replays() >= 1
+    y.zero_()
+    assert tail.abs().sum().item() == 0 and t.abs().sum().item() == 0
+
+
+def test_an_output_outlives_its_compiled_function():
+    def f(x):
+        return x.cos() + 1
+
+    compiled = torch.compile(f, mode="reduce-overhead")
+    for s in range(3):
+        out = compiled(sample(64, seed=s))
+    assert replays() >= 1
+    del compiled
+    torch._dynamo.reset()
+    import gc
+
+    gc.collect()
+    torch.npu.empty_cache()
+    filler = [torch.full((64,), 7.0, device="npu") for _ in range(8)]  # reuse freed memory
+    torch.testing.assert_close(out, f(sample(64, seed=2)))
+    del filler
+
+
+def test_training_with_and_without_zero_grad_matches_eager():
+    for set_to_none in (True, None):  # None: gradients accumulate, AccumulateGrad keeps them
+        torch.manual_seed(0)
+        eager = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                    torch.nn.Linear(16, 4)).npu()
+        model = copy.deepcopy(eager)
+        compiled = torch.compile(model, mode="reduce-overhead")
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, model)]
+        losses = []
+        for step in range(6):
+            x = sample(5, 8, seed=step)
+            for m, opt, fn in ((eager, opts[0], eager), (model, opts[1], compiled)):
+                loss = fn(x).square().mean()
+                loss.backward()
+                opt.step()
+                if set_to_none is not None:
+                    opt.zero_grad(set_to_none=set_to_none)
+                losses.append(loss)
+            torch.testing.assert_close(losses[-1], losses[-2], msg=f"loss of step {step}")
+        for p, q in zip(eager.parameters(), model.parameters()):
+            torch.testing.assert_close(q, p)
+            if set_to_none is None:
+                torch.testing.assert_close(q.grad, p.grad)
+        # Every step's loss was kept (the list): the replays preserved them, values unchanged.
+        for k in range(0, len(losses), 2):
+            torch.testing.assert_close(losses[k + 1], losses[k])
+    assert replays() >= 4
+
+
+def _deep_mlp():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(16, 16), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers).npu()
+
+
+def test_backward_reads_the_forward_replays_saved_tensors_where_they_are():
+    eager = _deep_mlp()
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for step in range(6):
+        x = sample(8, 16, seed=step)
+        if step == 3:
+            counters["npu"]["inputs_copied"] = 0
+            before = replays()
+        compiled(x).square().sum().backward()
+        eager(x).square().sum().backward()
+    assert replays() - before == 2 * 3  # forward and backward replayed
+    # The forward copies x, the backward the loss's gradient (and x, which it saves): the
+    # forward's saved activations (8 here) are read where its replay left them.
+    assert counters["npu"]["inputs_copied"] <= 3 * 3
+    for p, q in zip(eager.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+
+
+def test_saved_tensors_kept_past_the_next_forward_replay_give_eager_gradients():
+    """Two forwards before their backwards (the first one's saved activations are preserved
+    when the second replays, so its backward runs as compiled code) and a forward whose graph
+    is dropped unused."""
+    eager = _deep_mlp()
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for step in range(4):  # graphs captured and replayed
+        compiled(sample(8, 16, seed=step)).sum().backward()
+        eager(sample(8, 16, seed=step)).sum().backward()
+    a, b = sample(8, 16, seed=20), sample(8, 16, seed=21)
+    for fn, m in ((compiled, model), (eager, eager)):
+        m.zero_grad()
+        loss_a = fn(a).square().sum()
+        loss_b = fn(b).cos().sum()
+        fn(sample(8, 16, seed=22)).sum()  # a third forward, never backwarded
+        loss_b.backward()
+        loss_a.backward()
+    assert counters["npu"]["outputs_preserved"] > 0
+    for p, q in zip(eager.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+
+
 def test_dynamic_shapes_record_one_graph_per_shape_and_warn_past_the_limit():
     def f(x):
         return (x.sin() + 1).cumsum(0) * x.shape[0]
@@ -309,33 +464,56 @@ def test_hf_static_cache_generate_with_reduce_overhead_gives_eager_tokens(batch)
     assert replays() >= 2 * 60
 
 
+def _eager_step(c, x):
+    return c.add_(x).sum(0)
+
+
+def _mutate_caches(make, step, caches=4):
+    for cache_no in range(caches):
+        cache = make(sample(8, 4, seed=cache_no))
+        address, eager_cache = cache.data_ptr(), cache.clone()
+        for i in range(3):
+            x = sample(8, 4, seed=10 * cache_no + i)
+            torch.testing.assert_close(step(cache, x), _eager_step(eager_cache, x))
+            torch.testing.assert_close(cache, eager_cache)
+        assert cache.data_ptr() == address
+
+
 def test_input_returned_by_a_compiled_region_may_be_mutated_in_place():
     """Graph trees' rule for recorded tensors: ``make``'s output is mutated by ``step``, which
-    is replayed updating it where it is. A new one is captured again; past
-    ``cudagraph_unexpected_rerecord_limit`` moves the region runs as compiled code."""
-    make = torch.compile(lambda x: (x * 0).sum(0, keepdim=True).expand(8, 4).contiguous(),
-                         mode="reduce-overhead")
-    step = torch.compile(lambda c, x: c.add_(x).sum(0), mode="reduce-overhead")
-
-    def eager_step(c, x):
-        return c.add_(x).sum(0)
-
+    is replayed updating it where it is. A cache that moved is captured again; past
+    ``cudagraph_unexpected_rerecord_limit`` moves the region runs as compiled code. (``make``
+    has a CPU op, so it runs as compiled code and each cache is new memory.)"""
+    c = torch.zeros(4)
+    make = torch.compile(
+        lambda x: (x * 0).sum(0, keepdim=True).expand(8, 4).contiguous() + c.sum().to(x.device),
+        mode="reduce-overhead")
+    step = torch.compile(_eager_step, mode="reduce-overhead")
     with inductor_config.patch({"triton.cudagraph_unexpected_rerecord_limit": 2}), \
             SkipLog() as log:
-        for cache_no in range(4):
-            cache = make(sample(8, 4, seed=cache_no))
-            address, eager_cache = cache.data_ptr(), cache.clone()
-            for i in range(3):
-                x = sample(8, 4, seed=10 * cache_no + i)
-                torch.testing.assert_close(step(cache, x), eager_step(eager_cache, x))
-                torch.testing.assert_close(cache, eager_cache)
-            assert cache.data_ptr() == address
+        _mutate_caches(make, step)
         assert "skipping cudagraphs due to mutated inputs" not in log.text, log.text
         assert "re-record limit" in log.text, log.text
-    # ``make``: one capture, three replays. ``step``: the first cache and two re-records
-    # captured, each replayed twice; the fourth cache ran as compiled code.
-    assert counters["npu"]["graphs_recorded"] == 1 + 3
-    assert replays() == 3 + 3 * 2
+    # ``step``: the first cache and two re-records captured, each replayed twice; the fourth
+    # cache ran as compiled code.
+    assert counters["npu"]["graphs_recorded"] == 3
+    assert replays() == 3 * 2
+
+
+def test_caches_made_by_a_replayed_region_are_updated_without_new_captures():
+    """A replayed ``make`` hands each new cache out at its graph's address (the one before is
+    preserved elsewhere, being still referenced): ``step`` replays on every cache in place
+    after capturing for the first two (the warm-up's cache is new memory; ``step``'s first
+    capture waits a call, as a backward waits for its forward's first replay)."""
+    make = torch.compile(lambda x: (x * 0).sum(0, keepdim=True).expand(8, 4).contiguous(),
+                         mode="reduce-overhead")
+    step = torch.compile(_eager_step, mode="reduce-overhead")
+    with SkipLog() as log:
+        _mutate_caches(make, step, caches=5)
+        assert "re-record limit" not in log.text, log.text
+    # ``make``: one capture, four replays; ``step``: two captures, 1 + 2 + 3 * 3 replays.
+    assert counters["npu"]["graphs_recorded"] == 1 + 2
+    assert replays() == 4 + 12
 
 
 def test_hf_static_cache_made_before_compile_is_replayed_in_place():

@@ -303,8 +303,12 @@ def test_fusion_attention_compressed_mask_beyond_2048():
 
 
 def test_fusion_attention_varlen_tnd():
+    run_varlen([5, 33, 1, 64], [5, 40, 3, 64], D=32)
+    run_varlen([5, 70, 1], [70, 90, 3], D=32)  # sequences past 64 rows: the general path
+
+
+def run_varlen(lens_q, lens_kv, D, N=4, Nkv=2):
     torch.manual_seed(1)
-    lens_q, lens_kv, N, Nkv, D = [5, 33, 1, 64], [5, 40, 3, 64], 4, 2, 32
     q = torch.randn(sum(lens_q), N, D)
     k = torch.randn(sum(lens_kv), Nkv, D)
     v = torch.randn(sum(lens_kv), Nkv, D)

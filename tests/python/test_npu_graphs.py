@@ -211,3 +211,41 @@ def test_make_graphed_callables_forward_and_backward_equal_eager():
             torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
         model.zero_grad()
         cpu_model.zero_grad()
+
+
+def test_graph_outputs_handed_out_as_aliases_and_preserved_while_referenced():
+    """torch_npu._C._NPUGraphOutputs (adapter/GraphOutputs.h), the hand-out reduce-overhead
+    uses: aliases share the graph's memory (and each other's storage where the graph's outputs
+    did); before a replay, a still-referenced alias gets its own copy, an unreferenced one none."""
+    x = sample(6, 4).npu()
+    (x * 2).sum()  # warm up outside the capture
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        y = x * 2
+        z = y[2:].sum(0)
+    outputs = torch_npu._C._NPUGraphOutputs([y, y[1:], z])
+    results = []
+    for seed in range(4):
+        new = sample(6, 4, seed=seed)
+        x.copy_(new)
+        preserved = outputs.preserve_live()
+        assert preserved == (2 if seed == 2 else 0), (seed, preserved)
+        g.replay()
+        a, tail, s = outputs.hand_out()
+        assert a.data_ptr() == y.data_ptr() and tail.data_ptr() == y[1:].data_ptr()
+        assert a.untyped_storage().data_ptr() == tail.untyped_storage().data_ptr()
+        torch.testing.assert_close(a.cpu(), new * 2)
+        torch.testing.assert_close(s.cpu(), (new * 2)[2:].sum(0))
+        if seed == 1:
+            kept = (a, tail[1:], s, new)  # referenced across the next replays
+        del a, tail, s
+    a1, tail1, s1, new1 = kept
+    assert a1.data_ptr() != y.data_ptr()  # preserved: a block of its own
+    torch.testing.assert_close(a1.cpu(), new1 * 2)
+    torch.testing.assert_close(tail1.cpu(), (new1 * 2)[2:])
+    torch.testing.assert_close(s1.cpu(), (new1 * 2)[2:].sum(0))
+    a1.zero_()  # one storage still: the caller's view sees it, the graph's output does not
+    assert tail1.abs().sum().item() == 0
+    torch.testing.assert_close(y.cpu(), sample(6, 4, seed=3) * 2)
+    with pytest.raises(RuntimeError, match="npu tensor"):
+        torch_npu._C._NPUGraphOutputs([torch.zeros(2)])

@@ -26,9 +26,14 @@ Inductor's own CUDA graph trees.
 - Dynamic shapes: one graph per distinct set of integer inputs (and of the copied inputs'
   shapes), with Inductor's warning past ``triton.cudagraph_dynamic_shape_warn_limit`` and its
   ``triton.cudagraph_capture_sizes`` filter (other sizes run as compiled code).
-- Outputs: one in the graph's own memory is rewritten by the next replay, so it is returned as
-  a clone (CUDA graph trees track liveness instead of copying; a later step). One that views a
-  static input is returned as it is.
+- Outputs: one in the graph's own memory is handed back without a copy, as an alias of that
+  memory (``torch_npu._C._NPUGraphOutputs``, adapter/GraphOutputs.h). CUDA graph trees track
+  such outputs' liveness and let the next replay overwrite them (reading one then raises);
+  here, before each replay, an alias still referenced (a loss kept across steps, a gradient
+  that AccumulateGrad kept) gets its own copy of its bytes first, so no one's tensor changes
+  under them, and the ones nobody holds (saved activations the backward consumed, used
+  gradients) cost nothing. ``counters["npu"]["outputs_preserved"]`` counts those copies. An
+  output that views a static input is returned as it is.
 
 The first call for a signature runs the region once as compiled code on a side stream (warm-up:
 kernel libraries loaded, the allocator primed; its results are returned, so in-place updates
@@ -48,6 +53,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 import torch
+import torch_npu
 from torch._inductor import cudagraph_utils as _cudagraph_utils
 from torch._inductor import output_code as _output_code
 from torch._dynamo.utils import counters
@@ -81,27 +87,50 @@ def _remember_model_state(x: torch.Tensor) -> None:
     _static_addresses[x.data_ptr()] = weakref.ref(x)
 
 
+class _Storages:
+    """A set of npu storages, by address, that does not keep them alive: an entry whose storage
+    is gone no longer counts (its address may be reused by any tensor)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, StorageWeakRef] = {}
+
+    def add(self, tensors: Any) -> None:
+        if len(self._refs) > 4096:  # drop the entries of storages that are gone
+            for address in [a for a, r in self._refs.items() if r.expired()]:
+                del self._refs[address]
+        for t in tensors if isinstance(tensors, (list, tuple)) else (tensors,):
+            if isinstance(t, torch.Tensor) and t.device.type == "npu":
+                storage = t.untyped_storage()
+                self._refs[storage.data_ptr()] = StorageWeakRef(storage)
+
+    def __contains__(self, x: Any) -> bool:
+        if not isinstance(x, torch.Tensor) or x.device.type != "npu":
+            return False
+        ref = self._refs.get(x.untyped_storage().data_ptr())
+        return ref is not None and not ref.expired()
+
+
 # Storages that compiled npu regions returned (graph trees' "cudagraph-recorded tensors"): a later
-# region may mutate them in place and still be graphed. Keyed by the storage's address; an entry
-# whose storage is gone no longer counts (its address may be reused by any tensor).
-_region_outputs: dict[int, StorageWeakRef] = {}
+# region may mutate them in place and still be graphed.
+_region_outputs = _Storages()
 
+# The graphs' own output storages: a region given an output of another region's replay (an alias
+# of that graph's memory, such as a backward's saved activations) reads it where it is instead of
+# copying it in, as CUDA graph trees keep a backward's saved tensors in the forward's pool. An
+# alias that was preserved (moved to a block of its own) is no longer there.
+_graph_memory = _Storages()
 
-def _remember_region_outputs(outputs: Any) -> None:
-    if len(_region_outputs) > 4096:
-        for address in [a for a, r in _region_outputs.items() if r.expired()]:
-            del _region_outputs[address]
-    for o in outputs if isinstance(outputs, (list, tuple)) else (outputs,):
-        if isinstance(o, torch.Tensor) and o.device.type == "npu":
-            storage = o.untyped_storage()
-            _region_outputs[storage.data_ptr()] = StorageWeakRef(storage)
+# Outputs of captures' warm-ups (new memory, where later replays give graph memory): a region
+# given one waits a call before it is captured itself (``defers_capture`` in graphify).
+_warm_up_outputs = _Storages()
 
 
 def _is_region_output(x: Any) -> bool:
-    if not isinstance(x, torch.Tensor):
-        return False
-    ref = _region_outputs.get(x.untyped_storage().data_ptr())
-    return ref is not None and not ref.expired()
+    return x in _region_outputs or x in _graph_memory
+
+
+def _addresses(inputs: list[Any], idxs: list[int]) -> tuple[list[int], list[int]]:
+    return list(idxs), [inputs[i].data_ptr() for i in idxs]
 
 
 @dataclasses.dataclass
@@ -111,12 +140,20 @@ class _Recording:
     graph: Any
     static_inputs: list            # what the graph reads: copies, or the callers' static tensors
     copied: list[int]              # inputs copied in before each replay
-    in_place: list[tuple[int, int]]  # (input index, address) read where they are
+    in_place: tuple[list[int], list[int]]  # (input indices, their addresses) read where they are
     outputs: tuple                 # the graph's outputs, rewritten by each replay
-    # Per output: "clone" (graph memory), "as_is" (views a static input), or the index of the
-    # copied input it views (handed back as the same view of the caller's tensor).
+    # Per output: "graph" (graph memory, handed out as an alias), "clone" (a CPU tensor made at
+    # capture), "as_is" (views a static input), or the index of the copied input it views
+    # (handed back as the same view of the caller's tensor).
     delivery: list
+    handout: Any = None  # _NPUGraphOutputs over the "graph" outputs (None if there are none)
+    # (input indices, addresses) read where they are in another graph's memory
+    from_graphs: tuple[list[int], list[int]] = ([], [])
     views_inputs: bool = False  # some output is handed back as a view of a caller's tensor
+    all_graph: bool = dataclasses.field(init=False)  # every output is the graph's own
+
+    def __post_init__(self) -> None:
+        self.all_graph = self.handout is not None and all(how == "graph" for how in self.delivery)
 
 
 def _view_of_caller_input(out: torch.Tensor, static: torch.Tensor,
@@ -128,12 +165,19 @@ def _view_of_caller_input(out: torch.Tensor, static: torch.Tensor,
 
 
 def _deliver(outputs: Sequence[Any], delivery: list, static_inputs: list, given: list,
-             clone: bool) -> list:
+             graph_owned: Sequence[torch.Tensor] | None = None) -> list:
+    """The caller's outputs. For a replay, ``graph_owned`` holds the aliases of its "graph"
+    outputs, in order, and its "clone" outputs are cloned; a warm-up's (``graph_owned`` None)
+    are fresh and are handed back as they are."""
     result = []
+    replay = graph_owned is not None
+    aliases = iter(graph_owned or ())
     for o, how in zip(outputs, delivery):
         if isinstance(how, int):
             result.append(_view_of_caller_input(o, static_inputs[how], given[how]))
-        elif how == "clone" and clone:
+        elif how == "graph" and replay:
+            result.append(next(aliases))
+        elif how == "clone" and replay:
             result.append(o.clone())
         else:
             result.append(o)
@@ -150,7 +194,7 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
     mutated = set(mutated_input_idxs)
     recordings: dict[Any, _Recording] = {}
     state: dict[str, Any] = {"checked": False, "eager": False, "warned_dynamic": False,
-                             "rerecords": 0}
+                             "rerecords": 0, "deferred": False}
     # Mutated non-static inputs that earlier regions returned: read in place (see the module's
     # docstring), decided at the first call.
     mutated_in_place: list[int] = []
@@ -196,15 +240,18 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         if not is_backward:
             for i in in_place:
                 _remember_model_state(inputs[i])
+        from_graphs = [i for i, x in enumerate(inputs)
+                       if i not in in_place and x in _graph_memory]
         copied = [i for i, x in enumerate(inputs)
-                  if isinstance(x, torch.Tensor) and i not in in_place]
+                  if isinstance(x, torch.Tensor) and i not in in_place and i not in from_graphs]
         static_inputs = list(inputs)
         for i in copied:
             x = inputs[i]
             static_inputs[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype,
                                                    device=x.device)
             static_inputs[i].copy_(x)
-        in_place_storages = {inputs[i].untyped_storage().data_ptr() for i in in_place}
+        in_place_storages = {inputs[i].untyped_storage().data_ptr()
+                             for i in in_place + from_graphs}
         copied_storages = {static_inputs[i].untyped_storage().data_ptr(): i for i in copied}
 
         def delivery_of(o: Any) -> Any:
@@ -213,15 +260,18 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
             storage = o.untyped_storage().data_ptr()
             if storage in in_place_storages:
                 return "as_is"
-            return copied_storages.get(storage, "clone")
+            if o.device.type != "npu":  # a CPU scalar the region made at capture: a clone
+                return "clone"
+            return copied_storages.get(storage, "graph")
 
         def warm_up_results(first_outputs: Any) -> list:
             # The warm-up ran on the copies: its outputs that view a copied input are handed
             # back as views of the caller's tensor. The others are fresh memory: no clone.
             first = tuple(first_outputs) if isinstance(first_outputs, (list, tuple)) \
                 else (first_outputs,)
-            return _deliver(first, [delivery_of(o) for o in first], static_inputs, inputs,
-                            clone=False)
+            how = [delivery_of(o) for o in first]
+            _warm_up_outputs.add([o for o, d in zip(first, how) if d == "graph"])
+            return _deliver(first, how, static_inputs, inputs)
 
         with torch.npu.device(device_index):
             stream = torch.npu.Stream()
@@ -249,14 +299,43 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         # update that one without a new capture (addresses are checked at each call).
         for i in mutated_in_place:
             static_inputs[i] = None
+        graph_owned = [o for o, how in zip(outputs, delivery) if how == "graph"]
+        handout = torch_npu._C._NPUGraphOutputs(graph_owned) if graph_owned else None
+        _graph_memory.add(graph_owned)
+        for i in from_graphs:
+            static_inputs[i] = None  # read where it is; no reference kept
         recordings[key] = _Recording(graph, static_inputs, copied,
-                                     [(i, inputs[i].data_ptr()) for i in in_place], outputs,
-                                     delivery, any(isinstance(d, int) for d in delivery))
+                                     _addresses(inputs, in_place), outputs,
+                                     delivery, handout=handout,
+                                     from_graphs=_addresses(inputs, from_graphs),
+                                     views_inputs=any(isinstance(d, int) for d in delivery))
         return warm_up_results(first_outputs)
+
+    def past_rerecord_limit() -> bool:
+        """Counts a capture made again because an input read in place moved; True (and logged
+        once) past ``triton.cudagraph_unexpected_rerecord_limit``."""
+        from torch._inductor import config
+
+        state["rerecords"] += 1
+        limit = config.triton.cudagraph_unexpected_rerecord_limit
+        if state["rerecords"] != limit + 1:
+            return state["rerecords"] > limit
+        _cudagraph_utils.log_cudagraph_skip_and_bump_counter(
+            "skipping cudagraphs due to the re-record limit: an input read in place "
+            f"moved more than {limit} times (triton.cudagraph_unexpected_rerecord_limit)")
+        return True
+
+    def defers_capture(inputs: list[Any]) -> bool:
+        """The first capture waits one call when an input comes from another region's warm-up
+        (new memory): from that region's replays on, the input is in graph memory, which the
+        capture then reads where it is (a backward after its forward's first call). Decided
+        once."""
+        state["deferred"] = True
+        return any(x in _warm_up_outputs for x in inputs)
 
     def compiled_code(inputs: list[Any]) -> Any:
         outputs = model(inputs)
-        _remember_region_outputs(outputs)
+        _region_outputs.add(outputs)
         return outputs
 
     def run(new_inputs: list[Any]) -> Any:
@@ -268,38 +347,50 @@ def graphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int]
         if key[0] and not _captures_size(key[0]):
             return compiled_code(new_inputs)
         recording = recordings.get(key)
-        if recording is None or any(new_inputs[i].data_ptr() != address
-                                    for i, address in recording.in_place):
+        if recording is None and not state["deferred"] and defers_capture(new_inputs):
+            return compiled_code(new_inputs)
+        if recording is not None and recording.from_graphs[0] \
+                and not torch_npu._C._npu_dataPtrsAt(new_inputs, *recording.from_graphs):
+            # An input the graph reads from another graph's memory is elsewhere: kept past that
+            # graph's next replay (preserved in a block of its own: this call runs as compiled
+            # code), or from another capture of it (captured again, within the limit).
+            if not all(new_inputs[i] in _graph_memory for i in recording.from_graphs[0]) \
+                    or past_rerecord_limit():
+                return compiled_code(new_inputs)
+            recording = None
+        if recording is None or not torch_npu._C._npu_dataPtrsAt(new_inputs, *recording.in_place):
             if recording is None and recordings and not state["warned_dynamic"]:
                 state["warned_dynamic"] = _cudagraph_utils.maybe_warning_due_to_dynamic_shape(
                     recordings, key)
-            if recording is not None and mutated_in_place:
+            if recording is not None and mutated_in_place and past_rerecord_limit():
                 # An input read in place moved (a new cache): CUDA graph trees' re-record limit.
-                from torch._inductor import config
-
-                state["rerecords"] += 1
-                if state["rerecords"] > config.triton.cudagraph_unexpected_rerecord_limit:
-                    _cudagraph_utils.log_cudagraph_skip_and_bump_counter(
-                        "skipping cudagraphs due to the re-record limit: an input read in place "
-                        f"moved more than {config.triton.cudagraph_unexpected_rerecord_limit} "
-                        "times (triton.cudagraph_unexpected_rerecord_limit)")
-                    state["eager"] = True
-                    return compiled_code(new_inputs)
+                state["eager"] = True
+                return compiled_code(new_inputs)
             given = list(new_inputs)
             new_inputs.clear()
             results = record(given, key)
-            _remember_region_outputs(results)
+            _region_outputs.add(results)
             return results
         static_inputs = recording.static_inputs
         for i in recording.copied:
             static_inputs[i].copy_(new_inputs[i])
+        counters["npu"]["inputs_copied"] += len(recording.copied)
         given = list(new_inputs) if recording.views_inputs else None
         new_inputs.clear()
+        handout = recording.handout
+        if handout is not None:
+            preserved = handout.preserve_live()  # queued before the replay overwrites them
+            if preserved:
+                counters["npu"]["outputs_preserved"] += preserved
         recording.graph.replay()
         counters["npu"]["graph_replays"] += 1
-        results = _deliver(recording.outputs, recording.delivery, static_inputs, given, clone=True)
-        _remember_region_outputs(results)
-        return results
+        if recording.all_graph:  # the usual case: every output is the graph's own
+            return handout.hand_out()
+        # Nothing to remember as a region output: the graph's own outputs are known by their
+        # address (_graph_memory), views of static inputs were remembered at the capture,
+        # and the others are the caller's tensors or CPU clones.
+        return _deliver(recording.outputs, recording.delivery, static_inputs, given,
+                        handout.hand_out() if handout is not None else [])
 
     return run
 
@@ -400,7 +491,7 @@ def _post_compile(self, example_inputs, constants, graph_kwargs):
         if inner is not None:
             def remembering(inputs: list[Any]) -> Any:
                 outputs = inner(inputs)
-                _remember_region_outputs(outputs)
+                _region_outputs.add(outputs)
                 return outputs
             self.current_callable = remembering
 

@@ -85,4 +85,13 @@ void flash_attention_backward(const FlashAttentionArgs& args, const TensorDesc& 
 bool attention_dropout_keep(uint64_t seed, uint64_t offset, int64_t seq, int64_t head,
                             int64_t i, int64_t j, double keep_prob);
 
+namespace testing {
+// false keeps bfloat16 attention off the AMX tile products (the float32 FMA tile path runs, as
+// on a CPU without AMX); true, the default, uses AMX where the CPU and Linux allow it.
+void set_attention_amx(bool allowed);
+// The tile products a bfloat16 attention with a tile-path head dim takes now: "amx_bf16" or
+// "fma_f32".
+const char* attention_bf16_products();
+}  // namespace testing
+
 }  // namespace npu::kernels

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "kernel_test_util.h"
 
@@ -28,6 +30,7 @@ struct Case {
   bool pse_one_batch = false;
   std::vector<int64_t> prefix;              // per sequence
   std::vector<nk::AttentionBand> seq_bands;  // per sequence
+  double tol = 0;  // relative tolerance of out (gradients: 2x); 0: the dtype's default
 };
 
 // A logical [B, N, S, D] tensor stored as [B, N, S, D] or [B, S, N, D].
@@ -221,12 +224,16 @@ void run_case(const Case& c) {
            HostTensor(DType::Float64, {B, c.Nq, std::max<int64_t>(c.pse_rows, 1), Skv})};
   reference(c, q, k, v, c.random_mask ? &mask : nullptr, c.pse_rows > 0 ? &pse : nullptr, dout,
             a.scale, &r);
-  const double tol = c.dtype == DType::Float32 ? 2e-5 : c.dtype == DType::Float16 ? 4e-3 : 3e-2;
+  const double tol = c.tol > 0                  ? c.tol
+                    : c.dtype == DType::Float32 ? 2e-5
+                    : c.dtype == DType::Float16 ? 4e-3
+                                                : 3e-2;
+  const double grad_tol = c.tol > 0 ? 2 * c.tol : 4 * tol;
   EXPECT_LE(max_rel_err(out, r.out), tol) << "out";
-  EXPECT_LE(max_rel_err(dq, r.dq), 4 * tol) << "dq";
-  EXPECT_LE(max_rel_err(dk, r.dk), 4 * tol) << "dk";
-  EXPECT_LE(max_rel_err(dv, r.dv), 4 * tol) << "dv";
-  if (c.pse_rows > 0) EXPECT_LE(max_rel_err(dpse, r.dpse), 4 * tol) << "dpse";
+  EXPECT_LE(max_rel_err(dq, r.dq), grad_tol) << "dq";
+  EXPECT_LE(max_rel_err(dk, r.dk), grad_tol) << "dk";
+  EXPECT_LE(max_rel_err(dv, r.dv), grad_tol) << "dv";
+  if (c.pse_rows > 0) EXPECT_LE(max_rel_err(dpse, r.dpse), grad_tol) << "dpse";
   // Statistics: every one of the 8 copies.
   for (int64_t row = 0; row < B * c.Nq * Sq; ++row) {
     for (int64_t t = 0; t < 8; ++t) {
@@ -439,6 +446,89 @@ TEST(FlashAttention, HeadDimsOfTheTilePath) {
     }
   }
 }
+
+// bfloat16 on the tile path with its products on AMX (TDPBF16PS) and without (the float32 FMA
+// tile products, as on a CPU without AMX): head dims 64 and 128, odd lengths that are not
+// multiples of the 64 x 64 tiles (Sq != Skv too), causal (both origins) and not, GQA / MQA, a
+// mask and varlen.
+// Tolerances: the inputs are bfloat16 and the float64 reference reads the same values, so the
+// error is what the kernel rounds: its bfloat16 outputs (2^-9 relative each) and, on AMX, P and
+// dS rounded to bfloat16 for the products (2^-9 relative per element: O = sum_j P_ij V_j / l
+// moves by at most 2^-9 max|V|, a gradient sum by 2^-9 of the sum of its terms' magnitudes,
+// a few times its largest value here). 2^-7 on out and 2^-6 on the gradients leave room for
+// that and nothing more: the float32-product default of 3e-2 / 1.2e-1 would hide a wrong tile.
+class FlashAttentionBf16Products : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    nk::testing::set_attention_amx(GetParam());
+    if (GetParam() && std::string(nk::testing::attention_bf16_products()) != "amx_bf16") {
+      GTEST_SKIP() << "this CPU (or Linux) gives no AMX tile state";
+    }
+    if (!GetParam()) {
+      ASSERT_STREQ(nk::testing::attention_bf16_products(), "fma_f32");
+    }
+  }
+  void TearDown() override { nk::testing::set_attention_amx(true); }
+};
+
+TEST_P(FlashAttentionBf16Products, AgainstFloat64Reference) {
+  for (int64_t d : {64, 128}) {
+    Case base;
+    base.dtype = DType::BFloat16;
+    base.D = base.Dv = d;
+    base.tol = 1.0 / 128;
+    for (auto [sq, skv] : {std::pair<int64_t, int64_t>{131, 131}, {70, 201}, {193, 64}}) {
+      for (int kind = 0; kind < 3; ++kind) {  // full, causal top-left, causal bottom-right
+        SCOPED_TRACE(::testing::Message() << "D " << d << " Sq " << sq << " Skv " << skv
+                                          << " kind " << kind);
+        Case c = base;
+        c.Sq = sq;
+        c.Skv = skv;
+        if (kind > 0) c.band = causal(kind == 2);
+        run_case(c);
+      }
+    }
+    {
+      SCOPED_TRACE(::testing::Message() << "D " << d << " GQA 4 / 2, causal, BSND");
+      Case c = base;
+      c.Nq = 4;
+      c.Nkv = 2;
+      c.Sq = c.Skv = 150;
+      c.bsnd = true;
+      c.band = causal(false);
+      run_case(c);
+    }
+    {
+      SCOPED_TRACE(::testing::Message() << "D " << d << " MQA 4 / 1, batch 2, Dv 64");
+      Case c = base;
+      c.B = 2;
+      c.Nq = 4;
+      c.Nkv = 1;
+      c.Sq = c.Skv = 97;
+      c.Dv = 64;
+      c.band = causal(true);
+      run_case(c);
+    }
+    {
+      SCOPED_TRACE(::testing::Message() << "D " << d << " mask, varlen");
+      Case c = base;
+      c.Sq = 70;
+      c.Skv = 140;
+      c.random_mask = true;
+      run_case(c);
+      Case v = base;
+      v.Nq = 4;
+      v.Nkv = 2;
+      v.cu_q = {0, 5, 75, 76, 206};
+      v.cu_kv = {0, 9, 79, 80, 210};
+      v.band = causal(true);
+      run_case(v);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Amx, FlashAttentionBf16Products, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "amx" : "fma_f32"; });
 
 // torch_npu's pse: scores = scale * (Q K^T + pse), every documented shape ([B, N, S, S],
 // [1, N, S, S], [B, N, 1, Skv]); its gradient scale * dS (summed over rows for the one-row form),
