@@ -19,6 +19,12 @@ and returning host arrays (InferSession.infer copies in and out; so does onnxrun
 engine / eager npu (lower is better).
 
     .venv/bin/python benchmarks/inference_bench.py [--calls N] [--threads N]
+
+On a loaded machine wall times say little (other processes take the cores, onnxruntime's
+threads worst); --cpu-time reports each variant's process CPU time per call instead, which the
+load barely moves. It is meaningful with one thread each:
+
+    NPU_KERNEL_THREADS=1 .venv/bin/python benchmarks/inference_bench.py --cpu-time --threads 1
 """
 
 import argparse
@@ -83,6 +89,24 @@ def median_ms(fn, calls, warmup_s=0.3):
     return statistics.median(times) * 1000
 
 
+def cpu_ms(fn, calls, warmup_s=0.3):
+    """Process CPU time per call (every thread of the process), after the same warm-up."""
+    end = time.perf_counter() + warmup_s
+    while time.perf_counter() < end:
+        fn()
+    t = time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - t) / calls * 1000
+
+
+_TIMER = [median_ms]  # main() sets cpu_ms for --cpu-time
+
+
+def measure(fn, calls):
+    return _TIMER[0](fn, calls)
+
+
 def bench(name, calls, threads, directory):
     import onnxruntime as ort
     from ais_bench.infer.interface import InferSession
@@ -119,14 +143,14 @@ def bench(name, calls, threads, directory):
         with torch.no_grad():
             return model(x)
 
-    row = {"engine": median_ms(lambda: session.infer([xn]), calls)}
+    row = {"engine": measure(lambda: session.infer([xn]), calls)}
     session.reset_summaryinfo()
     for _ in range(calls):
         session.infer([xn])
     row["engine exec"] = statistics.median(session.summary()["compute"])
-    row["onnxruntime"] = median_ms(lambda: ort_session.run(None, {"x": xn}), calls)
-    row["torch cpu eager"] = median_ms(eager_cpu, calls)
-    row["torch_npu eager"] = median_ms(eager_npu, calls)
+    row["onnxruntime"] = measure(lambda: ort_session.run(None, {"x": xn}), calls)
+    row["torch cpu eager"] = measure(eager_cpu, calls)
+    row["torch_npu eager"] = measure(eager_npu, calls)
     session.free_resource()
     return row
 
@@ -165,8 +189,8 @@ def bench_cnn_batches(calls, threads, directory):
         (ref,) = ort_session.run(None, {"x": xn})
         (got,) = session.infer([xn], mode="dymbatch")
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
-        out[f"cnn b={b}"] = (median_ms(lambda: session.infer([xn], mode="dymbatch"), calls),
-                             median_ms(lambda: ort_session.run(None, {"x": xn}), calls))
+        out[f"cnn b={b}"] = (measure(lambda: session.infer([xn], mode="dymbatch"), calls),
+                             measure(lambda: ort_session.run(None, {"x": xn}), calls))
     session.free_resource()
     return out
 
@@ -190,8 +214,8 @@ def bench_decoder(calls, threads, directory):
         ref = ort_session.run(None, dict(zip(KV_INPUTS, feeds)))
         for g, r in zip(got, ref):
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
-        out[label] = (median_ms(lambda: session.infer(feeds, mode="dymdims"), calls),
-                      median_ms(lambda: ort_session.run(None, dict(zip(KV_INPUTS, feeds))),
+        out[label] = (measure(lambda: session.infer(feeds, mode="dymdims"), calls),
+                      measure(lambda: ort_session.run(None, dict(zip(KV_INPUTS, feeds))),
                                 calls))
     session.free_resource()
     return out
@@ -225,10 +249,16 @@ def main():
     p.add_argument("--runs", type=int, default=3, help="runs of the gear cases (median taken)")
     p.add_argument("--only", default="all", choices=("all", "static", "cnn", "decoder"),
                    help="static: the three models of issue 15; cnn / decoder: the gear cases")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="process CPU time per call instead of the median wall time (use with "
+                        "--threads 1 and NPU_KERNEL_THREADS=1)")
     args = p.parse_args()
+    if args.cpu_time:
+        _TIMER[0] = cpu_ms
     torch.set_num_threads(args.threads)
+    what = "process CPU ms per call over" if args.cpu_time else "median of"
     print(f"threads: {args.threads} (onnxruntime intra-op, torch; the engine's kernel pool uses "
-          f"{os.environ.get('NPU_KERNEL_THREADS', 'all')} cores); median of {args.calls} calls; "
+          f"{os.environ.get('NPU_KERNEL_THREADS', 'all')} cores); {what} {args.calls} calls; "
           f"load average {os.getloadavg()[0]:.2f} (a shared machine: compare ratios of one run)")
     if args.only != "static":
         gears_main(args)
