@@ -56,7 +56,39 @@ inline double exp_shift_sum_f32(const float* x, float* y, int64_t n, float shift
   return sum;
 }
 
+// softmax_row on 16 lanes (AVX-512): the same exp per element as the 8-lane path; the row's
+// sum is added in 16 float lanes instead of 8 before its combination in double.
+NPU_AVX512 void softmax_row_avx512(const float* x, float* y, int64_t n, bool log) {
+  __m512 vm = _mm512_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+  if (i < n) vm = _mm512_mask_max_ps(vm, tail_mask16(n - i), vm, _mm512_maskz_loadu_ps(tail_mask16(n - i), x + i));
+  const float m = _mm512_reduce_max_ps(vm);
+  const __m512 s = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
+    if (!log) _mm512_storeu_ps(y + i, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  if (i < n) {
+    const __mmask16 k = tail_mask16(n - i);
+    __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), s));
+    if (!log) _mm512_mask_storeu_ps(y + i, k, e);
+    acc = _mm512_mask_add_ps(acc, k, acc, e);
+  }
+  const double sum = _mm512_reduce_add_ps(acc);
+  if (log) {
+    const __m512 shift = _mm512_set1_ps(m + static_cast<float>(std::log(sum)));
+    map16(y, x, n, [shift](__m512 v) NPU_AVX512 { return _mm512_sub_ps(v, shift); });
+  } else {
+    const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
+    map16(y, y, n, [inv](__m512 v) NPU_AVX512 { return _mm512_mul_ps(v, inv); });
+  }
+}
+
 void softmax_row(const float* x, float* y, int64_t n, bool log) {
+  if (has_avx512()) return softmax_row_avx512(x, y, n, log);
   float m = max_f32(x, n);
   double sum = exp_shift_sum_f32(x, y, n, m);
   if (log) {
@@ -78,6 +110,35 @@ void softmax_row(const double* x, double* y, int64_t n, bool log) {
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] /= sum;
   }
+}
+
+// gi = g - exp(y) * s on 16 lanes (log_softmax's backward; the 8-lane path's arithmetic).
+NPU_AVX512 void log_softmax_backward_row_avx512(float* gi, const float* g, const float* y,
+                                                int64_t n, float s) {
+  const __m512 vs = _mm512_set1_ps(s);
+  map16_2(gi, g, y, n,
+          [vs](__m512 vg, __m512 vy) NPU_AVX512 { return _mm512_fnmadd_ps(exp512(vy), vs, vg); });
+}
+
+// softmax's backward row on 16 lanes: s = sum(g * y) in 8 + 8 double lanes (each product exact
+// in double, as sum_products), then gi = y * (g - s) with s rounded to float, as the 8-lane path.
+NPU_AVX512 void softmax_backward_row_avx512(float* gi, const float* g, const float* y,
+                                            int64_t n) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 vg = _mm512_loadu_ps(g + i), vy = _mm512_loadu_ps(y + i);
+    a0 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(vg)),
+                         _mm512_cvtps_pd(_mm512_castps512_ps256(vy)), a0);
+    a1 = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(vg), 1))),
+                         _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(vy), 1))), a1);
+  }
+  double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+  for (; i < n; ++i) s += double(g[i]) * y[i];
+  const __m512 vs = _mm512_set1_ps(static_cast<float>(s));
+  map16_2(gi, g, y, n, [vs](__m512 vg, __m512 vy) NPU_AVX512 {
+    return _mm512_mul_ps(vy, _mm512_sub_ps(vg, vs));
+  });
 }
 
 // Runs fn(row, T* const* in_bufs, T* out_buf, n) over the rows of `outs[0]`, loading the
@@ -135,17 +196,29 @@ void softmax_backward(const TensorDesc& grad_input, const TensorDesc& grad_outpu
       const T* y = in[1];
       double s = 0;
       if (log) {
-        for (int64_t i = 0; i < n; ++i) s += g[i];
-        if constexpr (std::is_same_v<T, float>) {  // exp 8 lanes at a time, as the forward
-          const __m256 vs = _mm256_set1_ps(static_cast<float>(s));
-          map8_2(gi, g, y, n,
-                 [&](__m256 vg, __m256 vy) { return _mm256_fnmadd_ps(exp256(vy), vs, vg); });
+        if constexpr (std::is_same_v<T, float>) s = sum_values(g, n);  // double lanes
+        else for (int64_t i = 0; i < n; ++i) s += g[i];
+        if constexpr (std::is_same_v<T, float>) {  // exp 8 (16) lanes at a time, as the forward
+          if (has_avx512()) {
+            log_softmax_backward_row_avx512(gi, g, y, n, static_cast<float>(s));
+          } else {
+            const __m256 vs = _mm256_set1_ps(static_cast<float>(s));
+            map8_2(gi, g, y, n,
+                   [&](__m256 vg, __m256 vy) { return _mm256_fnmadd_ps(exp256(vy), vs, vg); });
+          }
         } else {
           for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - std::exp(y[i]) * T(s);
         }
       } else {
-        for (int64_t i = 0; i < n; ++i) s += double(g[i]) * y[i];
-        for (int64_t i = 0; i < n; ++i) gi[i] = y[i] * (g[i] - T(s));
+        // sum(g * y) in double lanes (the products are exact in double), then y * (g - s).
+        if constexpr (std::is_same_v<T, float>) {
+          if (has_avx512()) return softmax_backward_row_avx512(gi, g, y, n);
+          s = sum_products(g, y, n, 0.0);
+        } else {
+          for (int64_t i = 0; i < n; ++i) s += double(g[i]) * y[i];
+        }
+        const T ts = T(s);
+        for (int64_t i = 0; i < n; ++i) gi[i] = y[i] * (g[i] - ts);
       }
     });
   });
