@@ -219,3 +219,31 @@ def test_silu_backward_broadcast_grad():
     with NoHost():
         got = torch.ops.aten.silu_backward(g.npu().expand(4, 64, 35), x.npu())
     close(got, want, torch.float32)
+
+
+@pytest.mark.parametrize("shape,dims", [((16, 64, 128), (0, 1)), ((1024, 35), 0),
+                                        ((3, 5, 17), (0, 1)), ((7, 16), 0), ((2, 9, 4, 33), (0, 1)),
+                                        ((300, 1), 0), ((4, 48), 1)])
+@pytest.mark.parametrize("mean", [False, True])
+def test_sums_over_leading_dims_equal_float64(shape, dims, mean):
+    # A weight's gradient: sum (or mean) over batch and tokens of a contiguous tensor, each
+    # column summed in double (kernels column_sums), against float64; keepdim, a transposed
+    # (non-contiguous: the generic path) input and a float64 out= must agree as well.
+    x = make(shape, torch.float32, seed=11) * 100
+    x.view(-1)[0] = 1e7  # a large value: float partial sums would lose the small ones
+    fn = torch.mean if mean else torch.sum
+    xt = x.transpose(0, -1)
+    out64 = torch.empty(fn(x, dims).shape, dtype=torch.float64, device="npu")
+    with NoHost():
+        got = fn(x.npu(), dims)
+        got_k = fn(x.npu(), dims, keepdim=True)
+        got_t = fn(x.npu().transpose(0, -1), dims)
+        fn(x.npu(), dims, dtype=torch.float64, out=out64)
+    close(got, fn(x.double(), dims).float(), torch.float32)
+    close(got_k, fn(x.double(), dims, keepdim=True).float(), torch.float32)
+    close(got_t, fn(xt.double(), dims).float(), torch.float32)
+    torch.testing.assert_close(out64.cpu(), fn(x, dims, dtype=torch.float64), rtol=1e-6,
+                               atol=1e-6)
+    nan = x.clone()
+    nan.view(-1)[-1] = float("nan")
+    assert torch.equal(fn(nan.npu(), dims).cpu().isnan(), fn(nan, dims).isnan())
