@@ -244,6 +244,7 @@ void store_scalar(const Rows& r, int64_t i, double v) {
 }
 template <class T>
 double load_scalar(const Rows& r, int64_t i) {
+  if (const T* p = r.direct<T>(i)) return *p;  // no conversion: read in place
   T x;
   r.load(i, &x);
   return x;
@@ -256,6 +257,54 @@ struct RowScratch;
 template <class T>
 T* row_scratch(int64_t n) {
   return thread_scratch<RowScratch, T>(static_cast<size_t>(2 * n));
+}
+
+// One float32 row of layer norm's grad_input in double lanes (4 + 4): a = mean(g), b =
+// mean(g * xhat) with g = dy * w, xhat = (x - mu) * rs; dx = rs * (g - a - xhat * b). The
+// scalar double loops it replaces did not vectorise (serial sums): 7x the CPU device's time
+// for the GPT-style model's 1024 rows of 32.
+inline void layer_norm_backward_row_f32(float* dx, const float* dy, const float* x,
+                                        const float* w, int64_t n, double mu, double rs) {
+  const __m256d vmu = _mm256_set1_pd(mu), vrs = _mm256_set1_pd(rs);
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
+  int64_t i = 0;
+  auto lo = [](__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); };
+  auto hi = [](__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); };
+  for (; i + 8 <= n; i += 8) {
+    const __m256 vd = _mm256_loadu_ps(dy + i), vw = _mm256_loadu_ps(w + i),
+                 vx = _mm256_loadu_ps(x + i);
+    const __m256d g0 = _mm256_mul_pd(lo(vd), lo(vw)), g1 = _mm256_mul_pd(hi(vd), hi(vw));
+    a0 = _mm256_add_pd(a0, g0);
+    a1 = _mm256_add_pd(a1, g1);
+    b0 = _mm256_fmadd_pd(g0, _mm256_mul_pd(_mm256_sub_pd(lo(vx), vmu), vrs), b0);
+    b1 = _mm256_fmadd_pd(g1, _mm256_mul_pd(_mm256_sub_pd(hi(vx), vmu), vrs), b1);
+  }
+  alignas(32) double ta[4], tb[4];
+  _mm256_store_pd(ta, _mm256_add_pd(a0, a1));
+  _mm256_store_pd(tb, _mm256_add_pd(b0, b1));
+  double a = (ta[0] + ta[1]) + (ta[2] + ta[3]), b = (tb[0] + tb[1]) + (tb[2] + tb[3]);
+  for (int64_t k = i; k < n; ++k) {
+    const double g = double(dy[k]) * w[k];
+    a += g;
+    b += g * (x[k] - mu) * rs;
+  }
+  a /= n, b /= n;
+  const __m256d va = _mm256_set1_pd(a), vb = _mm256_set1_pd(b);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 vd = _mm256_loadu_ps(dy + i), vw = _mm256_loadu_ps(w + i),
+                 vx = _mm256_loadu_ps(x + i);
+    auto half = [&](__m256d d, __m256d ww, __m256d xx) {
+      const __m256d xhat = _mm256_mul_pd(_mm256_sub_pd(xx, vmu), vrs);
+      return _mm256_cvtpd_ps(_mm256_mul_pd(
+          vrs, _mm256_fnmadd_pd(xhat, vb, _mm256_sub_pd(_mm256_mul_pd(d, ww), va))));
+    };
+    _mm256_storeu_ps(dx + i, _mm256_set_m128(half(hi(vd), hi(vw), hi(vx)),
+                                             half(lo(vd), lo(vw), lo(vx))));
+  }
+  for (; i < n; ++i) {
+    const double xhat = (x[i] - mu) * rs;
+    dx[i] = float(rs * (double(dy[i]) * w[i] - a - xhat * b));
+  }
 }
 
 // Column sums over rows, in parallel: each task accumulates its rows into its own double
@@ -327,6 +376,9 @@ void layer_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_we
         const T* dy = v[0];
         const T* x = v[1];
         const double mu = load_scalar<T>(rm, r), rs = load_scalar<T>(rr, r);
+        if constexpr (std::is_same_v<T, float>) {
+          return layer_norm_backward_row_f32(dx, dy, x, w.data(), n, mu, rs);
+        }
         double a = 0, b = 0;  // mean(g), mean(g * xhat) with g = dy * w
         for (int64_t i = 0; i < n; ++i) {
           double g = double(dy[i]) * w[i];
@@ -344,14 +396,17 @@ void layer_norm_backward(const TensorDesc* grad_input, const TensorDesc* grad_we
     if (!want_w && !want_b) return;
     std::vector<double> sums[2];
     column_sums(M, N, 2, [&](int64_t r, std::vector<double>* acc) {
-      T* const dy = row_scratch<T>(N);
-      T* const x = dy + N;
-      rgo.load(r, dy);
-      ri.load(r, x);
+      T* const buf = row_scratch<T>(N);
+      const T* dy = rgo.template direct<T>(r);  // contiguous rows of T in place
+      const T* x = ri.template direct<T>(r);
+      if (!dy) rgo.load(r, buf), dy = buf;
+      if (!x) ri.load(r, buf + N), x = buf + N;
       const double mu = load_scalar<T>(rm, r), rs = load_scalar<T>(rr, r);
+      double* const aw = acc[0].data();
+      double* const ab = acc[1].data();
       for (int64_t j = 0; j < N; ++j) {
-        acc[0][j] += double(dy[j]) * (x[j] - mu) * rs;
-        acc[1][j] += dy[j];
+        aw[j] += double(dy[j]) * (x[j] - mu) * rs;
+        ab[j] += dy[j];
       }
     }, sums);
     if (want_w) Rows(*grad_weight, grad_weight->ndim).store(0, sums[0].data());

@@ -247,3 +247,36 @@ def test_sums_over_leading_dims_equal_float64(shape, dims, mean):
     nan = x.clone()
     nan.view(-1)[-1] = float("nan")
     assert torch.equal(fn(nan.npu(), dims).cpu().isnan(), fn(nan, dims).isnan())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(64, 16, 32), (3, 5, 13), (7, 3), (2, 4, 300)])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_layer_norm_backward_equals_float64(dtype, shape, layout):
+    # grad_input in double lanes per row, grad_weight / grad_bias as column sums; rows found
+    # by one stride when the leading dims coalesce (contiguous), by the general walk when they
+    # do not (a permuted view). Against float64 on the same (rounded) inputs: the CPU device's
+    # own 16-bit results round sums of 1024 rows and differ from it by more than ours.
+    n = shape[-1]
+    x = make(shape, dtype, seed=12) * 3 + 1
+    w = make((n,), dtype, seed=13)
+    b = make((n,), dtype, seed=14)
+    g = make(shape, dtype, seed=15)
+    refs = [t.double().requires_grad_() for t in (x, w, b)]
+    want_y = F.layer_norm(refs[0], (n,), refs[1], refs[2])
+    want_y.backward(g.double())
+    xs = x.npu()
+    if layout == "transposed" and len(shape) == 3:
+        xs = x.npu().transpose(0, 1).contiguous().transpose(0, 1)
+        assert not xs.is_contiguous()
+    gots = [xs.detach().requires_grad_(), w.npu().requires_grad_(), b.npu().requires_grad_()]
+    with NoHost():
+        y = F.layer_norm(gots[0], (n,), gots[1], gots[2])
+        y.backward(g.npu())
+    eps = torch.finfo(dtype).eps
+    for got, want in ((y.detach(), want_y.detach()), *((t.grad, r.grad) for t, r in
+                                                       zip(gots, refs))):
+        assert got.dtype == dtype and got.shape == want.shape
+        err = (got.cpu().double() - want).abs().max().item()
+        # one rounding of each result, plus the 16-bit rounding of y / g inside the sums
+        assert err <= 8 * eps * max(want.abs().max().item(), 1.0), err
