@@ -223,6 +223,23 @@ NPU_AVX512 inline __m512 sigmoid512(__m512 x) {
   return _mm512_div_ps(one, _mm512_add_ps(one, e));
 }
 
+// erf256's formula and order of operations on 16 lanes.
+NPU_AVX512 inline __m512 erf512(__m512 x) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 ax = _mm512_andnot_ps(sign, x);
+  __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), ax, one));
+  __m512 p = _mm512_set1_ps(1.061405429f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+  __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ax, ax)));
+  __m512 r = _mm512_fnmadd_ps(_mm512_mul_ps(p, t), e, one);
+  r = _mm512_or_ps(r, _mm512_and_ps(sign, x));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x);  // NaN stays NaN
+}
+
 NPU_AVX512 inline __mmask16 tail_mask16(int64_t k) {
   return static_cast<__mmask16>((1u << k) - 1u);
 }
