@@ -10,6 +10,11 @@ cores), and the fastest rounds are the nearest to an idle machine's figures.
 
     .venv/bin/python benchmarks/train_bench.py [--repeats N] [--steps N] [--only NAME]
 
+`--cpu-time DEVICE` instead prints, per model and batch, the median process CPU time and wall
+time per step on that device alone (JSON; for the cpu device run with one thread: `torch`'s
+CPU time then counts no spinning OpenMP threads). On a machine that others load, CPU time is
+the steady figure: compare two builds by running each, alternating.
+
 `--conv-backward` instead times conv2d's backward alone on npu (3x3, padding 1: grad_input
 alone, grad_weight alone, both) as wall time and as the process's CPU time, to compare two
 builds of the kernels (run it with each, alternating; NPU_KERNEL_THREADS=1 makes the CPU time
@@ -82,6 +87,33 @@ def conv_backward_times(repeats):
     return out
 
 
+def step_cpu_times(device, steps, repeats, only=None):
+    """{"model xN": (process CPU ms, wall ms)} per optimizer step on `device` alone."""
+    from torch_npu.testing.cases import default_batch, train_steps
+    if device == "cpu":
+        torch.set_num_threads(1)
+    sync = torch.npu.synchronize if device == "npu" else (lambda: None)
+    out = {}
+    for name, kind, d in MODELS:
+        if only and only not in name:
+            continue
+        for scale in (1, 4):
+            run, n = train_steps(kind, steps=steps, batch=default_batch(kind) * scale, d=d)(device)
+            for _ in range(2):
+                run()
+            sync()
+            cpu, wall = [], []
+            for _ in range(repeats):
+                t, c = time.perf_counter(), time.process_time()
+                run()
+                sync()
+                wall.append((time.perf_counter() - t) / n * 1e3)
+                cpu.append((time.process_time() - c) / n * 1e3)
+            out[f"{name} x{scale}"] = (round(statistics.median(cpu), 2),
+                                       round(statistics.median(wall), 2))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--conv-backward", action="store_true",
@@ -89,7 +121,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="rounds")
     ap.add_argument("--steps", type=int, default=5, help="optimizer steps per timed call")
     ap.add_argument("--only", default=None, help="run the models whose name contains this")
+    ap.add_argument("--cpu-time", choices=["npu", "cpu"], default=None,
+                    help="per-step process CPU time and wall time on one device (JSON)")
     ns = ap.parse_args()
+    if ns.cpu_time:
+        print(json.dumps(step_cpu_times(ns.cpu_time, ns.steps, max(ns.repeats, 5), ns.only)))
+        return 0
     if ns.conv_backward:
         print(json.dumps(conv_backward_times(max(ns.repeats, 7))))
         return 0

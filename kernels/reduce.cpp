@@ -360,10 +360,67 @@ constexpr bool red_supports() {
   return (R<T>::kTypes & type_bit<T>()) != 0;
 }
 
+// Column sums: sum / mean of float32 over the leading dims of a tensor whose kept dims are
+// contiguous (a weight's gradient summed over batch and tokens, [B*T, C] -> [C]). Each unit of
+// 16 columns walks the rows once, accumulating in 16 double lanes (sequential double sums: more
+// accurate than the float chunk sums, and independent of the thread count). The generic tile
+// mode gathered and transposed 16 columns per chunk: 12x the CPU device's time for
+// [1024, 128] -> [128]. Returns false where it does not apply.
+template <class T, class Red>
+bool column_sums(const Red& r, const ReduceGeometry& g, const TensorDesc& out,
+                 const TensorDesc& in) {
+  if constexpr (!std::is_same_v<T, float> || !std::is_base_of_v<red::Sum<float>, Red>) {
+    return false;
+  } else {
+    if (in.dtype != DType::Float32 || g.n_kept != 1 || g.kept_in[0] != 1 || g.n_red != 1 ||
+        g.R < 2) {
+      return false;
+    }
+    const int64_t C = g.kept_sizes[0], R = g.R, rs = g.red_in[0];
+    const float* x = static_cast<const float*>(in.data);
+    ConvertFn store = convert_fn(DType::Float64, out.dtype);
+    char* obase = static_cast<char*>(out.data);
+    const int64_t osize = static_cast<int64_t>(dtype_size(out.dtype));
+    constexpr int64_t W = 16;
+    parallel_for(0, (C + W - 1) / W, std::max<int64_t>(1, 65536 / (W * R)),
+                 [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t c0 = u * W, w = std::min(W, C - c0);
+        alignas(32) double acc[W] = {};
+        if (w == W) {
+          __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+          for (int64_t i = 0; i < R; ++i) {
+            const float* p = x + i * rs + c0;
+            const __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
+            a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v0)));
+            a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v0, 1)));
+            a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(v1)));
+            a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(v1, 1)));
+          }
+          _mm256_store_pd(acc, a0);
+          _mm256_store_pd(acc + 4, a1);
+          _mm256_store_pd(acc + 8, a2);
+          _mm256_store_pd(acc + 12, a3);
+        } else {
+          for (int64_t i = 0; i < R; ++i) {
+            for (int64_t k = 0; k < w; ++k) acc[k] += x[i * rs + c0 + k];
+          }
+        }
+        for (int64_t k = 0; k < w; ++k) {
+          const double v = r.finish(acc[k], R);
+          store(&v, 1, obase + g.out_offset(0, c0 + k) * osize, 1, 1);
+        }
+      }
+    });
+    return true;
+  }
+}
+
 template <class T, class Red>
 void reduce_with(const Red& r, const TensorDesc& out, const TensorDesc& in) {
   const TensorDesc* outs[1] = {&out};
   ReduceGeometry g = make_reduce_geometry(in, outs, 1);
+  if (column_sums<T>(r, g, out, in)) return;
   using Value = decltype(r.finish(r.init(), 0));
   ConvertFn store = convert_fn(dtype_of<Value>(), out.dtype);
   char* obase = static_cast<char*>(out.data);

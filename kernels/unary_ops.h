@@ -75,6 +75,7 @@ struct Exp {
   static constexpr int kCost = 4;
   T operator()(T x) const { return std::exp(x); }
   void apply(float* out, int64_t n, const float* in) const requires std::is_same_v<T, float> {
+    if (has_avx512()) return map16(out, in, n, [](__m512 x) NPU_AVX512 { return exp512(x); });
     map8(out, in, n, exp256);
   }
 };
@@ -95,6 +96,9 @@ struct Sigmoid {
   static constexpr int kCost = 4;
   T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
   void apply(float* out, int64_t n, const float* in) const requires std::is_same_v<T, float> {
+    if (has_avx512()) {
+      return map16(out, in, n, [](__m512 x) NPU_AVX512 { return sigmoid512(x); });
+    }
     map8(out, in, n, sigmoid256);
   }
 };
@@ -105,6 +109,10 @@ struct Silu {
   static constexpr int kCost = 4;
   T operator()(T x) const { return x / (T(1) + std::exp(-x)); }
   void apply(float* out, int64_t n, const float* in) const requires std::is_same_v<T, float> {
+    if (has_avx512()) {  // 16 lanes, the same arithmetic per element (vec_math.h)
+      return map16(out, in, n,
+                   [](__m512 x) NPU_AVX512 { return _mm512_mul_ps(x, sigmoid512(x)); });
+    }
     map8(out, in, n, [](__m256 x) { return _mm256_mul_ps(x, sigmoid256(x)); });
   }
 };
@@ -116,6 +124,13 @@ struct Gelu {
   static constexpr int kCost = 4;
   T operator()(T x) const { return x * T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2))); }
   void apply(float* out, int64_t n, const float* in) const requires std::is_same_v<T, float> {
+    if (has_avx512()) {  // 16 lanes, the same arithmetic per element (vec_math.h)
+      return map16(out, in, n, [](__m512 x) NPU_AVX512 {
+        __m512 cdf = _mm512_add_ps(_mm512_set1_ps(1.0f),
+                                   erf512(_mm512_mul_ps(x, _mm512_set1_ps(float(M_SQRT1_2)))));
+        return _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.5f)), cdf);
+      });
+    }
     map8(out, in, n, [](__m256 x) {
       __m256 cdf = _mm256_add_ps(_mm256_set1_ps(1.0f),
                                  erf256(_mm256_mul_ps(x, _mm256_set1_ps(float(M_SQRT1_2)))));
@@ -177,6 +192,60 @@ struct Square {
   static constexpr unsigned kTypes = kAllButBool;
   static constexpr int kCost = 1;
   T operator()(T x) const { return T(x * x); }
+};
+
+// pow(x, e) for an integer exponent e (p0.i; the adapter sends |e| <= 64 here): 3 and -2 as the
+// CPU device computes them (x * x * x, 1 / (x * x) in float); float32 and the 16-bit types
+// otherwise as x^|e| by squaring in double, then 1 / that for e < 0, rounded once. Each
+// double product errs by at most 2^-53, so the result is within 2|e| * 2^-53 of the true power
+// before its one rounding to float: std::pow's result to the float ulp (the CPU device's pow
+// takes x*x*x, 1/x, ... for a few exponents and std::pow for the rest). x^0 is never sent (the
+// CPU gives 1 even for NaN; that is ones_like). float64 keeps std::pow.
+template <class T>
+struct PowInt {
+  static constexpr unsigned kTypes = kFloating;
+  static constexpr int kCost = 2;
+  int64_t e;
+  PowInt(Scalar p0, Scalar) : e(p0.i) {}
+  T operator()(T x) const {
+    if constexpr (std::is_same_v<T, double>) {
+      return std::pow(x, static_cast<double>(e));
+    } else {
+      if (e == 3) return x * x * x;  // the CPU device's own formulas for 3 and -2
+      if (e == -2) return T(1) / (x * x);
+      double b = x, r = 1.0;
+      for (uint64_t k = e < 0 ? uint64_t(0) - uint64_t(e) : uint64_t(e); k; k >>= 1) {
+        if (k & 1) r *= b;
+        b *= b;
+      }
+      return static_cast<T>(e < 0 ? 1.0 / r : r);
+    }
+  }
+  // 4 + 4 double lanes, the same products in the same order as operator().
+  void apply(float* out, int64_t n, const float* in) const requires std::is_same_v<T, float> {
+    const int64_t ex = e;
+    if (ex == 3) {  // float products, as operator(): vectorised by the compiler
+      for (int64_t i = 0; i < n; ++i) out[i] = in[i] * in[i] * in[i];
+      return;
+    }
+    if (ex == -2) {
+      for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (in[i] * in[i]);
+      return;
+    }
+    map8(out, in, n, [ex](__m256 x) {
+      const __m256d one = _mm256_set1_pd(1.0);
+      __m256d b0 = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+      __m256d b1 = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+      __m256d r0 = one, r1 = one;
+      for (uint64_t k = ex < 0 ? uint64_t(0) - uint64_t(ex) : uint64_t(ex); k; k >>= 1) {
+        if (k & 1) r0 = _mm256_mul_pd(r0, b0), r1 = _mm256_mul_pd(r1, b1);
+        b0 = _mm256_mul_pd(b0, b0);
+        b1 = _mm256_mul_pd(b1, b1);
+      }
+      if (ex < 0) r0 = _mm256_div_pd(one, r0), r1 = _mm256_div_pd(one, r1);
+      return _mm256_set_m128(_mm256_cvtpd_ps(r1), _mm256_cvtpd_ps(r0));
+    });
+  }
 };
 
 // floor/ceil/round/trunc are the identity on integers (PyTorch allows them there).

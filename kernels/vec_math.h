@@ -179,6 +179,96 @@ inline void scale_mul(const float* x, float a, const float* w, float* y, int64_t
   for (; i < n; ++i) y[i] = x[i] * a * w[i];
 }
 
+// ---- AVX-512 twins ----------------------------------------------------------------------
+// The library's baseline is AVX2 (kernels/CMakeLists.txt); these 16-lane versions are only
+// called behind has_avx512(). Each does, lane by lane, exactly the operations of its 8-lane
+// twin above (same constants, same order, same rounding), so an element's result does not
+// depend on which path ran; only sums over many lanes change their order of addition.
+#define NPU_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
+
+inline bool has_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+  return ok;
+}
+
+NPU_AVX512 inline __m512 exp512(__m512 x) {
+  const __m512 kHi = _mm512_set1_ps(88.72283935546875f);
+  const __m512 kLo = _mm512_set1_ps(-87.33654022216797f);
+  __m512 xc = _mm512_min_ps(_mm512_max_ps(x, kLo), kHi);
+  __m512 fx = _mm512_roundscale_ps(
+      _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  __m512i n = _mm512_cvtps_epi32(fx);
+  __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(126)), 23);
+  __m512 res = _mm512_mul_ps(_mm512_add_ps(y, y), _mm512_castsi512_ps(bits));
+  res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, kLo, _CMP_LT_OQ), res, _mm512_setzero_ps());
+  res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, kHi, _CMP_GT_OQ), res,
+                             _mm512_set1_ps(__builtin_inff()));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), res, x);  // NaN stays NaN
+}
+
+NPU_AVX512 inline __m512 sigmoid512(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+  return _mm512_div_ps(one, _mm512_add_ps(one, e));
+}
+
+// erf256's formula and order of operations on 16 lanes.
+NPU_AVX512 inline __m512 erf512(__m512 x) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 ax = _mm512_andnot_ps(sign, x);
+  __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), ax, one));
+  __m512 p = _mm512_set1_ps(1.061405429f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+  __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ax, ax)));
+  __m512 r = _mm512_fnmadd_ps(_mm512_mul_ps(p, t), e, one);
+  r = _mm512_or_ps(r, _mm512_and_ps(sign, x));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x);  // NaN stays NaN
+}
+
+NPU_AVX512 inline __mmask16 tail_mask16(int64_t k) {
+  return static_cast<__mmask16>((1u << k) - 1u);
+}
+
+// map8 / map8_2 on 16 lanes; the tail is a masked load and store (the masked-off lanes read as
+// 0 and are computed but never written, as map8's padding).
+template <class F>
+NPU_AVX512 inline void map16(float* out, const float* in, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, f(_mm512_loadu_ps(in + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask16(n - i);
+    _mm512_mask_storeu_ps(out + i, m, f(_mm512_maskz_loadu_ps(m, in + i)));
+  }
+}
+
+template <class F>
+NPU_AVX512 inline void map16_2(float* out, const float* a, const float* b, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(out + i, f(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask16(n - i);
+    _mm512_mask_storeu_ps(out + i, m,
+                          f(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+  }
+}
+
 inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -36,6 +36,7 @@ void fill(const TensorDesc& dst, Scalar value);
   X(Elu, "elu")               /* p0 = alpha */                                 \
   X(Softplus, "softplus")     /* p0 = beta, p1 = threshold */                  \
   X(Clamp, "clamp")           /* p0 = min, p1 = max (pass +-inf / int limits for none) */ \
+  X(PowInt, "pow_int")        /* pow(x, p0.i), p0.i != 0 an integer exponent; floating only */ \
   X(LogicalNot, "logical_not") X(BitwiseNot, "bitwise_not")                   \
   X(IsNan, "isnan") X(IsInf, "isinf") X(IsFinite, "isfinite")
 

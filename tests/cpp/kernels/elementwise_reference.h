@@ -28,6 +28,7 @@ struct Domain {
 inline Domain unary_domain(UnaryOp op) {
   switch (op) {
     case UnaryOp::Reciprocal: return {0.1, 10};
+    case UnaryOp::PowInt: return {0.2, 4};
     case UnaryOp::Sqrt: case UnaryOp::Rsqrt: return {0.01, 100};
     case UnaryOp::Log: case UnaryOp::Log2: case UnaryOp::Log10: return {0.01, 100};
     case UnaryOp::Log1p: return {-0.9, 10};
@@ -55,6 +56,7 @@ inline void unary_params(UnaryOp op, Scalar& p0, Scalar& p1) {
     case UnaryOp::Elu: p0 = 1.5; break;
     case UnaryOp::Softplus: p0 = 2.0; p1 = 5.0; break;
     case UnaryOp::Clamp: p0 = 2; p1 = 15; break;
+    case UnaryOp::PowInt: p0 = int64_t(-3); break;
     default: break;
   }
 }
@@ -108,6 +110,7 @@ inline std::optional<double> ref_unary(UnaryOp op, double x, Scalar p0, Scalar p
     case UnaryOp::Elu: return x > 0 ? x : p0.f * std::expm1(x);
     case UnaryOp::Softplus: return x * p0.f > p1.f ? x : std::log1p(std::exp(x * p0.f)) / p0.f;
     case UnaryOp::Clamp: return std::isnan(x) ? x : std::min(std::max(x, p0.f), p1.f);
+    case UnaryOp::PowInt: return std::pow(x, double(p0.i));
     case UnaryOp::LogicalNot: return x == 0;
     case UnaryOp::IsNan: return std::isnan(x);
     case UnaryOp::IsInf: return std::isinf(x);
