@@ -1416,6 +1416,301 @@ bool fast_backward(const FlashAttentionArgs& a, const TensorDesc& out, const Ten
   return true;
 }
 
+// ---- short heads on AVX-512: a row of scores in at most four zmm --------------------------
+//
+// The short path's items (above) with every row of scores held in registers: chunk c of a row
+// is its keys [16c, 16c + 16). The keys (and, for the backward, the values) are laid out
+// d-major and padded to whole chunks (Kt[d * ldk + j], zeros past Skv), so a row's scores are
+// D broadcast FMAs per chunk; the keys a row sees are a 64-bit set (the band is one run of
+// bits, the prefix another, the explicit mask clears bits); the softmax runs on the chunks
+// under that set, and O = P V and dQ = scale * dS K are FMAs of V's and K's rows (at most four
+// zmm wide) broadcast by the visible P_ij and dS_ij only. Same statistics and conventions as
+// short_forward_head / short_backward_head, which a CPU without AVX-512 runs.
+std::atomic<bool> g_short_avx512{true};
+
+bool short_avx512() { return g_short_avx512.load(std::memory_order_relaxed) && fast_path_cpu(); }
+
+// Bits [lo, hi] of a 64-bit set, clipped to [0, 63].
+uint64_t bit_run(int64_t lo, int64_t hi) {
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min<int64_t>(hi, 63);
+  if (lo > hi) return 0;
+  const uint64_t upto = hi == 63 ? ~0ull : (1ull << (hi + 1)) - 1;
+  return upto & ~((1ull << lo) - 1);
+}
+
+// The keys j < skv (<= 64) that query row i sees, as Visibility::visible decides.
+uint64_t visible_keys(const Visibility& vis, int64_t i, int64_t skv) {
+  uint64_t bits = (bit_run(i + vis.lo, i + vis.hi) | bit_run(0, vis.prefix - 1)) &
+                  bit_run(0, skv - 1);
+  if (vis.mask) {
+    for (uint64_t b = bits; b; b &= b - 1) {
+      const int64_t j = __builtin_ctzll(b);
+      if (vis.mask[i * vis.mask_si + j * vis.mask_sj]) bits &= ~(1ull << j);
+    }
+  }
+  return bits;
+}
+
+NPU_FA512 NPU_FA_INLINE __mmask16 chunk_mask(uint64_t bits, int c) {
+  return static_cast<__mmask16>(bits >> (16 * c));
+}
+
+NPU_FA512 NPU_FA_INLINE __mmask16 tail_mask(int64_t n, int c) {  // lanes [16c, n) of chunk c
+  const int64_t left = n - 16 * c;
+  return left >= 16 ? kAll16 : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// x[d * ld + j] = rows[j * cols + d] for j < n, zeros for n <= j < ld.
+void transpose_padded(const float* rows, int64_t n, int64_t cols, int64_t ld, float* x) {
+  std::fill_n(x, cols * ld, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t d = 0; d < cols; ++d) x[d * ld + j] = rows[j * cols + d];
+  }
+}
+
+// Horizontal sum and max of 16 floats: the 256-bit halves swapped (vshuff32x4) and combined,
+// then the 8-lane forms (the _mm512_reduce_* intrinsics trip GCC 12's false
+// -Wmaybe-uninitialized on their _mm256_undefined_pd operand).
+NPU_FA512 NPU_FA_INLINE __m512 swap_halves(__m512 x) {
+  return _mm512_maskz_shuffle_f32x4(kAll16, x, x, 0x4E);
+}
+NPU_FA512 NPU_FA_INLINE float hsum512(__m512 x) {
+  return hsum256(_mm512_maskz_extractf32x8_ps(0xff, _mm512_add_ps(x, swap_halves(x)), 0));
+}
+NPU_FA512 NPU_FA_INLINE float hmax512(__m512 x) {
+  const __m512 m = _mm512_maskz_max_ps(kAll16, x, swap_halves(x));
+  return hmax256(_mm512_maskz_extractf32x8_ps(0xff, m, 0));
+}
+
+// The scores of query row q (D floats) over the NK chunks of Kt: scale * q . k_j.
+template <int NK>
+NPU_FA512 NPU_FA_INLINE void chunk_scores(const float* q, const float* Kt, int64_t D, int64_t ldk,
+                                          float scale, __m512* sc) {
+  for (int c = 0; c < NK; ++c) sc[c] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    const __m512 w = _mm512_set1_ps(scale * q[d]);
+    for (int c = 0; c < NK; ++c) {
+      sc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(Kt + d * ldk + 16 * c), sc[c]);
+    }
+  }
+}
+
+// p = exp(sc - m) * mul on the visible keys, 0 elsewhere; returns the sum of exp(sc - m).
+template <int NK>
+NPU_FA512 NPU_FA_INLINE float chunk_softmax(const __m512* sc, uint64_t bits, float m, float mul,
+                                            float* p) {
+  __m512 sum = _mm512_setzero_ps();
+  for (int c = 0; c < NK; ++c) {
+    const __m512 e =
+        _mm512_maskz_mov_ps(chunk_mask(bits, c), exp512(_mm512_sub_ps(sc[c], _mm512_set1_ps(m))));
+    sum = _mm512_add_ps(sum, e);
+    _mm512_storeu_ps(p + 16 * c, _mm512_mul_ps(e, _mm512_set1_ps(mul)));
+  }
+  return hsum512(sum);
+}
+
+template <int NK>
+NPU_FA512 NPU_FA_INLINE float chunk_max(const __m512* sc, uint64_t bits) {
+  __m512 mx = _mm512_set1_ps(kNegInf);
+  for (int c = 0; c < NK; ++c) mx = _mm512_mask_max_ps(mx, chunk_mask(bits, c), mx, sc[c]);
+  return hmax512(mx);
+}
+
+// acc[0, NW) += w * x[0, n) for the set bits j of `bits`, w = p[j], x = rows + j * n (n <= 16 NW).
+template <int NW>
+NPU_FA512 NPU_FA_INLINE void weighted_rows(uint64_t bits, const float* p, const float* rows,
+                                           int64_t n, __m512* acc) {
+  for (uint64_t b = bits; b; b &= b - 1) {
+    const int64_t j = __builtin_ctzll(b);
+    const __m512 w = _mm512_set1_ps(p[j]);
+    const float* x = rows + j * n;
+    for (int c = 0; c < NW; ++c) {
+      acc[c] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(tail_mask(n, c), x + 16 * c), acc[c]);
+    }
+  }
+}
+
+template <int NK, int NV>
+NPU_FA512 void short_forward_head512(const FlashAttentionArgs& a, const Dims& dm, const Seq& s,
+                                     int64_t n, const TensorDesc& out, const TensorDesc& smax,
+                                     const TensorDesc& ssum) {
+  const int64_t sq = s.sq, skv = s.skv, D = dm.d, Dv = dm.dv, h = n / dm.group, ldk = 16 * NK;
+  float* Q = block_scratch(static_cast<size_t>(sq * D + skv * D + D * ldk + skv * Dv + sq * Dv +
+                                               2 * sq + ldk));
+  float* K = Q + sq * D;
+  float* Kt = K + skv * D;
+  float* V = Kt + D * ldk;
+  float* O = V + skv * Dv;
+  float* m = O + sq * Dv;
+  float* l = m + sq;
+  float* p = l + sq;
+  HeadRows(a.q, s.b, n, s.q0).load(0, sq, Q);
+  HeadRows(a.k, s.b, h, s.k0).load(0, skv, K);
+  HeadRows(a.v, s.b, h, s.k0).load(0, skv, V);
+  transpose_padded(K, skv, D, ldk, Kt);
+  const Visibility vis(a, s, n);
+  const float scale = static_cast<float>(a.scale);
+  for (int64_t i = 0; i < sq; ++i) {
+    float* o = O + i * Dv;
+    const uint64_t bits = visible_keys(vis, i, skv);
+    m[i] = kNegInf;
+    l[i] = 0.0f;
+    if (bits == 0) {  // nothing visible: the row's output is 0
+      std::fill_n(o, Dv, 0.0f);
+      continue;
+    }
+    __m512 sc[NK];
+    chunk_scores<NK>(Q + i * D, Kt, D, ldk, scale, sc);
+    m[i] = chunk_max<NK>(sc, bits);
+    l[i] = chunk_softmax<NK>(sc, bits, m[i], 1.0f, p);
+    __m512 acc[NV];
+    for (int c = 0; c < NV; ++c) acc[c] = _mm512_setzero_ps();
+    weighted_rows<NV>(bits, p, V, Dv, acc);
+    for (int c = 0; c < NV; ++c) _mm512_mask_storeu_ps(o + 16 * c, tail_mask(Dv, c), acc[c]);
+  }
+  finish_rows(s, n, 0, sq, Dv, O, m, l, out, smax, ssum);
+}
+
+template <int NK, int ND>
+NPU_FA512 void short_backward_head512(const FlashAttentionArgs& a, const Dims& dm, const Seq& s,
+                                      int64_t h, const TensorDesc& out,
+                                      const TensorDesc& grad_out, const TensorDesc& smax,
+                                      const TensorDesc& ssum, const TensorDesc& grad_q,
+                                      const TensorDesc& grad_k, const TensorDesc& grad_v) {
+  const int64_t sq = s.sq, skv = s.skv, D = dm.d, Dv = dm.dv, ldk = 16 * NK;
+  const int64_t kv = skv * std::max(D, Dv);
+  float* K = block_scratch(static_cast<size_t>(skv * D + kv + 2 * (D + Dv) * ldk +
+                                               sq * (2 * D + 2 * Dv) + 2 * ldk));
+  float* rows = K + skv * D;  // V's rows, then dK's and dV's for the store
+  float* Kt = rows + kv;
+  float* Vt = Kt + D * ldk;
+  float* dKt = Vt + Dv * ldk;
+  float* dVt = dKt + D * ldk;
+  float* Q = dVt + Dv * ldk;
+  float* dQ = Q + sq * D;
+  float* dO = dQ + sq * D;
+  float* O = dO + sq * Dv;
+  float* p = O + sq * Dv;
+  float* ds = p + ldk;
+  HeadRows(a.k, s.b, h, s.k0).load(0, skv, K);
+  HeadRows(a.v, s.b, h, s.k0).load(0, skv, rows);
+  transpose_padded(K, skv, D, ldk, Kt);
+  transpose_padded(rows, skv, Dv, ldk, Vt);
+  std::fill_n(dKt, D * ldk, 0.0f);
+  std::fill_n(dVt, Dv * ldk, 0.0f);
+  const float scale = static_cast<float>(a.scale);
+  for (int64_t g = 0; g < dm.group; ++g) {
+    const int64_t n = h * dm.group + g;
+    HeadRows(a.q, s.b, n, s.q0).load(0, sq, Q);
+    HeadRows(grad_out, s.b, n, s.q0).load(0, sq, dO);
+    HeadRows(out, s.b, n, s.q0).load(0, sq, O);
+    const StatRows sm(smax, s.b, n, s.q0), ss(ssum, s.b, n, s.q0);
+    const Visibility vis(a, s, n);
+    for (int64_t i = 0; i < sq; ++i) {
+      const float li = ss.get(i);
+      const float* q = Q + i * D;
+      const float* go = dO + i * Dv;
+      float* dq = dQ + i * D;
+      const uint64_t bits = li > 0 ? visible_keys(vis, i, skv) : 0;
+      if (bits == 0) {
+        std::fill_n(dq, D, 0.0f);
+        continue;
+      }
+      __m512 sc[NK];
+      chunk_scores<NK>(q, Kt, D, ldk, scale, sc);
+      chunk_softmax<NK>(sc, bits, sm.get(i), 1.0f / li, p);  // P_ij
+      __m512 dot = _mm512_setzero_ps();  // D_i = dO_i . O_i
+      for (int64_t c = 0; c < Dv; c += 16) {
+        const __mmask16 t = tail_mask(Dv - c, 0);
+        dot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, go + c),
+                              _mm512_maskz_loadu_ps(t, O + i * Dv + c), dot);
+      }
+      const __m512 di = _mm512_set1_ps(hsum512(dot));
+      __m512 dp[NK];
+      for (int c = 0; c < NK; ++c) dp[c] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < Dv; ++c) {
+        const __m512 w = _mm512_set1_ps(go[c]);
+        for (int k = 0; k < NK; ++k) {
+          dp[k] = _mm512_fmadd_ps(w, _mm512_loadu_ps(Vt + c * ldk + 16 * k), dp[k]);
+        }
+      }
+      __m512 dsv[NK], pv[NK];
+      for (int k = 0; k < NK; ++k) {
+        pv[k] = _mm512_loadu_ps(p + 16 * k);
+        dsv[k] = _mm512_mul_ps(pv[k], _mm512_sub_ps(dp[k], di));
+        _mm512_storeu_ps(ds + 16 * k, dsv[k]);
+      }
+      __m512 acc[ND];
+      for (int c = 0; c < ND; ++c) acc[c] = _mm512_setzero_ps();
+      weighted_rows<ND>(bits, ds, K, D, acc);
+      for (int c = 0; c < ND; ++c) {
+        _mm512_mask_storeu_ps(dq + 16 * c, tail_mask(D, c),
+                              _mm512_mul_ps(acc[c], _mm512_set1_ps(scale)));
+      }
+      for (int64_t d = 0; d < D; ++d) {  // dK^T += scale * q dS
+        const __m512 w = _mm512_set1_ps(scale * q[d]);
+        float* x = dKt + d * ldk;
+        for (int k = 0; k < NK; ++k) {
+          _mm512_storeu_ps(x + 16 * k, _mm512_fmadd_ps(w, dsv[k], _mm512_loadu_ps(x + 16 * k)));
+        }
+      }
+      for (int64_t c = 0; c < Dv; ++c) {  // dV^T += dO P
+        const __m512 w = _mm512_set1_ps(go[c]);
+        float* x = dVt + c * ldk;
+        for (int k = 0; k < NK; ++k) {
+          _mm512_storeu_ps(x + 16 * k, _mm512_fmadd_ps(w, pv[k], _mm512_loadu_ps(x + 16 * k)));
+        }
+      }
+    }
+    HeadRows(grad_q, s.b, n, s.q0).store(0, sq, dQ);
+  }
+  for (int64_t j = 0; j < skv; ++j) {
+    for (int64_t d = 0; d < D; ++d) rows[j * D + d] = dKt[d * ldk + j];
+  }
+  HeadRows(grad_k, s.b, h, s.k0).store(0, skv, rows);
+  for (int64_t j = 0; j < skv; ++j) {
+    for (int64_t c = 0; c < Dv; ++c) rows[j * Dv + c] = dVt[c * ldk + j];
+  }
+  HeadRows(grad_v, s.b, h, s.k0).store(0, skv, rows);
+}
+
+using ShortForward = void (*)(const FlashAttentionArgs&, const Dims&, const Seq&, int64_t,
+                              const TensorDesc&, const TensorDesc&, const TensorDesc&);
+using ShortBackward = void (*)(const FlashAttentionArgs&, const Dims&, const Seq&, int64_t,
+                               const TensorDesc&, const TensorDesc&, const TensorDesc&,
+                               const TensorDesc&, const TensorDesc&, const TensorDesc&,
+                               const TensorDesc&);
+
+template <int NK>
+ShortForward short_forward_of(int64_t nv) {
+  static constexpr ShortForward kByNv[] = {
+      short_forward_head512<NK, 1>, short_forward_head512<NK, 2>, short_forward_head512<NK, 3>,
+      short_forward_head512<NK, 4>};
+  return kByNv[nv - 1];
+}
+
+// The kernels of a head with at most 64 keys and head dims: by its key and value chunks.
+ShortForward short_forward512(int64_t skv, int64_t dv) {
+  static constexpr ShortForward (*kByNk[])(int64_t) = {short_forward_of<1>, short_forward_of<2>,
+                                                       short_forward_of<3>, short_forward_of<4>};
+  return kByNk[(skv + 15) / 16 - 1]((dv + 15) / 16);
+}
+
+template <int NK>
+ShortBackward short_backward_of(int64_t nd) {
+  static constexpr ShortBackward kByNd[] = {
+      short_backward_head512<NK, 1>, short_backward_head512<NK, 2>, short_backward_head512<NK, 3>,
+      short_backward_head512<NK, 4>};
+  return kByNd[nd - 1];
+}
+
+ShortBackward short_backward512(int64_t skv, int64_t d) {
+  static constexpr ShortBackward (*kByNk[])(int64_t) = {short_backward_of<1>, short_backward_of<2>,
+                                                        short_backward_of<3>, short_backward_of<4>};
+  return kByNk[(skv + 15) / 16 - 1]((d + 15) / 16);
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -1423,6 +1718,10 @@ namespace testing {
 void set_attention_amx(bool allowed) {
   detail::g_attention_amx.store(allowed, std::memory_order_relaxed);
 }
+void set_short_attention_avx512(bool allowed) {
+  detail::g_short_avx512.store(allowed, std::memory_order_relaxed);
+}
+bool short_attention_avx512() { return detail::short_avx512(); }
 const char* attention_bf16_products() {
   return detail::amx_products(DType::BFloat16) ? "amx_bf16" : "fma_f32";
 }
@@ -1462,8 +1761,14 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
     return;
   }
   if (a.k.dtype != DType::Int8 && short_path_applies(a, dm, seqs, nullptr)) {
+    const bool vec = short_avx512();
     for_each_head(static_cast<int64_t>(seqs.size()) * dm.nq, [&](int64_t it) {
-      short_forward_head(a, dm, seqs[it / dm.nq], it % dm.nq, out, softmax_max, softmax_sum);
+      const Seq& s = seqs[it / dm.nq];
+      if (vec && s.skv > 0) {
+        short_forward512(s.skv, dm.dv)(a, dm, s, it % dm.nq, out, softmax_max, softmax_sum);
+      } else {
+        short_forward_head(a, dm, s, it % dm.nq, out, softmax_max, softmax_sum);
+      }
     });
     return;
   }
@@ -1575,9 +1880,16 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
                     "the attention backward takes no int8 (antiquant) key / value");
   const Dims dm = dims_of(a);
   if (const std::vector<Seq> seqs = sequences(a); short_path_applies(a, dm, seqs, grad_pse)) {
+    const bool vec = short_avx512();
     for_each_head(static_cast<int64_t>(seqs.size()) * dm.nkv, [&](int64_t it) {
-      short_backward_head(a, dm, seqs[it / dm.nkv], it % dm.nkv, out, grad_out, softmax_max,
-                          softmax_sum, grad_q, grad_k, grad_v);
+      const Seq& s = seqs[it / dm.nkv];
+      if (vec && s.skv > 0) {
+        short_backward512(s.skv, dm.d)(a, dm, s, it % dm.nkv, out, grad_out, softmax_max,
+                                       softmax_sum, grad_q, grad_k, grad_v);
+      } else {
+        short_backward_head(a, dm, s, it % dm.nkv, out, grad_out, softmax_max, softmax_sum,
+                            grad_q, grad_k, grad_v);
+      }
     });
     return;
   }

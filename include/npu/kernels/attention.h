@@ -92,6 +92,11 @@ void set_attention_amx(bool allowed);
 // The tile products a bfloat16 attention with a tile-path head dim takes now: "amx_bf16" or
 // "fma_f32".
 const char* attention_bf16_products();
+// false keeps the short path (at most 64 queries and keys a head, head dims <= 64) on its
+// portable loops, as on a CPU without AVX-512; true, the default, holds each row of scores in
+// AVX-512 registers where the CPU has them. short_attention_avx512(): which one runs now.
+void set_short_attention_avx512(bool allowed);
+bool short_attention_avx512();
 }  // namespace testing
 
 }  // namespace npu::kernels

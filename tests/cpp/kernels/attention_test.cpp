@@ -530,6 +530,94 @@ TEST_P(FlashAttentionBf16Products, AgainstFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Amx, FlashAttentionBf16Products, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "amx" : "fma_f32"; });
 
+// The short path (at most 64 queries and keys a head, head dims <= 64) with each row of scores
+// in AVX-512 registers and with its portable loops (as on a CPU without AVX-512): every count
+// of 16-key chunks (1..4, a partial last one), head dims filling 1..4 chunks (D != Dv), every
+// dtype, causal at both origins, a band, a prefix, an explicit mask with a fully masked row,
+// GQA / MQA, the BSND layout, and varlen with an empty and a one-token sequence.
+class FlashAttentionShortHeads : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    nk::testing::set_short_attention_avx512(GetParam());
+    if (GetParam() && !nk::testing::short_attention_avx512()) {
+      GTEST_SKIP() << "this CPU has no AVX-512";
+    }
+    if (!GetParam()) {
+      ASSERT_FALSE(nk::testing::short_attention_avx512());
+    }
+  }
+  void TearDown() override { nk::testing::set_short_attention_avx512(true); }
+};
+
+TEST_P(FlashAttentionShortHeads, AgainstFloat64Reference) {
+  for (auto [sq, skv] : {std::pair<int64_t, int64_t>{16, 16}, {3, 5}, {7, 17}, {33, 40},
+                         {64, 64}, {20, 49}}) {
+    for (auto [d, dv] : {std::pair<int64_t, int64_t>{8, 8}, {24, 40}, {64, 17}, {5, 64}}) {
+      for (int kind = 0; kind < 3; ++kind) {  // full, causal top-left, causal bottom-right
+        SCOPED_TRACE(::testing::Message() << "Sq " << sq << " Skv " << skv << " D " << d
+                                          << " Dv " << dv << " kind " << kind);
+        Case c;
+        c.B = 2;
+        c.Sq = sq;
+        c.Skv = skv;
+        c.D = d;
+        c.Dv = dv;
+        if (kind > 0) c.band = causal(kind == 2);
+        run_case(c);
+      }
+    }
+  }
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(::testing::Message() << dtype_str(t) << ", GQA 4 / 2, causal, BSND");
+    Case c;
+    c.dtype = t;
+    c.Nq = 4;
+    c.Nkv = 2;
+    c.Sq = c.Skv = 16;
+    c.D = c.Dv = 8;
+    c.bsnd = true;
+    c.band = causal(false);
+    run_case(c);
+  }
+  {
+    SCOPED_TRACE("MQA 4 / 1, band pre 5 next 2, prefix");
+    Case c;
+    c.B = 2;
+    c.Nq = 4;
+    c.Nkv = 1;
+    c.Sq = 30;
+    c.Skv = 50;
+    c.D = c.Dv = 16;
+    c.band.pre = 5;
+    c.band.next = 2;
+    c.prefix = {0, 9};
+    run_case(c);
+  }
+  {
+    SCOPED_TRACE("explicit mask");
+    Case c;
+    c.Sq = 12;
+    c.Skv = 35;
+    c.D = c.Dv = 8;
+    c.random_mask = true;
+    run_case(c);
+  }
+  {
+    SCOPED_TRACE("varlen: an empty and a one-token sequence");
+    Case c;
+    c.Nq = 4;
+    c.Nkv = 2;
+    c.D = c.Dv = 8;
+    c.cu_q = {0, 16, 16, 17, 57};
+    c.cu_kv = {0, 16, 20, 21, 85};
+    c.band = causal(true);
+    run_case(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, FlashAttentionShortHeads, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "avx512" : "portable"; });
+
 // torch_npu's pse: scores = scale * (Q K^T + pse), every documented shape ([B, N, S, S],
 // [1, N, S, S], [B, N, 1, Skv]); its gradient scale * dS (summed over rows for the one-row form),
 // under GQA, a causal band and a multi-tile sequence (both backward strategies: B * Nkv small
