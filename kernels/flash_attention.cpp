@@ -128,7 +128,21 @@ struct HeadRows {
     const int64_t off = b * t.strides[0] + n * t.strides[1] + s0 * t.strides[2];
     base = static_cast<char*>(t.data) + off * esize;
   }
+  // float32 rows with unit column stride are copied as they are (one copy when they are
+  // contiguous): no conversion call per row.
+  bool plain() const { return dtype == DType::Float32 && col_stride == 1; }
   void load(int64_t r0, int64_t rows, float* dst) const {
+    if (plain()) {
+      const float* src = reinterpret_cast<const float*>(base) + r0 * row_stride;
+      if (row_stride == cols) {
+        std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(rows * cols));
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(dst + r * cols, src + r * row_stride, sizeof(float) * cols);
+        }
+      }
+      return;
+    }
     ConvertFn fn = convert_fn(dtype, DType::Float32);
     for (int64_t r = 0; r < rows; ++r) {
       fn(base + (r0 + r) * row_stride * esize, col_stride, dst + r * cols, 1, cols);
@@ -142,6 +156,17 @@ struct HeadRows {
                       : TensorDesc::make(p, dtype, {rows, cols}, {row_stride, col_stride});
   }
   void store(int64_t r0, int64_t rows, const float* src) const {
+    if (plain()) {
+      float* dst = reinterpret_cast<float*>(base) + r0 * row_stride;
+      if (row_stride == cols) {
+        std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(rows * cols));
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(dst + r * row_stride, src + r * cols, sizeof(float) * cols);
+        }
+      }
+      return;
+    }
     ConvertFn fn = convert_fn(DType::Float32, dtype);
     for (int64_t r = 0; r < rows; ++r) {
       fn(src + r * cols, 1, base + (r0 + r) * row_stride * esize, col_stride, cols);
@@ -1487,13 +1512,23 @@ NPU_FA512 NPU_FA_INLINE float hmax512(__m512 x) {
 template <int NK>
 NPU_FA512 NPU_FA_INLINE void chunk_scores(const float* q, const float* Kt, int64_t D, int64_t ldk,
                                           float scale, __m512* sc) {
-  for (int c = 0; c < NK; ++c) sc[c] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < D; ++d) {
+  __m512 odd[NK];  // two chains of FMAs (even and odd d): half the latency
+  for (int c = 0; c < NK; ++c) sc[c] = odd[c] = _mm512_setzero_ps();
+  int64_t d = 0;
+  for (; d + 2 <= D; d += 2) {
+    const __m512 w0 = _mm512_set1_ps(scale * q[d]), w1 = _mm512_set1_ps(scale * q[d + 1]);
+    for (int c = 0; c < NK; ++c) {
+      sc[c] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(Kt + d * ldk + 16 * c), sc[c]);
+      odd[c] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(Kt + (d + 1) * ldk + 16 * c), odd[c]);
+    }
+  }
+  if (d < D) {
     const __m512 w = _mm512_set1_ps(scale * q[d]);
     for (int c = 0; c < NK; ++c) {
       sc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(Kt + d * ldk + 16 * c), sc[c]);
     }
   }
+  for (int c = 0; c < NK; ++c) sc[c] = _mm512_add_ps(sc[c], odd[c]);
 }
 
 // p = exp(sc - m) * mul on the visible keys, 0 elsewhere; returns the sum of exp(sc - m).
@@ -1521,14 +1556,27 @@ NPU_FA512 NPU_FA_INLINE float chunk_max(const __m512* sc, uint64_t bits) {
 template <int NW>
 NPU_FA512 NPU_FA_INLINE void weighted_rows(uint64_t bits, const float* p, const float* rows,
                                            int64_t n, __m512* acc) {
-  for (uint64_t b = bits; b; b &= b - 1) {
+  __m512 odd[NW];  // every other visible key into a second chain: half the latency
+  for (int c = 0; c < NW; ++c) odd[c] = _mm512_setzero_ps();
+  uint64_t b = bits;
+  while (b) {
     const int64_t j = __builtin_ctzll(b);
+    b &= b - 1;
     const __m512 w = _mm512_set1_ps(p[j]);
     const float* x = rows + j * n;
     for (int c = 0; c < NW; ++c) {
       acc[c] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(tail_mask(n, c), x + 16 * c), acc[c]);
     }
+    if (!b) break;
+    const int64_t j1 = __builtin_ctzll(b);
+    b &= b - 1;
+    const __m512 w1 = _mm512_set1_ps(p[j1]);
+    const float* x1 = rows + j1 * n;
+    for (int c = 0; c < NW; ++c) {
+      odd[c] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(tail_mask(n, c), x1 + 16 * c), odd[c]);
+    }
   }
+  for (int c = 0; c < NW; ++c) acc[c] = _mm512_add_ps(acc[c], odd[c]);
 }
 
 template <int NK, int NV>
