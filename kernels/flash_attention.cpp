@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "amx_tiles.h"
@@ -1723,40 +1724,26 @@ NPU_FA512 void short_backward_head512(const FlashAttentionArgs& a, const Dims& d
   HeadRows(grad_v, s.b, h, s.k0).store(0, skv, rows);
 }
 
-using ShortForward = void (*)(const FlashAttentionArgs&, const Dims&, const Seq&, int64_t,
-                              const TensorDesc&, const TensorDesc&, const TensorDesc&);
-using ShortBackward = void (*)(const FlashAttentionArgs&, const Dims&, const Seq&, int64_t,
-                               const TensorDesc&, const TensorDesc&, const TensorDesc&,
-                               const TensorDesc&, const TensorDesc&, const TensorDesc&,
-                               const TensorDesc&);
+template <int NK, int NW>
+struct ShortForwardKernel {
+  static constexpr auto fn = short_forward_head512<NK, NW>;
+};
+template <int NK, int NW>
+struct ShortBackwardKernel {
+  static constexpr auto fn = short_backward_head512<NK, NW>;
+};
 
-template <int NK>
-ShortForward short_forward_of(int64_t nv) {
-  static constexpr ShortForward kByNv[] = {
-      short_forward_head512<NK, 1>, short_forward_head512<NK, 2>, short_forward_head512<NK, 3>,
-      short_forward_head512<NK, 4>};
-  return kByNv[nv - 1];
+template <template <int, int> class K, size_t... I>
+constexpr auto short_table(std::index_sequence<I...>) {
+  return std::array{K<static_cast<int>(I / 4) + 1, static_cast<int>(I % 4) + 1>::fn...};
 }
 
-// The kernels of a head with at most 64 keys and head dims: by its key and value chunks.
-ShortForward short_forward512(int64_t skv, int64_t dv) {
-  static constexpr ShortForward (*kByNk[])(int64_t) = {short_forward_of<1>, short_forward_of<2>,
-                                                       short_forward_of<3>, short_forward_of<4>};
-  return kByNk[(skv + 15) / 16 - 1]((dv + 15) / 16);
-}
-
-template <int NK>
-ShortBackward short_backward_of(int64_t nd) {
-  static constexpr ShortBackward kByNd[] = {
-      short_backward_head512<NK, 1>, short_backward_head512<NK, 2>, short_backward_head512<NK, 3>,
-      short_backward_head512<NK, 4>};
-  return kByNd[nd - 1];
-}
-
-ShortBackward short_backward512(int64_t skv, int64_t d) {
-  static constexpr ShortBackward (*kByNk[])(int64_t) = {short_backward_of<1>, short_backward_of<2>,
-                                                        short_backward_of<3>, short_backward_of<4>};
-  return kByNk[(skv + 15) / 16 - 1]((d + 15) / 16);
+// The instance of kernel K for a head with skv keys (<= 64) and a head dim of `lanes` (<= 64)
+// for its rows of P V (forward: Dv) or dS K (backward: D): by their 16-float chunks.
+template <template <int, int> class K>
+auto short_kernel(int64_t skv, int64_t lanes) {
+  static constexpr auto kTable = short_table<K>(std::make_index_sequence<16>());
+  return kTable[((skv + 15) / 16 - 1) * 4 + (lanes + 15) / 16 - 1];
 }
 
 }  // namespace
@@ -1813,7 +1800,8 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
     for_each_head(static_cast<int64_t>(seqs.size()) * dm.nq, [&](int64_t it) {
       const Seq& s = seqs[it / dm.nq];
       if (vec && s.skv > 0) {
-        short_forward512(s.skv, dm.dv)(a, dm, s, it % dm.nq, out, softmax_max, softmax_sum);
+        short_kernel<ShortForwardKernel>(s.skv, dm.dv)(a, dm, s, it % dm.nq, out, softmax_max,
+                                                       softmax_sum);
       } else {
         short_forward_head(a, dm, s, it % dm.nq, out, softmax_max, softmax_sum);
       }
@@ -1932,8 +1920,9 @@ void flash_attention_backward(const FlashAttentionArgs& a, const TensorDesc& out
     for_each_head(static_cast<int64_t>(seqs.size()) * dm.nkv, [&](int64_t it) {
       const Seq& s = seqs[it / dm.nkv];
       if (vec && s.skv > 0) {
-        short_backward512(s.skv, dm.d)(a, dm, s, it % dm.nkv, out, grad_out, softmax_max,
-                                       softmax_sum, grad_q, grad_k, grad_v);
+        short_kernel<ShortBackwardKernel>(s.skv, dm.d)(a, dm, s, it % dm.nkv, out, grad_out,
+                                                       softmax_max, softmax_sum, grad_q, grad_k,
+                                                       grad_v);
       } else {
         short_backward_head(a, dm, s, it % dm.nkv, out, grad_out, softmax_max, softmax_sum,
                             grad_q, grad_k, grad_v);
