@@ -578,13 +578,31 @@ inline void axpy(float* y, float w, const float* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] += w * x[j];
 }
 
-// The keys' rows [0, skv) of one (sequence, kv head), transposed: out[d * skv + j] = k_j[d].
-void load_transposed(const TensorDesc& t, const Seq& s, int64_t head, float* rows, float* out) {
+// x[d * ld + j] = rows[j * cols + d] for j < n, zeros for n <= j < ld.
+void transpose_padded(const float* rows, int64_t n, int64_t cols, int64_t ld, float* x) {
+  if (ld > n) std::fill_n(x, cols * ld, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t d = 0; d < cols; ++d) x[d * ld + j] = rows[j * cols + d];
+  }
+}
+
+// The keys' rows [0, skv) of one (sequence, kv head), transposed: out[d * ld + j] = k_j[d]
+// (ld >= skv, zeros past skv).
+void load_transposed(const TensorDesc& t, const Seq& s, int64_t head, float* rows, float* out,
+                     int64_t ld) {
   const HeadRows hr(t, s.b, head, s.k0);
   hr.load(0, s.skv, rows);
+  transpose_padded(rows, s.skv, hr.cols, ld, out);
+}
+
+// The inverse: stores the key rows [0, skv) whose transpose is x (x[d * ld + j]), through rows.
+void store_transposed(const float* x, int64_t ld, const Seq& s, int64_t head, float* rows,
+                      const TensorDesc& t) {
+  const HeadRows hr(t, s.b, head, s.k0);
   for (int64_t j = 0; j < s.skv; ++j) {
-    for (int64_t d = 0; d < hr.cols; ++d) out[d * s.skv + j] = rows[j * hr.cols + d];
+    for (int64_t d = 0; d < hr.cols; ++d) rows[j * hr.cols + d] = x[d * ld + j];
   }
+  hr.store(0, s.skv, rows);
 }
 
 // srow[j] = scale * q . k_j over the transposed keys, invisible keys -inf; false if the row
@@ -616,8 +634,8 @@ void short_forward_head(const FlashAttentionArgs& a, const Dims& dm, const Seq& 
   float* m = O + sq * Dv;
   float* l = m + sq;
   HeadRows(a.q, s.b, n, s.q0).load(0, sq, Q);
-  load_transposed(a.k, s, h, rows, Kt);
-  load_transposed(a.v, s, h, rows, Vt);
+  load_transposed(a.k, s, h, rows, Kt, skv);
+  load_transposed(a.v, s, h, rows, Vt, skv);
   const Visibility vis(a, s, n);
   const float scale = static_cast<float>(a.scale);
   for (int64_t i = 0; i < sq; ++i) {
@@ -654,8 +672,8 @@ void short_backward_head(const FlashAttentionArgs& a, const Dims& dm, const Seq&
   float* p = O + sq * Dv;
   float* dp = p + skv;
   float* ds = dp + skv;
-  load_transposed(a.k, s, h, rows, Kt);
-  load_transposed(a.v, s, h, rows, Vt);
+  load_transposed(a.k, s, h, rows, Kt, skv);
+  load_transposed(a.v, s, h, rows, Vt, skv);
   std::fill_n(dKt, skv * D, 0.0f);
   std::fill_n(dVt, skv * Dv, 0.0f);
   const float scale = static_cast<float>(a.scale);
@@ -687,14 +705,8 @@ void short_backward_head(const FlashAttentionArgs& a, const Dims& dm, const Seq&
     }
     HeadRows(grad_q, s.b, n, s.q0).store(0, sq, dQ);
   }
-  for (int64_t j = 0; j < skv; ++j) {
-    for (int64_t d = 0; d < D; ++d) rows[j * D + d] = dKt[d * skv + j];
-  }
-  HeadRows(grad_k, s.b, h, s.k0).store(0, skv, rows);
-  for (int64_t j = 0; j < skv; ++j) {
-    for (int64_t c = 0; c < Dv; ++c) rows[j * Dv + c] = dVt[c * skv + j];
-  }
-  HeadRows(grad_v, s.b, h, s.k0).store(0, skv, rows);
+  store_transposed(dKt, skv, s, h, rows, grad_k);
+  store_transposed(dVt, skv, s, h, rows, grad_v);
 }
 
 // One parallel_for over `items` heads, a few per task (each is microseconds of work).
@@ -1487,13 +1499,6 @@ NPU_FA512 NPU_FA_INLINE __mmask16 tail_mask(int64_t n, int c) {  // lanes [16c, 
   return left >= 16 ? kAll16 : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// x[d * ld + j] = rows[j * cols + d] for j < n, zeros for n <= j < ld.
-void transpose_padded(const float* rows, int64_t n, int64_t cols, int64_t ld, float* x) {
-  std::fill_n(x, cols * ld, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t d = 0; d < cols; ++d) x[d * ld + j] = rows[j * cols + d];
-  }
-}
 
 // Horizontal sum and max of 16 floats: the 256-bit halves swapped (vshuff32x4) and combined,
 // then the 8-lane forms (the _mm512_reduce_* intrinsics trip GCC 12's false
@@ -1643,9 +1648,8 @@ NPU_FA512 void short_backward_head512(const FlashAttentionArgs& a, const Dims& d
   float* p = O + sq * Dv;
   float* ds = p + ldk;
   HeadRows(a.k, s.b, h, s.k0).load(0, skv, K);
-  HeadRows(a.v, s.b, h, s.k0).load(0, skv, rows);
   transpose_padded(K, skv, D, ldk, Kt);
-  transpose_padded(rows, skv, Dv, ldk, Vt);
+  load_transposed(a.v, s, h, rows, Vt, ldk);
   std::fill_n(dKt, D * ldk, 0.0f);
   std::fill_n(dVt, Dv * ldk, 0.0f);
   const float scale = static_cast<float>(a.scale);
@@ -1714,14 +1718,8 @@ NPU_FA512 void short_backward_head512(const FlashAttentionArgs& a, const Dims& d
     }
     HeadRows(grad_q, s.b, n, s.q0).store(0, sq, dQ);
   }
-  for (int64_t j = 0; j < skv; ++j) {
-    for (int64_t d = 0; d < D; ++d) rows[j * D + d] = dKt[d * ldk + j];
-  }
-  HeadRows(grad_k, s.b, h, s.k0).store(0, skv, rows);
-  for (int64_t j = 0; j < skv; ++j) {
-    for (int64_t c = 0; c < Dv; ++c) rows[j * Dv + c] = dVt[c * ldk + j];
-  }
-  HeadRows(grad_v, s.b, h, s.k0).store(0, skv, rows);
+  store_transposed(dKt, ldk, s, h, rows, grad_k);
+  store_transposed(dVt, ldk, s, h, rows, grad_v);
 }
 
 template <int NK, int NW>
