@@ -13,9 +13,13 @@
 // Dtypes: all of input / weight / output (and grads) Float64, or each of them any of
 // Float32 / Float16 / BFloat16 (math in float32, one rounding on store).
 //
-// Float32 forward (with an output whose H and W merge) is an implicit GEMM: input patches are
-// packed straight into the GEMM's panels, bias and fuse_relu are applied as each output block
-// is finished. Memory there: a zero-padded copy of at most ~16 MB of the input at a time.
+// Float32 forward with stride 1 along W (not pointwise) on an AVX-512 CPU is a direct
+// convolution: the GEMM's micro-tiles read input patches in place from a zero-padded copy of
+// the input (at most ~16 MB of it at a time), nothing packed but the weight, bias and fuse_relu
+// applied in registers. Other float32 forwards (with an output whose H and W merge) are an
+// implicit GEMM: input patches are packed straight into the GEMM's panels, bias and fuse_relu
+// are applied as each output block is finished. Memory there: a zero-padded copy of at most
+// ~16 MB of the input at a time.
 // Otherwise (and backward): one im2col buffer of (C_in / groups * KH * KW) x (OH * OW)
 // compute-type elements per concurrently processed sample (samples run one at a time with a
 // multi-threaded gemm when each is large, several at once with single-threaded gemms when they
