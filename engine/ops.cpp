@@ -135,17 +135,33 @@ struct BinaryKernel : Model::Kernel {
   }
 };
 
+// A float32 model weight is packed at load into the direct convolution's panels (shared by
+// the gears), so that no call makes a pass over the weight before the convolution.
 struct ConvKernel : Model::Kernel {
   Bound out, in, weight, bias;
   bool has_bias = false;
+  bool weight_is_constant = false;
   k::Conv2dParams params;
   Activation act;
+  std::shared_ptr<const k::PackedConvWeight> packed;
+
+  void prepare_weights(void* const* ptrs, PreparedWeights& prepared) override {
+    if (!weight_is_constant) return;
+    weight.bind(ptrs);
+    packed = prepared.packed_conv(weight.desc, params.groups);
+  }
+
   void run(void* const* ptrs) override {
     out.bind(ptrs);
     in.bind(ptrs);
     weight.bind(ptrs);
     if (has_bias) bias.bind(ptrs);
-    k::conv2d(out.desc, in.desc, weight.desc, has_bias ? &bias.desc : nullptr, params);
+    if (packed) {
+      k::conv2d_prepacked(out.desc, in.desc, weight.desc, *packed,
+                          has_bias ? &bias.desc : nullptr, params);
+    } else {
+      k::conv2d(out.desc, in.desc, weight.desc, has_bias ? &bias.desc : nullptr, params);
+    }
     act.apply(out.desc);
   }
 };
@@ -698,6 +714,10 @@ const std::map<std::string, Factory>& factories() {
          kr->out = bound(def, n.outputs[0]);
          kr->in = bound(def, n.inputs[0]);
          kr->weight = bound(def, n.inputs[1]);
+         {
+           const auto& wt = def.tensors[n.inputs[1]];
+           kr->weight_is_constant = wt.storage == Storage::Weight && wt.dtype == DType::Float32;
+         }
          kr->has_bias = has_input(n, 2);
          if (kr->has_bias) kr->bias = bound(def, n.inputs[2]);
          auto s = ints_attr(n, "strides", {1, 1}), d = ints_attr(n, "dilations", {1, 1});

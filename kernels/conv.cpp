@@ -476,8 +476,9 @@ void pack_direct_weight(const TensorDesc& weight, const ConvGeom& g, float* ap) 
 // dtypes, HF32, a stride along W, an output whose W stride is not 1, no AVX-512 (or tests
 // capping gemm's instruction set), or a pointwise convolution (the implicit GEMM reads those in
 // place, without a padded copy).
+// `packed`: the weight's panels made already (PackedConvWeight), or nullptr.
 bool conv2d_direct(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
-                   const TensorDesc* bias, const ConvGeom& g) {
+                   const TensorDesc* bias, const ConvGeom& g, const float* packed) {
   const bool with_bias = has_data(bias);
   if (input.dtype != DType::Float32 || weight.dtype != DType::Float32 ||
       out.dtype != DType::Float32 || (with_bias && bias->dtype != DType::Float32) ||
@@ -489,11 +490,13 @@ bool conv2d_direct(const TensorDesc& out, const TensorDesc& input, const TensorD
   const int64_t Hp = g.H + 2 * g.p.padding[0], Wp = g.W + 2 * g.p.padding[1];
   const int64_t plane = Hp * Wp, sample = g.C * plane;
   const int64_t panels = (g.Og + MR - 1) / MR;
-  // The weight's panels, packed per call: 1% of a 3x3 convolution's time at batch 1 (kept across
-  // calls, made once from an unchanging weight, they measured the same).
-  const std::unique_ptr<float[]> panel_buf(new float[static_cast<size_t>(g.G * panels * g.K * MR)]);
-  pack_direct_weight(weight, g, panel_buf.get());
-  const float* const ap = panel_buf.get();
+  std::unique_ptr<float[]> own;  // the weight's panels, when not packed already
+  if (packed == nullptr) {
+    own.reset(new float[static_cast<size_t>(g.G * panels * g.K * MR)]);
+    pack_direct_weight(weight, g, own.get());
+    packed = own.get();
+  }
+  const float* const ap = packed;
   std::vector<int64_t> row_off(static_cast<size_t>(g.K));
   const int64_t khw = g.KH * g.KW;
   for (int64_t k = 0; k < g.K; ++k) {
@@ -929,7 +932,7 @@ void conv2d(const TensorDesc& out, const TensorDesc& input, const TensorDesc& we
     } else {
       fill(out, 0);
     }
-  } else if (conv2d_direct(out, input, weight, bias, g) ||
+  } else if (conv2d_direct(out, input, weight, bias, g, nullptr) ||
              conv2d_implicit(out, input, weight, bias, g)) {
     return;  // relu fused
   } else {
@@ -941,6 +944,41 @@ void conv2d(const TensorDesc& out, const TensorDesc& input, const TensorDesc& we
     unary(UnaryOp::Relu, out, out,
           out.dtype == DType::Float64 ? DType::Float64 : DType::Float32);
   }
+}
+
+PackedConvWeight::PackedConvWeight(const TensorDesc& weight, int64_t groups)
+    : source(weight.data), out_channels(weight.sizes[0]), groups(groups) {
+  NPU_KERNEL_ASSERT(weight.ndim == 4 && weight.dtype == DType::Float32 && groups >= 1 &&
+                        out_channels % groups == 0,
+                    "PackedConvWeight takes a float32 [C_out, C_in / groups, KH, KW] weight");
+  // The geometry of the weight alone: input [1, C_in, KH, KW], output [1, C_out, 1, 1].
+  const float unused = 0;
+  const TensorDesc in = TensorDesc::make(
+      &unused, DType::Float32, {1, weight.sizes[1] * groups, weight.sizes[2], weight.sizes[3]});
+  const TensorDesc out = TensorDesc::make(&unused, DType::Float32, {1, out_channels, 1, 1});
+  Conv2dParams p;
+  p.groups = groups;
+  const detail::ConvGeom g(in, weight, out, p);
+  k = g.K;
+  constexpr int MR = detail::kDirectMR;
+  panels.resize(static_cast<size_t>(g.G * ((g.Og + MR - 1) / MR) * g.K * MR));
+  detail::pack_direct_weight(weight, g, panels.data());
+}
+
+void conv2d_prepacked(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+                      const PackedConvWeight& packed, const TensorDesc* bias,
+                      const Conv2dParams& p) {
+  using namespace detail;
+  NPU_KERNEL_ASSERT(conv2d_supports(input.dtype, weight.dtype, out.dtype), "conv2d dtypes");
+  const ConvGeom g(input, weight, out, p);
+  NPU_KERNEL_ASSERT(packed.source == weight.data && packed.out_channels == g.O &&
+                        packed.groups == g.G && packed.k == g.K,
+                    "conv2d_prepacked: the packed weight was made from another weight");
+  if (out.numel() != 0 && g.K != 0 &&
+      conv2d_direct(out, input, weight, bias, g, packed.panels.data())) {
+    return;
+  }
+  conv2d(out, input, weight, bias, p);
 }
 
 void conv2d_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight,

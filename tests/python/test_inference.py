@@ -335,3 +335,35 @@ def test_linear_gelu_is_fused_and_matches_onnxruntime(tmp_path, approximate):
         (got,) = session.infer([x])
         np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
         session.free_resource()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_direct_convolutions_match_onnxruntime(tmp_path, batch):
+    """Convolutions the kernel library runs as direct convolutions (float32, stride 1 along W):
+    a 3-channel first convolution on rows of 37 (two 16-pixel segments and a masked 5), a 3x5
+    kernel with asymmetric padding and a stride along H, dilation with groups, channel counts
+    off the 8-row panels, ReLU fused by atc and not; outputs equal onnxruntime's."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 20, 3, padding=1)
+            self.c2 = nn.Conv2d(20, 13, (3, 5), stride=(2, 1), padding=(1, 2))
+            self.c3 = nn.Conv2d(13, 12, 3, padding=2, dilation=2, groups=1)
+            self.c4 = nn.Conv2d(12, 12, 3, padding=1, groups=4, bias=False)
+
+        def forward(self, x):
+            h = torch.relu(self.c1(x))
+            h = torch.relu(self.c2(h))
+            h = self.c3(h)
+            return self.c4(torch.relu(h))
+
+    shape = (batch, 3, 19, 37)
+    path = export(Net().eval(), shape, tmp_path / "direct.onnx")
+    session = InferSession(0, convert(path, tmp_path / "direct"))
+    x = np.random.RandomState(batch).randn(*shape).astype(np.float32)
+    (got,) = session.infer([x])
+    np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+    session.free_resource()

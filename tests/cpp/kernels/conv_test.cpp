@@ -214,6 +214,54 @@ TEST(Conv2d, DirectPath) {
   check_conv(big);
 }
 
+// conv2d_prepacked (the weight's panels made once, as the engine does at load) gives conv2d's
+// bits: on the direct path (groups, an edge panel, relu and bias) and where it falls back to
+// conv2d (a stride along W, HF32, the AVX2 cap); a packed weight of another weight is refused.
+TEST(Conv2d, PrepackedWeightEqualsConv) {
+  struct Case {
+    ConvCase k;
+    const char* isa;
+    bool hf32;
+  };
+  const Case cases[] = {
+      {{2, 6, 9, 21, 13, 3, 3, 1, 1, 1, 1}, "auto", false},
+      {{1, 8, 10, 12, 12, 3, 3, 1, 1, 2, 2, 2, 2, 4}, "auto", false},  // groups 4, dilation
+      {{2, 6, 9, 21, 13, 3, 3, 1, 2, 1, 1}, "auto", false},            // stride 2 along W
+      {{2, 6, 9, 21, 13, 3, 3, 1, 1, 1, 1}, "auto", true},
+      {{2, 6, 9, 21, 13, 3, 3, 1, 1, 1, 1}, "avx2", false},
+  };
+  for (const Case& c : cases) {
+    const ConvCase& k = c.k;
+    SCOPED_TRACE(::testing::Message() << c.isa << " C" << k.C << " O" << k.O << " sw" << k.sw
+                                      << " g" << k.groups << " hf32 " << c.hf32);
+    nk::testing::set_gemm_isa(c.isa);
+    nk::Conv2dParams p;
+    p.stride[0] = k.sh, p.stride[1] = k.sw, p.padding[0] = k.ph, p.padding[1] = k.pw;
+    p.dilation[0] = k.dh, p.dilation[1] = k.dw, p.groups = k.groups;
+    p.fuse_relu = true;
+    p.math = c.hf32 ? nk::CubeMath::HF32 : nk::CubeMath::KeepDtype;
+    const int64_t OH = nk::conv_output_size(k.H, k.KH, k.ph, k.sh, k.dh);
+    const int64_t OW = nk::conv_output_size(k.W, k.KW, k.pw, k.sw, k.dw);
+    HostTensor x(DType::Float32, {k.N, k.C, k.H, k.W}),
+        w(DType::Float32, {k.O, k.C / k.groups, k.KH, k.KW}), b(DType::Float32, {k.O}),
+        want(DType::Float32, {k.N, k.O, OH, OW});
+    fill_uniform(x, -1, 1);
+    fill_uniform(w, -1, 1);
+    fill_uniform(b, -1, 1);
+    HostTensor got = want;
+    fill_uniform(got, 5, 6);  // overwritten
+    const TensorDesc bd = b.desc();
+    nk::conv2d(want.desc(), x.desc(), w.desc(), &bd, p);
+    const nk::PackedConvWeight packed(w.desc(), k.groups);
+    nk::conv2d_prepacked(got.desc(), x.desc(), w.desc(), packed, &bd, p);
+    EXPECT_EQ(got.buf, want.buf);
+    HostTensor other = w;
+    EXPECT_THROW(nk::conv2d_prepacked(got.desc(), x.desc(), other.desc(), packed, &bd, p),
+                 std::exception);
+  }
+  nk::testing::set_gemm_isa("auto");
+}
+
 // HF32 convolution == float32 convolution of input and weight rounded beforehand, bit for bit,
 // on the implicit-GEMM forward, the im2col forward (a column-major output) and the backward
 // (grad_output rounded too).
