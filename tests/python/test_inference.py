@@ -367,3 +367,34 @@ def test_direct_convolutions_match_onnxruntime(tmp_path, batch):
     (got,) = session.infer([x])
     np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
     session.free_resource()
+
+
+@pytest.mark.parametrize("heads,tokens", [(3, 7), (4, 16)])
+def test_attention_reads_and_writes_through_folded_transposes(tmp_path, heads, tokens):
+    """The heads' split ([B, S, H, D] -> [B, H, S, D] for q, k and v, k's as one [0, 2, 3, 1]
+    Transpose for q @ k^T) and merge around attention are folded by atc into the Attention
+    node (perm_q / perm_k / perm_v / perm_out: no Transpose node left), and the engine reads
+    and writes through strided views; outputs equal onnxruntime's (batch 2, odd and even
+    token counts, head dim 8)."""
+    import json
+
+    from onnx_models import Encoder
+
+    torch_model = Encoder(heads * 8, heads)
+    shape = (2, tokens, heads * 8)
+    path = export(torch_model.eval(), shape, tmp_path / "enc.onnx")
+    om_path = convert(path, tmp_path / "enc")
+    js = tmp_path / "enc.json"
+    r = atc("--mode=1", f"--om={om_path}", f"--json={js}")
+    assert r.returncode == 0, r.stderr
+    nodes = json.loads(js.read_text())["nodes"]
+    assert "Transpose" not in [n["op"] for n in nodes]
+    (att,) = [n for n in nodes if n["op"] == "Attention"]
+    assert att["attrs"]["perm_q"] == att["attrs"]["perm_v"] == [0, 2, 1, 3]
+    assert att["attrs"]["perm_k"] == [0, 2, 3, 1] and att["attrs"]["perm_out"] == [0, 2, 1, 3]
+    x = np.random.RandomState(heads).randn(*shape).astype(np.float32)
+    session = InferSession(0, om_path)
+    for _ in range(2):
+        (got,) = session.infer([x])
+        np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+    session.free_resource()
