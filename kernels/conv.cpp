@@ -13,8 +13,11 @@
 // weight is used as a matrix without copying. A 1x1 kernel with stride 1 and no padding
 // skips im2col: the input plane already is that matrix.
 //
-// Float32 forward (input, weight, bias and an output whose (H, W) merge) is an implicit GEMM
-// instead (gemm_implicit.h): per group, one GEMM over the whole batch, C_n = out[n, g] [Og, L]
+// Float32 forward with stride 1 along W (not pointwise, not HF32) on an AVX-512 CPU is a direct
+// convolution (conv2d_direct, below): the implicit GEMM's product with B read in place from a
+// zero-padded copy of the input instead of packed, in 8-channel x 32-pixel register tiles.
+// Other float32 forwards (input, weight, bias and an output whose (H, W) merge) are an implicit
+// GEMM instead (gemm_implicit.h): per group, one GEMM over the whole batch, C_n = out[n, g] [Og, L]
 // = W[g] [Og, K] @ col_n [K, L], where the GEMM driver asks pack_patches() for each K x NC
 // block of col_n and it is written straight into the driver's B panels (in L2) from the input:
 // no im2col matrix goes through memory, W is packed once for the batch, and the tasks of all
