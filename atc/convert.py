@@ -636,6 +636,35 @@ def fuse_attention(g: Graph) -> None:
             g.nodes.remove(n)
 
 
+def fold_attention_transposes(g: Graph) -> None:
+    """A 4-D Transpose that feeds an Attention node's q, k or v (and nothing else), or that
+    alone reads its output, is folded into it (attributes perm_q / perm_k / perm_v: the
+    operand is Transpose(input, perm); perm_out: the output is Transpose(result, perm)): the
+    engine reads and writes those operands through strided views, with no copy. The heads'
+    split ([B, S, H, D] -> [B, H, S, D]) and merge around attention are such Transposes."""
+    for n in g.nodes:
+        if n.op != "Attention" or len(g.tensors[n.inputs[0]].shape) != 4:
+            continue
+        for i, key in ((0, "perm_q"), (1, "perm_k"), (2, "perm_v")):
+            while True:  # a chain of Transposes composes: x[p1][p2] = x[p1[p2[i]]]
+                prod, uses = {o: m for m in g.nodes for o in m.outputs}, g.consumers()
+                pre = prod.get(n.inputs[i])
+                if (pre is None or pre.op != "Transpose" or
+                        _single_use(g, uses, n.inputs[i]) is not n or
+                        len(g.tensors[pre.inputs[0]].shape) != 4):
+                    break
+                p1 = [int(p) for p in pre.attrs.get("perm", [3, 2, 1, 0])]
+                p2 = n.attrs.get(key, [0, 1, 2, 3])
+                n.attrs[key] = [p1[p] for p in p2]
+                n.inputs[i] = pre.inputs[0]
+                g.nodes.remove(pre)
+        post = _single_use(g, g.consumers(), n.outputs[0])
+        if post is not None and post.op == "Transpose":
+            n.attrs["perm_out"] = [int(p) for p in post.attrs.get("perm", [3, 2, 1, 0])]
+            n.outputs = [post.outputs[0]]
+            g.nodes.remove(post)
+
+
 def _hidden_mask(hidden, sq: int, skv: int):
     """A constant mask (True = hidden) as the engine's bool [Sq, Skv], False when it hides
     nothing (no mask needed), or None when it cannot be fused: another shape, slices that
@@ -663,6 +692,7 @@ def fuse(g: Graph) -> None:
     fuse_gelu(g)
     fuse_gelu_tanh(g)
     fuse_attention(g)
+    fold_attention_transposes(g)
     # Conv + BatchNormalization.
     for n in list(g.nodes):
         if n.op != "Conv":
@@ -832,8 +862,9 @@ def lower_attrs(g: Graph, n: Node) -> dict:
     if n.op == "Slice":
         return {"starts": a["starts"], "steps": a["steps"]}
     if n.op == "Attention":
+        perms = {k: a[k] for k in ("perm_q", "perm_k", "perm_v", "perm_out") if k in a}
         return {"scale": a["scale"], "k_transposed": a["k_transposed"],
-                "precision": a.get("precision", "")}
+                "precision": a.get("precision", ""), **perms}
     if n.op in REDUCE:
         return {"axes": a["axes"]}
     if n.op == "Split":

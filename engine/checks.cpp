@@ -308,9 +308,27 @@ void check_shapes(const ModelDef& def, const NodeInfo& n) {
   if (op == "Attention") {
     // q [.., Sq, D], k [.., Skv, D] (or its transpose [.., D, Skv]), v [.., Skv, Dv], the
     // leading dims equal; out [.., Sq, Dv]; mask [Sq, Skv] (any leading 1s).
+    // perm_q / perm_k / perm_v (atc folded a Transpose in): the operand is Transpose(input,
+    // perm); perm_out: the output is Transpose(result, perm). 4-D only.
     need_outputs(n, 1);
-    Dims kd = input(1);
-    const Dims& vd = input(2);
+    auto permuted = [&](const Dims& d, const char* key) {
+      const Attr* a = n.attr(key);
+      if (a == nullptr) return d;
+      std::vector<int64_t> perm = ints_attr(n, key, {}), seen(4, 0);
+      if (d.size() != 4 || perm.size() != 4) refuse(n, std::string(key) + " needs 4-D tensors");
+      Dims out(4);
+      for (int i = 0; i < 4; ++i) {
+        if (perm[i] < 0 || perm[i] > 3 || seen[perm[i]]++) {
+          refuse(n, std::string(key) + " is not a permutation of 4 dims");
+        }
+        out[i] = d[perm[i]];
+      }
+      return out;
+    };
+    const Dims xq = permuted(x, "perm_q");
+    Dims kd = permuted(input(1), "perm_k");
+    const Dims vd = permuted(input(2), "perm_v");
+    const Dims& x = xq;
     if (x.size() < 3 || kd.size() != x.size() || vd.size() != x.size()) {
       refuse(n, "q, k and v must have one rank of at least 3");
     }
@@ -326,6 +344,19 @@ void check_shapes(const ModelDef& def, const NodeInfo& n) {
     }
     Dims want(x.begin(), x.end() - 1);
     want.push_back(vd.back());
+    if (const Attr* a = n.attr("perm_out"); a != nullptr) {  // the output is want transposed
+      if (want.size() != 4) refuse(n, "perm_out needs 4-D tensors");
+      const std::vector<int64_t> perm = ints_attr(n, "perm_out", {});
+      std::vector<int64_t> seen(4, 0);
+      Dims t(4);
+      for (int i = 0; i < 4; ++i) {
+        if (perm.size() != 4 || perm[i] < 0 || perm[i] > 3 || seen[perm[i]]++) {
+          refuse(n, "perm_out is not a permutation of 4 dims");
+        }
+        t[i] = want[perm[i]];
+      }
+      want = t;
+    }
     expect(def, n, n.outputs[0], want);
     return;
   }

@@ -8,20 +8,26 @@
 #include <vector>
 
 #include "npu/engine.h"
+#include "npu/kernels/conv.h"
 #include "npu/kernels/matmul.h"
 
 namespace npu::engine {
 
 // Weights put once into the layout a kernel reads them in (a MatMul's constant B as GEMM
-// panels), when the model is loaded; shared by every gear's kernels, which read the same
+// panels, a Conv's weight as the direct convolution's), when the model is loaded; shared by every gear's kernels, which read the same
 // weights. Keyed by the weight's address and how it is read (sizes and strides).
 class PreparedWeights {
  public:
   std::shared_ptr<const kernels::PackedB> packed_b(const kernels::TensorDesc& b);
+  // A Conv's float32 weight as the direct convolution's panels.
+  std::shared_ptr<const kernels::PackedConvWeight> packed_conv(const kernels::TensorDesc& w,
+                                                               int64_t groups);
 
  private:
   using Key = std::tuple<const void*, int64_t, int64_t, int64_t, int64_t>;
   std::map<Key, std::shared_ptr<const kernels::PackedB>> packed_b_;
+  std::map<std::pair<const void*, int64_t>, std::shared_ptr<const kernels::PackedConvWeight>>
+      packed_conv_;
 };
 
 // A prepared node: descriptors built at load, data pointers bound per run. `ptrs` holds one

@@ -88,6 +88,13 @@ std::shared_ptr<const kernels::PackedB> PreparedWeights::packed_b(const kernels:
   return slot;
 }
 
+std::shared_ptr<const kernels::PackedConvWeight> PreparedWeights::packed_conv(
+    const kernels::TensorDesc& w, int64_t groups) {
+  auto& slot = packed_conv_[{w.data, groups}];
+  if (!slot) slot = std::make_shared<const kernels::PackedConvWeight>(w, groups);
+  return slot;
+}
+
 size_t Model::find_gear(const std::vector<int64_t>& values) const {
   for (size_t k = 0; k < gears_.size(); ++k) {
     const ModelDef& g = *gears_[k].def;

@@ -135,17 +135,33 @@ struct BinaryKernel : Model::Kernel {
   }
 };
 
+// A float32 model weight is packed at load into the direct convolution's panels (shared by
+// the gears), so that no call makes a pass over the weight before the convolution.
 struct ConvKernel : Model::Kernel {
   Bound out, in, weight, bias;
   bool has_bias = false;
+  bool weight_is_constant = false;
   k::Conv2dParams params;
   Activation act;
+  std::shared_ptr<const k::PackedConvWeight> packed;
+
+  void prepare_weights(void* const* ptrs, PreparedWeights& prepared) override {
+    if (!weight_is_constant) return;
+    weight.bind(ptrs);
+    packed = prepared.packed_conv(weight.desc, params.groups);
+  }
+
   void run(void* const* ptrs) override {
     out.bind(ptrs);
     in.bind(ptrs);
     weight.bind(ptrs);
     if (has_bias) bias.bind(ptrs);
-    k::conv2d(out.desc, in.desc, weight.desc, has_bias ? &bias.desc : nullptr, params);
+    if (packed) {
+      k::conv2d_prepacked(out.desc, in.desc, weight.desc, *packed,
+                          has_bias ? &bias.desc : nullptr, params);
+    } else {
+      k::conv2d(out.desc, in.desc, weight.desc, has_bias ? &bias.desc : nullptr, params);
+    }
     act.apply(out.desc);
   }
 };
@@ -475,37 +491,81 @@ struct AttentionKernel : Model::Kernel {
   }
 };
 
+// Whether atc folded a Transpose into an Attention node (perm_q / perm_k / perm_v: the
+// operand is Transpose(input, perm); perm_out: the output tensor is Transpose(result, perm)).
+bool attention_perms(const NodeInfo& n) {
+  for (const char* key : {"perm_q", "perm_k", "perm_v", "perm_out"}) {
+    if (n.attr(key) != nullptr) return true;
+  }
+  return false;
+}
+
+// The 4-D logical operand of an Attention node as a strided view of tensor `id` (contiguous):
+// an input is Transpose(tensor, perm), so view dim i is tensor dim perm[i]; the output tensor
+// is Transpose(result, perm), so result dim perm[i] is tensor dim i. An empty perm: as is.
+TensorDesc attention_view(const ModelDef& def, uint32_t id, const std::vector<int64_t>& perm,
+                          bool output) {
+  const auto& dims = def.tensors[id].dims;
+  const std::vector<int64_t> strides = contiguous_strides(dims);
+  int64_t sizes[4], st[4];
+  for (int i = 0; i < 4; ++i) {
+    const int from = perm.empty() ? i : static_cast<int>(perm[i]);
+    const int to = perm.empty() || !output ? i : static_cast<int>(perm[i]);
+    sizes[to] = dims[output ? i : from];
+    st[to] = strides[output ? i : from];
+  }
+  return TensorDesc::make(nullptr, DType::Float32, sizes, 4, st);
+}
+
 std::unique_ptr<Model::Kernel> make_attention(const ModelDef& def, const NodeInfo& n) {
   need_inputs(n, 3, 4);
   auto kr = std::make_unique<AttentionKernel>();
-  const auto& qd = def.tensors[n.inputs[0]].dims;
-  const auto& vd = def.tensors[n.inputs[2]].dims;
-  int64_t lead = 1;
-  for (size_t i = 0; i + 2 < qd.size(); ++i) lead *= qd[i];
-  const int64_t sq = qd[qd.size() - 2], d = qd.back(), skv = vd[vd.size() - 2], dv = vd.back();
-  auto view = [&](uint32_t id, int64_t rows, int64_t cols, bool transposed) {
-    Bound b;
-    b.id = id;
-    b.desc = transposed
-                 ? TensorDesc::make(nullptr, DType::Float32, {1, lead, rows, cols},
-                                    {0, rows * cols, 1, rows})
-                 : TensorDesc::make(nullptr, DType::Float32, {1, lead, rows, cols});
-    return b;
-  };
-  kr->q = view(n.inputs[0], sq, d, false);
-  kr->k = view(n.inputs[1], skv, d, int_attr(n, "k_transposed", 0) != 0);
-  kr->v = view(n.inputs[2], skv, dv, false);
-  kr->out = view(n.outputs[0], sq, dv, false);
+  kr->q.id = n.inputs[0], kr->k.id = n.inputs[1], kr->v.id = n.inputs[2];
+  kr->out.id = n.outputs[0];
+  // [B, N] of the statistics (the kernel's [B, Nq, Sq, R]) and the mask's [Sq, Skv].
+  int64_t stat_b = 1, stat_n = 1, sq = 0, skv = 0;
+  if (attention_perms(n)) {
+    // Transposes folded in by atc: 4-D operands read, and the output written, through strided
+    // views ([B, N, S, D] as the kernel takes them) instead of copies by Transpose nodes.
+    kr->q.desc = attention_view(def, n.inputs[0], ints_attr(n, "perm_q", {}), false);
+    kr->k.desc = attention_view(def, n.inputs[1], ints_attr(n, "perm_k", {}), false);
+    if (int_attr(n, "k_transposed", 0)) {  // the logical operand is K^T: read it as K
+      std::swap(kr->k.desc.sizes[2], kr->k.desc.sizes[3]);
+      std::swap(kr->k.desc.strides[2], kr->k.desc.strides[3]);
+    }
+    kr->v.desc = attention_view(def, n.inputs[2], ints_attr(n, "perm_v", {}), false);
+    kr->out.desc = attention_view(def, n.outputs[0], ints_attr(n, "perm_out", {}), true);
+    stat_b = kr->q.desc.sizes[0], stat_n = kr->q.desc.sizes[1];
+    sq = kr->q.desc.sizes[2], skv = kr->k.desc.sizes[2];
+  } else {
+    // Contiguous operands: the leading dims merged into one, [1, lead, rows, cols].
+    const auto& qd = def.tensors[n.inputs[0]].dims;
+    const auto& vd = def.tensors[n.inputs[2]].dims;
+    for (size_t i = 0; i + 2 < qd.size(); ++i) stat_n *= qd[i];
+    sq = qd[qd.size() - 2], skv = vd[vd.size() - 2];
+    const int64_t d = qd.back(), dv = vd.back(), lead = stat_n;
+    auto view = [&](int64_t rows, int64_t cols, bool transposed) {
+      return transposed ? TensorDesc::make(nullptr, DType::Float32, {1, lead, rows, cols},
+                                           {0, rows * cols, 1, rows})
+                        : TensorDesc::make(nullptr, DType::Float32, {1, lead, rows, cols});
+    };
+    kr->q.desc = view(sq, d, false);
+    kr->k.desc = view(skv, d, int_attr(n, "k_transposed", 0) != 0);
+    kr->v.desc = view(skv, dv, false);
+    kr->out.desc = view(sq, dv, false);
+  }
   if (has_input(n, 3)) {
     kr->has_mask = true;
     kr->mask.id = n.inputs[3];
     kr->mask.desc = TensorDesc::make(nullptr, DType::Bool, {1, 1, sq, skv}, {0, 0, skv, 1});
   }
   kr->args.scale = float_attr(n, "scale", 1.0);
-  kr->row_max.resize(lead * sq);
-  kr->row_sum.resize(lead * sq);
-  kr->max_desc = TensorDesc::make(kr->row_max.data(), DType::Float32, {1, lead, sq, 1});
-  kr->sum_desc = TensorDesc::make(kr->row_sum.data(), DType::Float32, {1, lead, sq, 1});
+  kr->row_max.resize(stat_b * stat_n * sq);
+  kr->row_sum.resize(stat_b * stat_n * sq);
+  kr->max_desc =
+      TensorDesc::make(kr->row_max.data(), DType::Float32, {stat_b, stat_n, sq, 1});
+  kr->sum_desc =
+      TensorDesc::make(kr->row_sum.data(), DType::Float32, {stat_b, stat_n, sq, 1});
   return kr;
 }
 
@@ -698,6 +758,10 @@ const std::map<std::string, Factory>& factories() {
          kr->out = bound(def, n.outputs[0]);
          kr->in = bound(def, n.inputs[0]);
          kr->weight = bound(def, n.inputs[1]);
+         {
+           const auto& wt = def.tensors[n.inputs[1]];
+           kr->weight_is_constant = wt.storage == Storage::Weight && wt.dtype == DType::Float32;
+         }
          kr->has_bias = has_input(n, 2);
          if (kr->has_bias) kr->bias = bound(def, n.inputs[2]);
          auto s = ints_attr(n, "strides", {1, 1}), d = ints_attr(n, "dilations", {1, 1});

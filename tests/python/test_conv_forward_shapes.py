@@ -1,8 +1,8 @@
 """conv2d forward on the npu against the CPU device, over a table of shapes.
 
-The shapes cover the forward's code paths in kernels/conv.cpp: the float32 implicit GEMM with
-patches packed from a zero-padded copy (stride 1 along W), from the input itself (stride 2 along
-W, or rows that do not merge), straight from the input planes (1x1, stride 1, no padding), and
+The shapes cover the forward's code paths in kernels/conv.cpp: the float32 direct convolution
+(stride 1 along W: patches read in place from a zero-padded copy), the implicit GEMM with
+patches packed from the input itself (stride 2 along W, or rows that do not merge), straight from the input planes (1x1, stride 1, no padding), and
 the im2col + gemm path of the other dtypes (bfloat16); with 3 input channels (K = 27, the first
 layer of a CNN), batch 1 to 8, padding, dilation and groups. HF32 is off, so float32 results
 must equal a float64 CPU reference to float32 accumulation error.

@@ -335,3 +335,66 @@ def test_linear_gelu_is_fused_and_matches_onnxruntime(tmp_path, approximate):
         (got,) = session.infer([x])
         np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
         session.free_resource()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_direct_convolutions_match_onnxruntime(tmp_path, batch):
+    """Convolutions the kernel library runs as direct convolutions (float32, stride 1 along W):
+    a 3-channel first convolution on rows of 37 (two 16-pixel segments and a masked 5), a 3x5
+    kernel with asymmetric padding and a stride along H, dilation with groups, channel counts
+    off the 8-row panels, ReLU fused by atc and not; outputs equal onnxruntime's."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 20, 3, padding=1)
+            self.c2 = nn.Conv2d(20, 13, (3, 5), stride=(2, 1), padding=(1, 2))
+            self.c3 = nn.Conv2d(13, 12, 3, padding=2, dilation=2, groups=1)
+            self.c4 = nn.Conv2d(12, 12, 3, padding=1, groups=4, bias=False)
+
+        def forward(self, x):
+            h = torch.relu(self.c1(x))
+            h = torch.relu(self.c2(h))
+            h = self.c3(h)
+            return self.c4(torch.relu(h))
+
+    shape = (batch, 3, 19, 37)
+    path = export(Net().eval(), shape, tmp_path / "direct.onnx")
+    session = InferSession(0, convert(path, tmp_path / "direct"))
+    x = np.random.RandomState(batch).randn(*shape).astype(np.float32)
+    (got,) = session.infer([x])
+    np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+    session.free_resource()
+
+
+@pytest.mark.parametrize("heads,tokens", [(3, 7), (4, 16)])
+def test_attention_reads_and_writes_through_folded_transposes(tmp_path, heads, tokens):
+    """The heads' split ([B, S, H, D] -> [B, H, S, D] for q, k and v, k's as one [0, 2, 3, 1]
+    Transpose for q @ k^T) and merge around attention are folded by atc into the Attention
+    node (perm_q / perm_k / perm_v / perm_out: no Transpose node left), and the engine reads
+    and writes through strided views; outputs equal onnxruntime's (batch 2, odd and even
+    token counts, head dim 8)."""
+    import json
+
+    from onnx_models import Encoder
+
+    torch_model = Encoder(heads * 8, heads)
+    shape = (2, tokens, heads * 8)
+    path = export(torch_model.eval(), shape, tmp_path / "enc.onnx")
+    om_path = convert(path, tmp_path / "enc")
+    js = tmp_path / "enc.json"
+    r = atc("--mode=1", f"--om={om_path}", f"--json={js}")
+    assert r.returncode == 0, r.stderr
+    nodes = json.loads(js.read_text())["nodes"]
+    assert "Transpose" not in [n["op"] for n in nodes]
+    (att,) = [n for n in nodes if n["op"] == "Attention"]
+    assert att["attrs"]["perm_q"] == att["attrs"]["perm_v"] == [0, 2, 1, 3]
+    assert att["attrs"]["perm_k"] == [0, 2, 3, 1] and att["attrs"]["perm_out"] == [0, 2, 1, 3]
+    x = np.random.RandomState(heads).randn(*shape).astype(np.float32)
+    session = InferSession(0, om_path)
+    for _ in range(2):
+        (got,) = session.infer([x])
+        np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+    session.free_resource()

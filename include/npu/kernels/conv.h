@@ -13,9 +13,13 @@
 // Dtypes: all of input / weight / output (and grads) Float64, or each of them any of
 // Float32 / Float16 / BFloat16 (math in float32, one rounding on store).
 //
-// Float32 forward (with an output whose H and W merge) is an implicit GEMM: input patches are
-// packed straight into the GEMM's panels, bias and fuse_relu are applied as each output block
-// is finished. Memory there: a zero-padded copy of at most ~16 MB of the input at a time.
+// Float32 forward with stride 1 along W (not pointwise) on an AVX-512 CPU is a direct
+// convolution: the GEMM's micro-tiles read input patches in place from a zero-padded copy of
+// the input (at most ~16 MB of it at a time), nothing packed but the weight, bias and fuse_relu
+// applied in registers. Other float32 forwards (with an output whose H and W merge) are an
+// implicit GEMM: input patches are packed straight into the GEMM's panels, bias and fuse_relu
+// are applied as each output block is finished. Memory there: a zero-padded copy of at most
+// ~16 MB of the input at a time.
 // Otherwise (and backward): one im2col buffer of (C_in / groups * KH * KW) x (OH * OW)
 // compute-type elements per concurrently processed sample (samples run one at a time with a
 // multi-threaded gemm when each is large, several at once with single-threaded gemms when they
@@ -23,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "npu/kernels/matmul.h"  // CubeMath
 #include "npu/kernels/tensor_desc.h"
@@ -50,6 +55,25 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride
 // out = conv2d(input, weight, bias); bias may be nullptr (or have null data).
 void conv2d(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
             const TensorDesc* bias, const Conv2dParams& p);
+
+// A float32 weight [C_out, C_in / groups, KH, KW] put once into the layout the direct
+// convolution reads (8-row panels of each group's [C_out / groups, K] matrix), for a weight that
+// does not change between calls (an offline model's): packing it per call is a pass over the
+// whole weight, which at batch 1 outweighs the input. It copies the values: later writes to
+// the weight are not seen.
+struct PackedConvWeight {
+  PackedConvWeight(const TensorDesc& weight, int64_t groups);
+  const void* source;  // the weight's address when packed (checked, never read)
+  int64_t out_channels, groups, k;  // k = C_in / groups * KH * KW
+  std::vector<float> panels;
+};
+
+// conv2d with the weight's panels packed already (`packed` made from this weight and p.groups):
+// the same values as conv2d(out, input, weight, bias, p), which it is where the direct
+// convolution does not apply.
+void conv2d_prepacked(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+                      const PackedConvWeight& packed, const TensorDesc* bias,
+                      const Conv2dParams& p);
 
 // Gradients of conv2d; each of grad_input / grad_weight / grad_bias may be nullptr (ATen's
 // output_mask) and is then not computed. All are overwritten. grad_weight sums over the

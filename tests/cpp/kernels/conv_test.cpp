@@ -174,6 +174,94 @@ TEST(Conv2d, ImplicitGemmPath) {
   check_conv(empty_k);
 }
 
+// The direct convolution (float32, stride 1 along W, AVX-512): micro-tiles of two 16-pixel
+// segments read straight from the padded input. Rows shorter than, equal to and just past one
+// segment (masked tails, a tile that spans two output rows, an odd segment count whose last
+// tile pairs with itself), output channels off the 8-row panels, groups, dilation, a stride
+// along H, asymmetric padding, the 3-channel first convolution, fused bias / ReLU, and a batch
+// cut into padded slices with a short last one. Under the AVX2 cap the same cases take the
+// implicit GEMM, so both are held to the same float64 loops.
+TEST(Conv2d, DirectPath) {
+  std::vector<ConvCase> cases = {
+      {1, 3, 24, 40, 32, 3, 3, 1, 1, 1, 1},        // a first conv; OW 40: 16 + 16 + masked 8
+      {2, 16, 8, 16, 24, 3, 3, 1, 1, 1, 1},        // OW 16: one tile spans two rows
+      {2, 5, 9, 17, 13, 3, 3, 1, 1, 1, 1},         // OW 17: 16 + masked 1; 13 rows: edge panel
+      {1, 4, 5, 7, 9, 3, 3, 1, 1, 1, 1},           // OW 7, 5 segments: the last pairs with itself
+      {3, 6, 11, 33, 8, 3, 5, 2, 1, 1, 2},         // stride 2 along H, 3x5, asymmetric padding
+      {2, 8, 10, 12, 12, 3, 3, 1, 1, 2, 2, 2, 2, 4},  // dilation 2, groups 4 (Og 3)
+      {2, 6, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6},  // depthwise
+      {2, 3, 6, 20, 16, 1, 3, 1, 1, 0, 1},         // 1x3, no padding along H
+      {2, 4, 7, 9, 5, 2, 2},                       // no padding at all
+  };
+  for (const char* isa : {"auto", "avx2"}) {
+    SCOPED_TRACE(isa);
+    nk::testing::set_gemm_isa(isa);
+    for (ConvCase k : cases) {
+      check_conv(k);
+      k.relu = true;
+      check_conv(k);
+      k.relu = false;
+      k.bias = false;
+      k.transposed_input = true;  // padded through the input's strides
+      check_conv(k);
+    }
+  }
+  nk::testing::set_gemm_isa("auto");
+  // 1.44 M floats of padded input a sample: slices of two samples, then one (relu: the
+  // forward alone, the backward's float64 loops take long at this size).
+  ConvCase big{3, 1, 1200, 1200, 1, 3, 3, 1, 1, 1, 1};
+  big.relu = true;
+  check_conv(big);
+}
+
+// conv2d_prepacked (the weight's panels made once, as the engine does at load) gives conv2d's
+// bits: on the direct path (groups, an edge panel, relu and bias) and where it falls back to
+// conv2d (a stride along W, HF32, the AVX2 cap); a packed weight of another weight is refused.
+TEST(Conv2d, PrepackedWeightEqualsConv) {
+  struct Case {
+    ConvCase k;
+    const char* isa;
+    bool hf32;
+  };
+  const Case cases[] = {
+      {{2, 6, 9, 21, 13, 3, 3, 1, 1, 1, 1}, "auto", false},
+      {{1, 8, 10, 12, 12, 3, 3, 1, 1, 2, 2, 2, 2, 4}, "auto", false},  // groups 4, dilation
+      {{2, 6, 9, 21, 13, 3, 3, 1, 2, 1, 1}, "auto", false},            // stride 2 along W
+      {{2, 6, 9, 21, 13, 3, 3, 1, 1, 1, 1}, "auto", true},
+      {{2, 6, 9, 21, 13, 3, 3, 1, 1, 1, 1}, "avx2", false},
+  };
+  for (const Case& c : cases) {
+    const ConvCase& k = c.k;
+    SCOPED_TRACE(::testing::Message() << c.isa << " C" << k.C << " O" << k.O << " sw" << k.sw
+                                      << " g" << k.groups << " hf32 " << c.hf32);
+    nk::testing::set_gemm_isa(c.isa);
+    nk::Conv2dParams p;
+    p.stride[0] = k.sh, p.stride[1] = k.sw, p.padding[0] = k.ph, p.padding[1] = k.pw;
+    p.dilation[0] = k.dh, p.dilation[1] = k.dw, p.groups = k.groups;
+    p.fuse_relu = true;
+    p.math = c.hf32 ? nk::CubeMath::HF32 : nk::CubeMath::KeepDtype;
+    const int64_t OH = nk::conv_output_size(k.H, k.KH, k.ph, k.sh, k.dh);
+    const int64_t OW = nk::conv_output_size(k.W, k.KW, k.pw, k.sw, k.dw);
+    HostTensor x(DType::Float32, {k.N, k.C, k.H, k.W}),
+        w(DType::Float32, {k.O, k.C / k.groups, k.KH, k.KW}), b(DType::Float32, {k.O}),
+        want(DType::Float32, {k.N, k.O, OH, OW});
+    fill_uniform(x, -1, 1);
+    fill_uniform(w, -1, 1);
+    fill_uniform(b, -1, 1);
+    HostTensor got = want;
+    fill_uniform(got, 5, 6);  // overwritten
+    const TensorDesc bd = b.desc();
+    nk::conv2d(want.desc(), x.desc(), w.desc(), &bd, p);
+    const nk::PackedConvWeight packed(w.desc(), k.groups);
+    nk::conv2d_prepacked(got.desc(), x.desc(), w.desc(), packed, &bd, p);
+    EXPECT_EQ(got.buf, want.buf);
+    HostTensor other = w;
+    EXPECT_THROW(nk::conv2d_prepacked(got.desc(), x.desc(), other.desc(), packed, &bd, p),
+                 std::exception);
+  }
+  nk::testing::set_gemm_isa("auto");
+}
+
 // HF32 convolution == float32 convolution of input and weight rounded beforehand, bit for bit,
 // on the implicit-GEMM forward, the im2col forward (a column-major output) and the backward
 // (grad_output rounded too).
