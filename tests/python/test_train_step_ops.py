@@ -2,8 +2,9 @@
 their own, against the CPU device: pow with a scalar exponent (1, 2, 3, -1, -2, -0.5, 0.5 and
 other integers: unary kernels, not the generic std::pow one), softmax / log_softmax and their
 backward (16 lanes on AVX-512 CPUs, 8 on AVX2), silu / sigmoid / exp / gelu and the backwards,
-sums over leading dims, layer_norm's backward, and mm / bmm at the LLaMA-style step's shapes
-(operands read in place or packed with vector copies, every storage order).
+sums over leading dims and over the last dim, layer_norm's backward, row gathers
+(index_select / embedding), and mm / bmm at the LLaMA-style step's shapes (operands read in
+place or packed with vector copies, every storage order).
 Every case: float32 / bfloat16 / float16, a non-contiguous view, row lengths on both sides of a
 vector (1, 15, 16, 17, 64, 300), NaN / +-inf / -0 where the op cares, and a check that nothing
 left the kernel library."""
@@ -345,3 +346,44 @@ def test_bmm_at_attention_shapes_equals_float64(b, m, k, n, transposed):
         got = torch.bmm(x.npu(), yn)
     for i in range(b):
         _gemm_close(got[i], x[i], y[i])
+
+
+# ---- row sums and embedding lookups ----------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(64, 64, 128), (7, 1), (5, 7), (3, 8), (4, 31), (9, 33),
+                                   (2, 300), (3, 4096), (2, 5000)])
+@pytest.mark.parametrize("mean", [False, True])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sums_over_the_last_dim_equal_the_cpu(shape, mean, keepdim):
+    x = make(shape, torch.float32, seed=5)
+    x.view(-1)[3 % x.numel()] = 1e7  # an outlier the float lanes must not lose
+    f = (lambda t: t.mean(-1, keepdim=keepdim)) if mean else (lambda t: t.sum(-1, keepdim=keepdim))
+    with NoHost():
+        got = f(x.npu())
+    want = f(x.double()).float()
+    close(got, want, torch.float32)
+    # rows of a wider tensor (row stride > row length), and float64 / NaN rows
+    wide = make((6, shape[-1] + 5), torch.float32, seed=6)
+    wide[2, 1] = float("nan")
+    with NoHost():
+        got = f(wide.npu()[:, 2:2 + shape[-1]])
+    close(got, f(wide[:, 2:2 + shape[-1]].double()).float(), torch.float32)
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("shape", [(256, 128), (10, 3), (5, 2, 3)])
+def test_index_select_rows_equal_the_cpu(index_dtype, shape):
+    w = make(shape, torch.float32, seed=8)
+    idx = torch.tensor([0, shape[0] - 1, 2, 2, 1, 0, 3] * 5, dtype=index_dtype)
+    with NoHost():
+        got = w.npu().index_select(0, idx.npu())
+        strided = w.npu().index_select(0, idx.npu()[::2])  # a strided index
+        emb = F.embedding(idx.npu().view(5, 7), w.npu().reshape(shape[0], -1))
+    assert torch.equal(got.cpu(), w.index_select(0, idx))
+    assert torch.equal(strided.cpu(), w.index_select(0, idx[::2]))
+    assert torch.equal(emb.cpu(), F.embedding(idx.view(5, 7), w.reshape(shape[0], -1)))
+    # a non-contiguous table keeps the general path
+    wt = make((shape[0], 6), torch.float32, seed=9)
+    with NoHost():
+        got = wt.npu()[:, ::2].index_select(0, idx.npu())
+    assert torch.equal(got.cpu(), wt[:, ::2].index_select(0, idx))
