@@ -280,6 +280,61 @@ void pack_transposed(const S* src, int64_t stride, int count, int64_t kc, int wi
   }
 }
 
+// Float32 panels whose `width` values of one k are contiguous in the source: k row r of the
+// panel is src[r * ld + 0 .. count) followed by zeros up to `width` (<= 32). A column-major A
+// (the weight gradient's x^T of a Linear) and a row-major B take it: one masked vector load and
+// store per 16 values, where the generic loops moved a value (or called memcpy) at a time
+// (packing a column-major A was a third of a [128 x 4096] @ [4096 x 128] product).
+constexpr int64_t kPrefetchRows = 64;
+NPU_AVX512 void pack_contiguous_f32_avx512(const float* src, int64_t ld, int count, int64_t kc,
+                                           int width, float* d) {
+  const __mmask16 load0 = static_cast<__mmask16>(count >= 16 ? 0xFFFF : (1u << count) - 1);
+  const __mmask16 load1 =
+      static_cast<__mmask16>(count >= 32 ? 0xFFFF : count <= 16 ? 0 : (1u << (count - 16)) - 1);
+  const __mmask16 store0 = static_cast<__mmask16>(width >= 16 ? 0xFFFF : (1u << width) - 1);
+  const __mmask16 store1 = static_cast<__mmask16>(
+      width >= 32 ? 0xFFFF : width <= 16 ? 0 : (1u << (width - 16)) - 1);
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* s = src + k * ld;
+    float* o = d + k * width;
+    // Rows ld apart leave the hardware prefetchers a few lines per page (ld = 128 floats: 8):
+    // fetch a few rows ahead (prefetches past the source's end are dropped, never fault).
+    _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetchRows * ld), _MM_HINT_T0);
+    if (width + (reinterpret_cast<uintptr_t>(s) & 63) / 4 > 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetchRows * ld + 16), _MM_HINT_T0);
+    }
+    _mm512_mask_storeu_ps(o, store0, _mm512_maskz_loadu_ps(load0, s));
+    if (width > 16) _mm512_mask_storeu_ps(o + 16, store1, _mm512_maskz_loadu_ps(load1, s + 16));
+  }
+}
+
+// The AVX2 twin, 8 values per masked load / store (widths up to 16: the AVX2 kernels' 6 x 16).
+void pack_contiguous_f32_avx2(const float* src, int64_t ld, int count, int64_t kc, int width,
+                              float* d) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i load[2], store[2];
+  for (int v = 0; v < 2; ++v) {
+    load[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(count - 8 * v), lane);
+    store[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(width - 8 * v), lane);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* s = src + k * ld;
+    float* o = d + k * width;
+    _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetchRows * ld), _MM_HINT_T0);
+    _mm256_maskstore_ps(o, store[0], _mm256_maskload_ps(s, load[0]));
+    if (width > 8) _mm256_maskstore_ps(o + 8, store[1], _mm256_maskload_ps(s + 8, load[1]));
+  }
+}
+
+// Whether pack_contiguous_f32 takes panels of this width.
+inline bool contiguous_f32_packable(int width) { return width <= (use_avx512() ? 32 : 16); }
+
+void pack_contiguous_f32(const float* src, int64_t ld, int count, int64_t kc, int width,
+                         float* d) {
+  if (use_avx512()) pack_contiguous_f32_avx512(src, ld, count, kc, width, d);
+  else pack_contiguous_f32_avx2(src, ld, count, kc, width, d);
+}
+
 // Packs rows [0, mc) x cols [0, kc) of A (already offset to the block) into MR-row panels
 // [first_panel, last_panel); rows past mc are zero.
 template <class T, class S>
@@ -292,6 +347,12 @@ void pack_a(const S* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
     if constexpr (std::is_same_v<T, float> && kVectorLoad<S>) {
       if (cs == 1) {
         pack_transposed(a + r0 * rs, rs, rows, kc, mr, d);
+        continue;
+      }
+    }
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+      if (cs != 1 && rs == 1 && contiguous_f32_packable(mr)) {  // column-major A
+        pack_contiguous_f32(a + r0, cs, rows, kc, mr, d);
         continue;
       }
     }
@@ -324,6 +385,12 @@ void pack_b(const S* b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, int nr, 
     if constexpr (std::is_same_v<T, float> && kVectorLoad<S>) {
       if (cs != 1 && rs == 1) {  // column-major B (x @ W.T): columns contiguous along k
         pack_transposed(b + c0 * cs, cs, cols, kc, nr, d);
+        continue;
+      }
+    }
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+      if (cs == 1 && contiguous_f32_packable(nr)) {  // row-major B
+        pack_contiguous_f32(b + c0, rs, cols, kc, nr, d);
         continue;
       }
     }
@@ -598,6 +665,36 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     if (post && kern.fn == &kernel_avx512_f32_14x16) stage_fn = &kernel_avx512_f32_stage<14, 1>;
     if (post && kern.fn == &kernel_avx512_f32_8x16) stage_fn = &kernel_avx512_f32_stage<8, 1>;
   }
+  // Operands read in place (kernel_avx512_f32_direct) instead of packed: a float32 A that is
+  // row-major (the 8-row kernels: 8 row pointers fit the registers) or column-major (any of
+  // the AVX-512 kernels) for its full panels (a last, partial panel is packed, padded with
+  // zero rows); a row-major float32 B whose columns fill whole panels and whose block stays in
+  // L2 (the weight or activations of a small Linear, a head's keys).
+  // With B read in place, a packed A panel (a partial one, or one of another layout) takes the
+  // same kernel with kColA (a packed panel is a column-major A with lda = MR).
+  DirectKernelF direct_fn = nullptr, packed_a_fn = nullptr;
+  bool b_direct = false;
+  if constexpr (std::is_same_v<P, float> && std::is_same_v<T, float>) {
+    const bool plain = !imp && !post && !packed && use_avx512() && (mr == 8 || mr == 14) &&
+                       !g_private_a_panels.load(std::memory_order_relaxed);
+    const bool nv2 = nr == 32;
+    if (plain) {
+      packed_a_fn = mr == 14 ? (nv2 ? &kernel_avx512_f32_direct<14, 2, true>
+                                    : &kernel_avx512_f32_direct<14, 1, true>)
+                             : (nv2 ? &kernel_avx512_f32_direct<8, 2, true>
+                                    : &kernel_avx512_f32_direct<8, 1, true>);
+    }
+    if (plain && a.dtype == DType::Float32 && !a.hf32) {
+      if (a.rs == 1 && a.cs != 1) {
+        direct_fn = packed_a_fn;
+      } else if (a.cs == 1 && mr == 8) {
+        direct_fn = nv2 ? &kernel_avx512_f32_direct<8, 2, false>
+                        : &kernel_avx512_f32_direct<8, 1, false>;
+      }
+    }
+    b_direct = plain && b.dtype == DType::Float32 && !b.hf32 && b.cs == 1 && N % nr == 0 &&
+               std::min(float_kc(K), K) * std::min<int64_t>(N, Blocking<P>::kNC) * 4 <= (512 << 10);
+  }
   auto post_value = [&](int64_t row, int64_t col, T v) -> T {
     if constexpr (std::is_same_v<T, float>) {
       if (st.row_bias) v = add_scaled(v, 1.0f, st.row_bias[row]);
@@ -622,8 +719,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     nc_max = std::max<int64_t>(nr, kBf16DirectBBytes / (2 * Kp) / nr * nr);
   }
 
-  // Rows per A block: a panel's whole K extent is packed at its first use (the block holds
-  // <= kPackedA elements), so the tasks below run every K block without a barrier in between.
+  // Rows per A block: the block's packed panels (all K) stay in one buffer (<= kPackedA
+  // elements), so the tasks below run every K block without a barrier in between.
   const int64_t mc_max = std::max<int64_t>(mr, B::kPackedA / std::max<int64_t>(Kp, 1) / mr * mr);
   for (int64_t ic = 0; ic < M; ic += mc_max) {
     const int64_t mc = std::min(mc_max, M - ic);
@@ -631,24 +728,27 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     const int64_t mpad = m_panels * mr;
     // Panel p of the K block starting at pc lives at ap + pc * mpad + p * kcp * mr.
     P* ap = scratch<P>(0, static_cast<size_t>(mpad * Kp));
-    // A panels are packed on first use, all K blocks at once, by the task that needs them first
-    // (0: not packed, 1: being packed, 2: packed), so there is no packing pass with a barrier
-    // before the tasks: one hand-off between the threads fewer, which on a loaded machine is a
-    // wait for a thread to get a core back. A task that finds a panel being packed by another
-    // thread packs its own copy of the K block it needs instead of waiting for it.
-    std::unique_ptr<std::atomic<int>[]> a_state(new std::atomic<int>[m_panels]);
-    for (int64_t p = 0; p < m_panels; ++p) a_state[p].store(0, std::memory_order_relaxed);
+    // A panels are packed on first use, one K block at a time, by the task that needs them
+    // first (state per panel and K block; 0: not packed, 1: being packed, 2: packed), so there
+    // is no packing pass with a barrier before the tasks: one hand-off between the threads
+    // fewer, which on a loaded machine is a wait for a thread to get a core back. A task that
+    // finds a block being packed by another thread packs its own copy instead of waiting for
+    // it. (Packing all K blocks of a panel at once wrote a deep A's whole packed copy before
+    // the second K block was used: [128 x 4096] @ [4096 x 128] then read it back from L3.)
+    const int64_t k_blocks = (K + kc_max - 1) / kc_max;
+    std::unique_ptr<std::atomic<int>[]> a_state(new std::atomic<int>[m_panels * k_blocks]);
+    for (int64_t p = 0; p < m_panels * k_blocks; ++p) {
+      a_state[p].store(0, std::memory_order_relaxed);
+    }
     auto a_panel_at = [&](int64_t p, int64_t pc, int64_t kc, int64_t kcp) -> const P* {
       const P* shared = ap + pc * mpad + p * kcp * mr;
+      std::atomic<int>& state = a_state[pc / kc_max * m_panels + p];
       const bool private_copy = g_private_a_panels.load(std::memory_order_relaxed);
-      if (!private_copy && a_state[p].load(std::memory_order_acquire) == 2) return shared;
+      if (!private_copy && state.load(std::memory_order_acquire) == 2) return shared;
       int expected = private_copy ? -1 : 0;
-      if (!private_copy &&
-          a_state[p].compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-        for (int64_t pk = 0; pk < K; pk += kc_max) {
-          pack_a_any<P>(a, ic, pk, mc, std::min(kc_max, K - pk), mr, p, p + 1, ap + pk * mpad);
-        }
-        a_state[p].store(2, std::memory_order_release);
+      if (!private_copy && state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+        pack_a_any<P>(a, ic, pc, mc, kc, mr, p, p + 1, ap + pc * mpad);
+        state.store(2, std::memory_order_release);
         return shared;
       }
       if (expected == 2) return shared;
@@ -659,13 +759,21 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
 
     // Column blocks of at most NC, at least two per thread when N allows (so a thread slowed
     // by other work hands its share to the others), and row splits when columns run out. A
-    // batch's items are more such blocks.
-    const int64_t splits = std::max<int64_t>(1, (2 * threads + batch - 1) / batch);
+    // batch's items are more such blocks. A single product whose columns fit one block and
+    // whose A is the larger operand (M >= N: a Linear's forward and grad_input over many
+    // tokens, or its weight gradient) is split by rows only: a column split makes every task
+    // read all of A (packed once, then again from L3 by the other tasks), a row split makes
+    // each task pack B's smaller block. One thread takes the whole product as one task.
+    const int64_t tasks_wanted = threads == 1 ? 1 : 2 * threads;
+    const bool rows_only = batch == 1 && N <= nc_max && M >= N;
+    const int64_t splits = rows_only ? 1 : std::max<int64_t>(1, (2 * threads + batch - 1) / batch);
     int64_t nc_target = ((N + splits - 1) / splits + nr - 1) / nr * nr;
     nc_target = std::clamp<int64_t>(nc_target, nr, nc_max);
     const int64_t nj = (N + nc_target - 1) / nc_target;
     const int64_t ni =
-        small ? 1 : std::min<int64_t>(m_panels, (2 * threads + nj * batch - 1) / (nj * batch));
+        small ? 1
+              : std::min<int64_t>(m_panels, rows_only ? tasks_wanted
+                                                      : (2 * threads + nj * batch - 1) / (nj * batch));
     const int64_t tasks = nj * ni * batch;
 
     parallel_for(0, tasks, small ? tasks : 1, [&](int64_t t0, int64_t t1) {
@@ -693,7 +801,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
               if (imp->math == CubeMath::HF32 && !imp->b_is_hf32) {
                 round_panel_to_hf32(bp, n_panels * nr * kc);
               }
-            } else {
+            } else if (!b_direct) {
               pack_b_any<P>(b, pc, jc, kc, nc, nr, bp);
             }
           } else {
@@ -705,11 +813,22 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
           const int64_t np = p_end - p_begin, p_shift = np * (t % threads) / threads;
           for (int64_t i = 0; i < np; ++i) {
             const int64_t p = p_begin + (i + p_shift) % np;
-            const P* a_panel = a_panel_at(p, pc, kc, kcp);
             const int64_t row = ic + p * mr;
             const int rows = static_cast<int>(std::min<int64_t>(mr, M - row));
+            const bool direct = direct_fn && rows == mr;
+            const P* a_panel = direct ? nullptr : a_panel_at(p, pc, kc, kcp);
+            const float* a_in =
+                direct ? static_cast<const float*>(a.data) + row * a.rs + pc * a.cs : nullptr;
+            const int64_t lda = a.rs == 1 && a.cs != 1 ? a.cs : a.rs;
             for (int64_t q = 0; q < n_panels; ++q) {
               const P* b_panel = b_block + q * kcp * nr;
+              int64_t ldb = nr;
+              if constexpr (std::is_same_v<P, float> && std::is_same_v<T, float>) {
+                if (b_direct) {
+                  b_panel = static_cast<const float*>(b.data) + pc * b.rs + jc + q * nr;
+                  ldb = b.rs;
+                }
+              }
               const int64_t col = jc + q * nr;
               const int cols = static_cast<int>(std::min<int64_t>(nr, nc - q * nr));
               CT* cp = c_item + row * ldc + col;
@@ -725,7 +844,13 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
                     stage_fn(kcp, a_panel, b_panel, cp, ldc, alpha, beta_eff, tile_stage);
                   }
                 } else {
-                  kern.fn(kcp / step, a_panel, b_panel, cp, ldc, alpha, beta_eff);
+                  if constexpr (std::is_same_v<P, float> && std::is_same_v<T, float>) {
+                    if (direct) direct_fn(kc, a_in, lda, b_panel, ldb, cp, ldc, alpha, beta_eff);
+                    else if (b_direct) packed_a_fn(kc, a_panel, mr, b_panel, ldb, cp, ldc, alpha, beta_eff);
+                  }
+                  if (!direct && !b_direct) {
+                    kern.fn(kcp / step, a_panel, b_panel, cp, ldc, alpha, beta_eff);
+                  }
                   if (post_now) {
                     for (int i = 0; i < rows; ++i) {
                       for (int j = 0; j < cols; ++j) {
@@ -735,7 +860,11 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
                   }
                 }
               } else {
-                kern.fn(kcp / step, a_panel, b_panel, tile, nr, T(1), T(0));
+                if constexpr (std::is_same_v<P, float> && std::is_same_v<T, float>) {
+                  if (direct) direct_fn(kc, a_in, lda, b_panel, ldb, tile, nr, 1.0f, 0.0f);
+                  else if (b_direct) packed_a_fn(kc, a_panel, mr, b_panel, ldb, tile, nr, 1.0f, 0.0f);
+                }
+                if (!direct && !b_direct) kern.fn(kcp / step, a_panel, b_panel, tile, nr, T(1), T(0));
                 for (int i = 0; i < rows; ++i) {
                   for (int j = 0; j < cols; ++j) {
                     T v = alpha * tile[i * nr + j];

@@ -139,6 +139,66 @@ NPU_AVX512 void kernel_avx512_f32_stage(int64_t k, const float* a, const float* 
   body_avx512<Avx512F, MR, NV>(k, a, b, c, ldc, alpha, beta, stage);
 }
 
+// The float32 AVX-512 kernel with its operands read in place instead of from packed panels.
+// A: MR rows, each contiguous along k at a + i * lda (kColA = false, a row-major A), or MR
+// values contiguous per k at a + p * lda (kColA = true, a column-major A: the x^T of a
+// Linear's weight gradient). B: NV * 16 contiguous values per k, ldb apart (a packed panel:
+// ldb = NV * 16; a row-major B: its row stride). Broadcast values are scalar loads, so an A
+// panel buys nothing but its packing when it meets a few B panels (a batch of attention
+// products, [64 x 64] @ [64 x 32]: packing A was a third of the time), and a B block that stays
+// in L2 is read from there either way. The same FMAs in the same order as the packed kernel,
+// so the result is the same bit for bit.
+template <int MR, int NV, bool kColA>
+NPU_AVX512 void kernel_avx512_f32_direct(int64_t k, const float* a, int64_t lda, const float* b,
+                                         int64_t ldb, float* c, int64_t ldc, float alpha,
+                                         float beta) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NV * 16 - 1), _MM_HINT_T0);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+  const float* rows[MR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) rows[i] = a + i * lda;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < k; ++p) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = _mm512_loadu_ps(b + j * 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(kColA ? a[i] : rows[i][p]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
+    }
+    b += ldb;
+    if constexpr (kColA) a += lda;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  if (beta == 0) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) _mm512_storeu_ps(c + i * ldc + j * 16, _mm512_mul_ps(va, acc[i][j]));
+  } else {
+    const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) {
+        float* cp = c + i * ldc + j * 16;
+        _mm512_storeu_ps(cp, _mm512_fmadd_ps(va, acc[i][j], _mm512_mul_ps(vb, _mm512_loadu_ps(cp))));
+      }
+  }
+}
+using DirectKernelF = void (*)(int64_t k, const float* a, int64_t lda, const float* b,
+                               int64_t ldb, float* c, int64_t ldc, float alpha, float beta);
+
 NPU_AVX512 inline void kernel_avx512_f64_14x16(int64_t k, const double* a, const double* b,
                                                double* c, int64_t ldc, double alpha,
                                                double beta) {

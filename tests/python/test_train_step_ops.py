@@ -2,7 +2,9 @@
 their own, against the CPU device: pow with a scalar exponent (1, 2, 3, -1, -2, -0.5, 0.5 and
 other integers: unary kernels, not the generic std::pow one), softmax / log_softmax and their
 backward (16 lanes on AVX-512 CPUs, 8 on AVX2), silu / sigmoid / exp / gelu and the backwards,
-sums over leading dims, layer_norm's backward.
+sums over leading dims and over the last dim, layer_norm's backward, row gathers
+(index_select / embedding), and mm / bmm at the LLaMA-style step's shapes (operands read in
+place or packed with vector copies, every storage order).
 Every case: float32 / bfloat16 / float16, a non-contiguous view, row lengths on both sides of a
 vector (1, 15, 16, 17, 64, 300), NaN / +-inf / -0 where the op cares, and a check that nothing
 left the kernel library."""
@@ -283,3 +285,105 @@ def test_layer_norm_backward_equals_float64(dtype, shape, layout):
         err = (got.cpu().double() - want).abs().max().item()
         # one rounding of each result, plus the 16-bit rounding of y / g inside the sums
         assert err <= 8 * eps * max(want.abs().max().item(), 1.0), err
+
+
+# ---- GEMM at the LLaMA-style step's shapes (kernels/gemm.cpp) --------------------------------
+# Row-major A read in place by the 8-row kernels, column-major A and row-major B packed with
+# masked vector copies, A packed one K block at a time, row-only splits for tall products. Each
+# product against float64 with the error bound of a float32 dot product of length K.
+
+def _operand(rows, cols, layout, seed):
+    """A [rows, cols] float32 matrix stored row-major ("n") or column-major ("t")."""
+    if layout == "t":
+        return make((cols, rows), torch.float32, seed, -1.0, 1.0).t()
+    return make((rows, cols), torch.float32, seed, -1.0, 1.0)
+
+
+def _gemm_close(got, a, b):
+    want = (a.double() @ b.double())
+    k = a.shape[-1]
+    scale = (a.double().abs() @ b.double().abs())
+    err = (got.cpu().double() - want).abs()
+    bound = scale * (k * 2.0 ** -23) + 1e-30
+    assert bool((err <= bound).all()), float((err / bound).max())
+
+
+@pytest.mark.parametrize("m,k,n", [(4096, 128, 128), (4096, 352, 128), (128, 4096, 128),
+                                   (352, 4096, 128), (128, 4096, 256), (4096, 128, 256),
+                                   (1000, 700, 100), (37, 1300, 45), (64, 64, 32), (8, 513, 33),
+                                   (130, 129, 17), (130, 700, 96), (45, 64, 32), (126, 512, 64),
+                                   (1024, 1024, 1024)])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_mm_at_training_shapes_equals_float64(m, k, n, layout):
+    a = _operand(m, k, layout[0], seed=m + k)
+    b = _operand(k, n, layout[1], seed=n + 7)
+    with NoHost():
+        got = _npu_layout(a, layout[0]) @ _npu_layout(b, layout[1])
+    _gemm_close(got, a, b)
+    # alpha / beta: addmm writes beta * C + alpha * A B over the same paths
+    c = make((m, n), torch.float32, seed=3, lo=-1.0, hi=1.0)
+    with NoHost():
+        got = torch.addmm(c.npu(), _npu_layout(a, layout[0]), _npu_layout(b, layout[1]),
+                          beta=0.5, alpha=1.5)
+    want = torch.addmm(c.double(), a.double(), b.double(), beta=0.5, alpha=1.5)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-4, atol=1e-4 * math.sqrt(k))
+
+
+def _npu_layout(x, layout):
+    """x on npu with the same storage order (a transposed view stays a transposed view)."""
+    return x.t().contiguous().npu().t() if layout == "t" else x.contiguous().npu()
+
+
+@pytest.mark.parametrize("b,m,k,n", [(256, 64, 64, 32), (256, 64, 32, 64), (3, 100, 70, 40),
+                                     (5, 9, 33, 31), (2, 129, 640, 65)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_bmm_at_attention_shapes_equals_float64(b, m, k, n, transposed):
+    x = make((b, m, k), torch.float32, seed=1, lo=-1.0, hi=1.0)
+    y = make((b, n, k), torch.float32, seed=2, lo=-1.0, hi=1.0).transpose(1, 2) if transposed \
+        else make((b, k, n), torch.float32, seed=2, lo=-1.0, hi=1.0)
+    yn = y.transpose(1, 2).contiguous().npu().transpose(1, 2) if transposed else y.npu()
+    with NoHost():
+        got = torch.bmm(x.npu(), yn)
+    for i in range(b):
+        _gemm_close(got[i], x[i], y[i])
+
+
+# ---- row sums and embedding lookups ----------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(64, 64, 128), (7, 1), (5, 7), (3, 8), (4, 31), (9, 33),
+                                   (2, 300), (3, 4096), (2, 5000)])
+@pytest.mark.parametrize("mean", [False, True])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sums_over_the_last_dim_equal_the_cpu(shape, mean, keepdim):
+    x = make(shape, torch.float32, seed=5)
+    x.view(-1)[3 % x.numel()] = 1e7  # an outlier the float lanes must not lose
+    f = (lambda t: t.mean(-1, keepdim=keepdim)) if mean else (lambda t: t.sum(-1, keepdim=keepdim))
+    with NoHost():
+        got = f(x.npu())
+    want = f(x.double()).float()
+    close(got, want, torch.float32)
+    # rows of a wider tensor (row stride > row length), and float64 / NaN rows
+    wide = make((6, shape[-1] + 5), torch.float32, seed=6)
+    wide[2, 1] = float("nan")
+    with NoHost():
+        got = f(wide.npu()[:, 2:2 + shape[-1]])
+    close(got, f(wide[:, 2:2 + shape[-1]].double()).float(), torch.float32)
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("shape", [(256, 128), (10, 3), (5, 2, 3)])
+def test_index_select_rows_equal_the_cpu(index_dtype, shape):
+    w = make(shape, torch.float32, seed=8)
+    idx = torch.tensor([0, shape[0] - 1, 2, 2, 1, 0, 3] * 5, dtype=index_dtype)
+    with NoHost():
+        got = w.npu().index_select(0, idx.npu())
+        strided = w.npu().index_select(0, idx.npu()[::2])  # a strided index
+        emb = F.embedding(idx.npu().view(5, 7), w.npu().reshape(shape[0], -1))
+    assert torch.equal(got.cpu(), w.index_select(0, idx))
+    assert torch.equal(strided.cpu(), w.index_select(0, idx[::2]))
+    assert torch.equal(emb.cpu(), F.embedding(idx.view(5, 7), w.reshape(shape[0], -1)))
+    # a non-contiguous table keeps the general path
+    wt = make((shape[0], 6), torch.float32, seed=9)
+    with NoHost():
+        got = wt.npu()[:, ::2].index_select(0, idx.npu())
+    assert torch.equal(got.cpu(), wt[:, ::2].index_select(0, idx))
