@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "convert.h"
@@ -850,12 +851,22 @@ constexpr int few_rows_block(int R) { return R == 1 ? 8 : R == 2 ? 6 : R <= 4 ? 
 
 // Columns [n0, n1) of the few-row product: blocks of few_rows_block(R) columns, then one at a
 // time. c[m * ldc + n] = alpha * dot + beta * c (beta == 0: C is not read).
+// hf32: B's columns are read rounded to HF32 (a block at a time, into a buffer), so that the
+// product equals the float32 product of pre-rounded operands bit for bit.
 template <int R>
 NPU_AVX512 void few_rows_columns512(const float* a, int64_t lda, const float* b, int64_t ldb,
                                     int64_t K, int64_t n0, int64_t n1, float alpha, float beta,
-                                    float* c, int64_t ldc) {
+                                    float* c, int64_t ldc, bool hf32) {
   constexpr int NC = few_rows_block(R);
   float dots[NC * R];
+  std::vector<float> rounded(hf32 ? static_cast<size_t>(NC * K) : 0);
+  // Columns [n, n + nc) of B, rounded to HF32 where asked: (pointer, stride between columns).
+  auto columns = [&](int64_t n, int nc) -> std::pair<const float*, int64_t> {
+    if (!hf32) return {b + n * ldb, ldb};
+    for (int j = 0; j < nc; ++j) std::copy_n(b + (n + j) * ldb, K, rounded.data() + j * K);
+    round_panel_to_hf32(rounded.data(), nc * K);
+    return {rounded.data(), K};
+  };
   auto store = [&](int64_t n, int nc) {
     for (int j = 0; j < nc; ++j) {
       for (int m = 0; m < R; ++m) {
@@ -867,17 +878,19 @@ NPU_AVX512 void few_rows_columns512(const float* a, int64_t lda, const float* b,
   };
   int64_t n = n0;
   for (; n + NC <= n1; n += NC) {
-    row_dots512<R, NC>(a, lda, b + n * ldb, ldb, K, dots);
+    const auto [cols, ld] = columns(n, NC);
+    row_dots512<R, NC>(a, lda, cols, ld, K, dots);
     store(n, NC);
   }
   for (; n < n1; ++n) {
-    row_dots512<R, 1>(a, lda, b + n * ldb, ldb, K, dots);
+    const auto [cols, ld] = columns(n, 1);
+    row_dots512<R, 1>(a, lda, cols, ld, K, dots);
     store(n, 1);
   }
 }
 
 using FewRowsColumns = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t,
-                                int64_t, float, float, float*, int64_t);
+                                int64_t, float, float, float*, int64_t, bool);
 constexpr FewRowsColumns kFewRowsColumns512[kRowsMax] = {
     few_rows_columns512<1>, few_rows_columns512<2>, few_rows_columns512<3>,
     few_rows_columns512<4>, few_rows_columns512<5>, few_rows_columns512<6>,
@@ -906,9 +919,9 @@ bool few_rows_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& a
   // Memory-bound: B is read once, so B's size decides whether the pool's threads are worth
   // waking (one core streams about half of what two stream), not the flop count.
   const bool small = static_cast<double>(N) * K * sizeof(float) < kThreadedBytes;
-  if (!b.hf32 && use_avx512()) {
+  if (use_avx512()) {
     parallel_for(0, N, small ? N : 48, [&](int64_t n0, int64_t n1) {
-      kFewRowsColumns512[M - 1](ap, lda, bp, b.cs, K, n0, n1, alpha, beta, c, ldc);
+      kFewRowsColumns512[M - 1](ap, lda, bp, b.cs, K, n0, n1, alpha, beta, c, ldc, b.hf32);
     });
     return true;
   }
