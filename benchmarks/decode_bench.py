@@ -25,6 +25,13 @@ ceiling in tokens/s of a float32 decode step on this host, whatever its overhead
 memory speed moves between runs by up to 2x, so compare a ceiling only with its own run).
 
     .venv/bin/python benchmarks/decode_bench.py [--batches 1,8] [--runs 3] [--cases ...]
+
+On a loaded machine wall time swings by several times (PyTorch's OpenMP threads wait on a busy
+core); ``--cpu-time`` reports tokens per second of process CPU time instead, on one thread each:
+
+    NPU_KERNEL_THREADS=1 .venv/bin/python benchmarks/decode_bench.py --cpu-time --threads 1
+
+(the floor lines stay wall time, on that one thread).
 """
 
 import argparse
