@@ -25,6 +25,13 @@ ceiling in tokens/s of a float32 decode step on this host, whatever its overhead
 memory speed moves between runs by up to 2x, so compare a ceiling only with its own run).
 
     .venv/bin/python benchmarks/decode_bench.py [--batches 1,8] [--runs 3] [--cases ...]
+
+On a loaded machine wall time swings by several times (PyTorch's OpenMP threads wait on a busy
+core); ``--cpu-time`` reports tokens per second of process CPU time instead, on one thread each:
+
+    NPU_KERNEL_THREADS=1 .venv/bin/python benchmarks/decode_bench.py --cpu-time --threads 1
+
+(the floor lines stay wall time, on that one thread).
 """
 
 import argparse
@@ -126,7 +133,9 @@ def bench_device_case(case, device, cpu_model, prompts, args):
         times = []
         for _ in range(args.runs):
             holder = {}
-            times.append(timed(lambda: holder.setdefault("t", run()), device))
+            cpu_start = time.process_time()
+            wall = timed(lambda: holder.setdefault("t", run()), device)
+            times.append(time.process_time() - cpu_start if args.cpu_time else wall)
             tokens = holder["t"]
         results[batch] = (batch * args.new_tokens / statistics.median(times), tokens.cpu(),
                           warm, times)
@@ -143,10 +152,18 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--cpu-threads", type=int, default=0,
                         help="torch.set_num_threads for cpu eager (0: PyTorch's default)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="tokens per second of process CPU time instead of wall time: the "
+                        "figure a loaded machine barely moves (run with NPU_KERNEL_THREADS=1 "
+                        "--threads 1, so that no thread spins or waits on another's core)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads for every case (0: PyTorch's default)")
     parser.add_argument("--cases", default=",".join(CASES),
                         help="comma-separated subset of: " + ", ".join(CASES))
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cases = [c.strip() for c in args.cases.split(",")]
     if "cpu eager" not in cases:
         cases.insert(0, "cpu eager")  # the reference for tokens and ratios
@@ -157,7 +174,8 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads (cpu eager: {args.cpu_threads or 'default'}), {args.new_tokens} new tokens, prompt "
           f"{args.prompt}, median of {args.runs} after {args.warmup} warm-up, load average "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{os.getloadavg()[0]:.1f}"
+          + (", tokens per second of process CPU time" if args.cpu_time else ""))
     nbytes, ceilings = floor(cpu_model, args.batches, args.runs)
     table = {case: bench_case(case, cpu_model, prompts, args) for case in cases}
     mismatches = 0

@@ -265,6 +265,9 @@ def register() -> None:
     from torch_npu._inductor import npu_graphs
 
     npu_graphs.install()  # mode="reduce-overhead": compiled npu regions replay NPU graphs
+    from torch_npu._inductor import gqa_attention
+
+    gqa_attention.install()  # attention reads grouped key / value heads without repeating them
 
 
 register()
