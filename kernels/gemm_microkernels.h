@@ -69,14 +69,22 @@ struct NoPost {
 };
 
 #define NPU_GEMM_NAME body_avx2
+#define NPU_GEMM_PREFETCH_C prefetch_c_avx2
+#define NPU_GEMM_STORE store_tile_avx2
 #define NPU_GEMM_ATTR
 #include "gemm_body.inc"
 #undef NPU_GEMM_NAME
+#undef NPU_GEMM_PREFETCH_C
+#undef NPU_GEMM_STORE
 #undef NPU_GEMM_ATTR
 #define NPU_GEMM_NAME body_avx512
+#define NPU_GEMM_PREFETCH_C prefetch_c_avx512
+#define NPU_GEMM_STORE store_tile_avx512
 #define NPU_GEMM_ATTR NPU_AVX512
 #include "gemm_body.inc"
 #undef NPU_GEMM_NAME
+#undef NPU_GEMM_PREFETCH_C
+#undef NPU_GEMM_STORE
 #undef NPU_GEMM_ATTR
 
 using KernelF = void (*)(int64_t k, const float* a, const float* b, float* c, int64_t ldc,
@@ -153,11 +161,7 @@ NPU_AVX512 void kernel_avx512_f32_direct(int64_t k, const float* a, int64_t lda,
                                          int64_t ldb, float* c, int64_t ldc, float alpha,
                                          float beta) {
   __m512 acc[MR][NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NV * 16 - 1), _MM_HINT_T0);
-  }
+  prefetch_c_avx512<Avx512F, MR, NV>(c, ldc);
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
@@ -179,22 +183,7 @@ NPU_AVX512 void kernel_avx512_f32_direct(int64_t k, const float* a, int64_t lda,
     b += ldb;
     if constexpr (kColA) a += lda;
   }
-  const __m512 va = _mm512_set1_ps(alpha);
-  if (beta == 0) {
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) _mm512_storeu_ps(c + i * ldc + j * 16, _mm512_mul_ps(va, acc[i][j]));
-  } else {
-    const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) {
-        float* cp = c + i * ldc + j * 16;
-        _mm512_storeu_ps(cp, _mm512_fmadd_ps(va, acc[i][j], _mm512_mul_ps(vb, _mm512_loadu_ps(cp))));
-      }
-  }
+  store_tile_avx512<Avx512F, MR, NV>(acc, c, ldc, alpha, beta);
 }
 using DirectKernelF = void (*)(int64_t k, const float* a, int64_t lda, const float* b,
                                int64_t ldb, float* c, int64_t ldc, float alpha, float beta);

@@ -99,6 +99,10 @@ def unrepeat_gqa_attention(graph: torch.fx.Graph) -> None:
         counters["npu"]["gqa_attention_unrepeated"] += 1
 
 
+with open(__file__, "rb") as _source:  # the pass's identity for the cache: read once
+    _SOURCE_HASH = hashlib.sha256(_source.read()).hexdigest()
+
+
 class UnrepeatGqaAttention(CustomGraphPass):
     """unrepeat_gqa_attention, with a uuid so that Inductor's FX graph cache keeps working."""
 
@@ -106,8 +110,7 @@ class UnrepeatGqaAttention(CustomGraphPass):
         unrepeat_gqa_attention(graph)
 
     def uuid(self) -> Any:
-        with open(__file__, "rb") as source:
-            return hashlib.sha256(source.read()).hexdigest()
+        return _SOURCE_HASH
 
 
 def install() -> None:
