@@ -45,9 +45,11 @@
 #include <vector>
 
 #include "gemm_implicit.h"
+#include "gemm_microkernels.h"  // OutputStageF, NPU_AVX512
 #include "nn_common.h"
 #include "npu/kernels/elementwise.h"
 #include "npu/kernels/matmul.h"  // also testing::gemm_isa
+#include "npu/kernels/pooling.h"
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/thread_pool.h"
 
@@ -68,6 +70,12 @@ struct ConvGeom {
     N = in.sizes[0], C = in.sizes[1], H = in.sizes[2], W = in.sizes[3];
     O = weight.sizes[0], KH = weight.sizes[2], KW = weight.sizes[3];
     OH = out.sizes[2], OW = out.sizes[3];
+    if (p.fuse_max_pool2) {  // out is the pooled output: the convolution's own size
+      OH = conv_output_size(H, KH, p.padding[0], p.stride[0], p.dilation[0]);
+      OW = conv_output_size(W, KW, p.padding[1], p.stride[1], p.dilation[1]);
+      NPU_KERNEL_ASSERT(out.sizes[2] == OH / 2 && out.sizes[3] == OW / 2,
+                        "conv2d with a fused 2x2 max pool: the output is not the pooled size");
+    }
     G = p.groups;
     NPU_KERNEL_ASSERT(G >= 1 && C % G == 0 && O % G == 0 && weight.sizes[1] == C / G &&
                           out.sizes[1] == O && out.sizes[0] == N,
@@ -406,12 +414,23 @@ struct DirectSeg {
 // convolutions of the benchmark CNN, 8% slower at 64 channels (a bigger patch working set in L1).
 constexpr int kDirectMR = 8, kDirectNV = 2;
 
-template <int MR, int NV>
-__attribute__((target("avx512f"))) void direct_tile(const float* ap, int64_t K,
-                                                    const int64_t* row_off,
-                                                    const float* const* x, float* const* c,
-                                                    const __mmask16* m, int64_t ldc,
-                                                    int64_t rows, const float* bias, bool relu) {
+// With a fused 2x2 max pool (POOL), the tile's two segments are the same columns of conv rows
+// 2 ph and 2 ph + 1: each output channel's 32 values, bias and ReLU applied, are pooled in
+// registers into 8 values of pooled row ph (max_pool2d's rule: in the order (0,0), (0,1),
+// (1,0), (1,1), a later value is taken if greater or NaN) and only those are stored, through
+// m[0] (8 lanes at most) at c[0].
+// max_pool2d's step: v where it is greater than best or NaN, else best.
+NPU_AVX512 NPU_ALWAYS_INLINE __m512 pool_take(__m512 best, __m512 v) {
+  const __mmask16 later =
+      _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_mov_ps(best, later, v);
+}
+
+template <int MR, int NV, bool POOL>
+NPU_AVX512 void direct_tile(const float* ap, int64_t K, const int64_t* row_off,
+                            const float* const* x, float* const* c, const __mmask16* m,
+                            int64_t ldc, int64_t rows, const gemm::OutputStageF& stage) {
+  static_assert(!POOL || NV == 2, "a pooled tile is two conv rows");
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -434,24 +453,33 @@ __attribute__((target("avx512f"))) void direct_tile(const float* ap, int64_t K,
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
     }
   }
-  // GemmOutputStage's operations, as gemm's stage applies them: + the row bias (the _round_
-  // form, never contracted), then ReLU that keeps NaN and turns -0 into 0.
-  const auto stage = [&](int r, __m512 v) __attribute__((target("avx512f"))) {
-    if (bias != nullptr) {
-      v = _mm512_add_round_ps(v, _mm512_set1_ps(bias[r]), _MM_FROUND_CUR_DIRECTION);
-    }
-    if (relu) {
-      const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) |
-                             _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      v = _mm512_maskz_mov_ps(keep, v);
-    }
-    return v;
-  };
+  // The GEMM's output stage (+ the row bias, then ReLU), as gemm applies it to a tile.
+  if constexpr (POOL) {
+    // Lanes 0-7 of the even / odd gathers: the even / odd columns of the top row; lanes 8-15:
+    // of the bottom row.
+    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                               26, 28, 30);
+    const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (r >= rows) break;
+    for (int r = 0; r < MR; ++r) {
+      if (r >= rows) break;
+      const __m512 top = stage(r, 0, acc[r][0]), bottom = stage(r, 0, acc[r][1]);
+      // take(take(take(a, b), c), d) == take(take(a, b), take(c, d)): both keep the first of
+      // equal maxima and the last NaN.
+      const __m512 pairs = pool_take(_mm512_permutex2var_ps(top, even_idx, bottom),
+                                     _mm512_permutex2var_ps(top, odd_idx, bottom));
+      const __m512 pooled = pool_take(pairs, _mm512_shuffle_f32x4(pairs, pairs, 0xEE));
+      _mm512_mask_storeu_ps(c[0] + r * ldc, m[0], pooled);
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      if (r >= rows) break;
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(c[v] + r * ldc, m[v], stage(r, acc[r][v]));
+      for (int v = 0; v < NV; ++v) {
+        _mm512_mask_storeu_ps(c[v] + r * ldc, m[v], stage(r, 0, acc[r][v]));
+      }
+    }
   }
 }
 
@@ -478,7 +506,8 @@ void pack_direct_weight(const TensorDesc& weight, const ConvGeom& g, float* ap) 
 // The float32 forward as a direct convolution (above); false when it does not apply: other
 // dtypes, HF32, a stride along W, an output whose W stride is not 1, no AVX-512 (or tests
 // capping gemm's instruction set), or a pointwise convolution (the implicit GEMM reads those in
-// place, without a padded copy).
+// place, without a padded copy). With p.fuse_max_pool2, out is the pooled output (direct_tile
+// pools each tile before its store).
 // `packed`: the weight's panels made already (PackedConvWeight), or nullptr.
 bool conv2d_direct(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
                    const TensorDesc* bias, const ConvGeom& g, const float* packed) {
@@ -507,13 +536,28 @@ bool conv2d_direct(const TensorDesc& out, const TensorDesc& input, const TensorD
     row_off[k] = c * plane + kh * g.p.dilation[0] * Wp + kw * g.p.dilation[1];
   }
   // Output segments of one sample and channel, paired into tiles (an odd last one is paired
-  // with itself, stored through an empty mask).
+  // with itself, stored through an empty mask). Pooled: a tile is the same 16 columns of conv
+  // rows 2 ph and 2 ph + 1 (the last conv row and column of an odd size are never computed),
+  // both segments naming the tile's 8 pooled outputs.
   std::vector<DirectSeg> segs;
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    for (int64_t ow = 0; ow < g.OW; ow += 16) {
-      const int64_t lanes = std::min<int64_t>(16, g.OW - ow);
-      segs.push_back({oh * g.p.stride[0] * Wp + ow, oh * out.strides[2] + ow,
-                      static_cast<__mmask16>((1u << lanes) - 1u)});
+  const bool pool = g.p.fuse_max_pool2;
+  const int64_t sh = g.p.stride[0];
+  if (pool) {
+    for (int64_t ph = 0; ph < g.OH / 2; ++ph) {
+      for (int64_t ow = 0; ow < g.OW / 2 * 2; ow += 16) {
+        const int64_t lanes = std::min<int64_t>(16, g.OW / 2 * 2 - ow);
+        const auto mask = static_cast<__mmask16>((1u << (lanes / 2)) - 1u);
+        segs.push_back({2 * ph * sh * Wp + ow, ph * out.strides[2] + ow / 2, mask});
+        segs.push_back({(2 * ph + 1) * sh * Wp + ow, ph * out.strides[2] + ow / 2, mask});
+      }
+    }
+  } else {
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      for (int64_t ow = 0; ow < g.OW; ow += 16) {
+        const int64_t lanes = std::min<int64_t>(16, g.OW - ow);
+        segs.push_back({oh * sh * Wp + ow, oh * out.strides[2] + ow,
+                        static_cast<__mmask16>((1u << lanes) - 1u)});
+      }
     }
   }
   constexpr int NV = kDirectNV;
@@ -554,10 +598,12 @@ bool conv2d_direct(const TensorDesc& out, const TensorDesc& input, const TensorD
           const int64_t r0 = q * MR;
           float* cq[NV];
           for (int v = 0; v < NV; ++v) cq[v] = c[v] + r0 * out.strides[1];
-          direct_tile<MR, NV>(ap + (gr * panels + q) * g.K * MR, g.K, row_off.data(), x, cq, m,
-                              out.strides[1], std::min<int64_t>(MR, g.Og - r0),
-                              with_bias ? bias_rows.data() + gr * g.Og + r0 : nullptr,
-                              g.p.fuse_relu);
+          const gemm::OutputStageF stage{
+              with_bias ? bias_rows.data() + gr * g.Og + r0 : nullptr, nullptr, 0.0f,
+              g.p.fuse_relu};
+          (pool ? direct_tile<MR, NV, true> : direct_tile<MR, NV, false>)(
+              ap + (gr * panels + q) * g.K * MR, g.K, row_off.data(), x, cq, m, out.strides[1],
+              std::min<int64_t>(MR, g.Og - r0), stage);
         }
       }
     });
@@ -832,7 +878,7 @@ void conv2d_typed(const TensorDesc& out, const TensorDesc& input, const TensorDe
             copy(c, bb);
             beta = 1;
           }
-          gemm(c, wm.group(gr, g), b, 1.0, beta, g.p.math);
+          kernels::gemm(c, wm.group(gr, g), b, 1.0, beta, g.p.math);
           if (staged) {
             const int64_t sizes[3] = {g.Og, g.OH, g.OW};
             copy(o3, TensorDesc::make(obuf.data(), ct, sizes, 3));
@@ -877,16 +923,16 @@ void conv2d_backward_typed(const TensorDesc* grad_input, const TensorDesc* grad_
               xm = matrix(col.data(), ct, g.K, g.L, g.L, 1);
             }
             const TensorDesc gw = matrix(acc->data() + gr * g.Og * g.K, ct, g.Og, g.K, g.K, 1);
-            gemm(gw, gom, transposed(xm), 1.0, first ? 0.0 : 1.0, g.p.math);
+            kernels::gemm(gw, gom, transposed(xm), 1.0, first ? 0.0 : 1.0, g.p.math);
           }
           if (want_gi) {
             const TensorDesc gi3 = sample_channels(*grad_input, n, gr * g.Cg, g.Cg);
             const TensorDesc wt = transposed(wm.group(gr, g));
             TensorDesc gim;
             if (g.pointwise && as_matrix(gi3, &gim)) {
-              gemm(gim, wt, gom, 1.0, 0.0, g.p.math);
+              kernels::gemm(gim, wt, gom, 1.0, 0.0, g.p.math);
             } else {
-              gemm(matrix(col.data(), ct, g.K, g.L, g.L, 1), wt, gom, 1.0, 0.0, g.p.math);
+              kernels::gemm(matrix(col.data(), ct, g.K, g.L, g.L, 1), wt, gom, 1.0, 0.0, g.p.math);
               gibuf.assign(static_cast<size_t>(g.Cg * g.H * g.W), T(0));
               col2im(col.data(), gibuf.data(), g);
               const int64_t sizes[3] = {g.Cg, g.H, g.W};
@@ -920,12 +966,40 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t pad, int64_t stride
   return span < 0 ? 0 : span / stride + 1;
 }
 
+namespace detail {
+namespace {
+
+// conv2d with a fused 2x2 max pool where the direct convolution does not take it: the
+// convolution into a temporary, then max_pool2d into out.
+void conv2d_then_pool(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+                      const TensorDesc* bias, const Conv2dParams& p, const ConvGeom& g) {
+  Conv2dParams full = p;
+  full.fuse_max_pool2 = false;
+  std::vector<char> buf(static_cast<size_t>(g.N * g.O * g.OH * g.OW) * dtype_size(out.dtype));
+  const TensorDesc conv = TensorDesc::make(buf.data(), out.dtype, {g.N, g.O, g.OH, g.OW});
+  conv2d(conv, input, weight, bias, full);
+  Pool2dParams pp;
+  pp.kernel[0] = pp.kernel[1] = pp.stride[0] = pp.stride[1] = 2;
+  TensorDesc no_indices = out;
+  no_indices.data = nullptr, no_indices.dtype = DType::Int64;
+  max_pool2d(out, no_indices, conv, pp);
+}
+
+}  // namespace
+}  // namespace detail
+
 void conv2d(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
             const TensorDesc* bias, const Conv2dParams& p) {
   using namespace detail;
   NPU_KERNEL_ASSERT(conv2d_supports(input.dtype, weight.dtype, out.dtype), "conv2d dtypes");
   const ConvGeom g(input, weight, out, p);
   if (out.numel() == 0) return;
+  if (p.fuse_max_pool2) {
+    if (g.K == 0 || !conv2d_direct(out, input, weight, bias, g, nullptr)) {
+      conv2d_then_pool(out, input, weight, bias, p, g);
+    }
+    return;
+  }
   if (g.K == 0) {  // no input channels: only the bias (or 0)
     if (has_data(bias)) {
       TensorDesc bb = out;

@@ -42,6 +42,11 @@ struct Conv2dParams {  // [0] along H, [1] along W
   int64_t dilation[2] = {1, 1};
   int64_t groups = 1;
   bool fuse_relu = false;  // conv2d only: out = relu(conv2d(...)), applied as out is written
+  // conv2d only: out = max_pool2d(conv2d(...) (then relu), kernel 2, stride 2, no padding,
+  // floor), out being the pooled [N, C_out, OH / 2, OW / 2]. The direct convolution pools each
+  // register tile before its store (the full-size output is never written); other paths
+  // compute the convolution into a temporary and pool it with max_pool2d.
+  bool fuse_max_pool2 = false;
   // HF32: float32 input, weight and grad_output are read as HF32 by every GEMM of the forward
   // and the backward (bias and accumulation stay float32), as the cube does under
   // torch.npu.conv.allow_hf32.

@@ -10,6 +10,7 @@
 #include "kernel_test_util.h"
 #include "npu/kernels/conv.h"
 #include "npu/kernels/matmul.h"
+#include "npu/kernels/pooling.h"
 
 namespace ktest {
 namespace {
@@ -258,6 +259,68 @@ TEST(Conv2d, PrepackedWeightEqualsConv) {
     HostTensor other = w;
     EXPECT_THROW(nk::conv2d_prepacked(got.desc(), x.desc(), other.desc(), packed, &bd, p),
                  std::exception);
+  }
+  nk::testing::set_gemm_isa("auto");
+}
+
+// A 2x2 max pool fused into conv2d (Conv2dParams::fuse_max_pool2, the engine's Conv + MaxPool)
+// gives the bits of conv2d then max_pool2d: on the direct path, which pools each register tile
+// (rows of 16, 32 and 40 columns, odd OH and OW whose last conv row / column the pool drops,
+// a tail of 6 columns, an edge panel of 5 channels, groups, a stride along H, relu or none,
+// bias or none, a NaN), through conv2d_prepacked, and on the fallback (a temporary then
+// max_pool2d: the AVX2 cap, a stride along W, float64).
+TEST(Conv2d, FusedMaxPoolEqualsConvThenMaxPoolBitForBit) {
+  const ConvCase cases[] = {
+      {2, 3, 16, 16, 32, 3, 3, 1, 1, 1, 1},           // OW 16: a tile is two conv rows
+      {1, 8, 12, 40, 13, 3, 3, 1, 1, 1, 1},           // 16 + 16 + 8 columns; edge panel
+      {2, 5, 9, 17, 8, 3, 3, 1, 1, 1, 1},             // OH 9, OW 17: last row / column dropped
+      {1, 4, 6, 7, 9, 3, 3, 1, 1, 1, 1},              // OW 7: 6 columns, 3 pooled
+      {2, 8, 13, 32, 12, 3, 3, 2, 1, 1, 1, 1, 1, 4},  // stride 2 along H, groups 4
+      {2, 6, 9, 21, 13, 3, 3, 1, 2, 1, 1},            // stride 2 along W: the fallback
+  };
+  for (const char* isa : {"auto", "avx2"}) {
+    nk::testing::set_gemm_isa(isa);
+    for (const ConvCase& k : cases) {
+      for (DType dt : {DType::Float32, DType::Float64}) {
+        for (int variant = 0; variant < 3; ++variant) {  // relu + bias, bias, neither
+          const bool relu = variant == 0, with_bias = variant < 2;
+          SCOPED_TRACE(::testing::Message() << isa << " C" << k.C << " O" << k.O << " "
+                                            << k.H << "x" << k.W << " " << dtype_str(dt)
+                                            << " relu " << relu << " bias " << with_bias);
+          nk::Conv2dParams p;
+          p.stride[0] = k.sh, p.stride[1] = k.sw, p.padding[0] = k.ph, p.padding[1] = k.pw;
+          p.groups = k.groups;
+          p.fuse_relu = relu;
+          const int64_t OH = nk::conv_output_size(k.H, k.KH, k.ph, k.sh, 1);
+          const int64_t OW = nk::conv_output_size(k.W, k.KW, k.pw, k.sw, 1);
+          HostTensor x(dt, {k.N, k.C, k.H, k.W}), w(dt, {k.O, k.C / k.groups, k.KH, k.KW}),
+              b(dt, {k.O}), full(dt, {k.N, k.O, OH, OW}), want(dt, {k.N, k.O, OH / 2, OW / 2});
+          fill_uniform(x, -1, 1);
+          fill_uniform(w, -1, 1);
+          fill_uniform(b, -1, 1);
+          x.set(3 * k.W + 5, NAN);  // NaN windows: the pool keeps NaN
+          const TensorDesc bd = b.desc();
+          const TensorDesc* bias = with_bias ? &bd : nullptr;
+          nk::conv2d(full.desc(), x.desc(), w.desc(), bias, p);
+          nk::Pool2dParams pp;
+          pp.kernel[0] = pp.kernel[1] = pp.stride[0] = pp.stride[1] = 2;
+          TensorDesc no_indices = want.desc();
+          no_indices.data = nullptr, no_indices.dtype = DType::Int64;
+          nk::max_pool2d(want.desc(), no_indices, full.desc(), pp);
+          p.fuse_max_pool2 = true;
+          HostTensor got = want;
+          fill_uniform(got, 5, 6);  // overwritten
+          nk::conv2d(got.desc(), x.desc(), w.desc(), bias, p);
+          EXPECT_EQ(got.buf, want.buf);
+          if (dt == DType::Float32) {
+            fill_uniform(got, 5, 6);
+            const nk::PackedConvWeight packed(w.desc(), k.groups);
+            nk::conv2d_prepacked(got.desc(), x.desc(), w.desc(), packed, bias, p);
+            EXPECT_EQ(got.buf, want.buf);
+          }
+        }
+      }
+    }
   }
   nk::testing::set_gemm_isa("auto");
 }
