@@ -12,8 +12,8 @@ How it works:
   - fusion: a decomposed layer norm (exports below opset 17) into LayerNormalization, the
     five-op erf GELU into Gelu,
     Conv + BatchNormalization (the BN folded into the weights), MatMul + bias Add, and
-    Conv / MatMul + Relu / Sigmoid / Tanh; a BN left alone becomes a per-channel scale and
-    shift;
+    Conv / MatMul + Relu / Sigmoid / Tanh, Conv (+ Relu) + a 2x2 / stride 2 MaxPool; a BN left
+    alone becomes a per-channel scale and shift;
   - dead-node removal: only nodes that reach a graph output stay;
   - static memory planning: every intermediate tensor gets an offset in one arena; tensors
     whose lifetimes (producer .. last consumer, in node order) overlap never share bytes,
@@ -755,6 +755,30 @@ def fuse(g: Graph) -> None:
             tanh = act.attrs.get("approximate", "none") == "tanh"
             n.attrs["activation"] = "GeluTanh" if tanh else "Gelu"
             _drop(g, act, n)
+    # Conv (+ Relu) + a 2x2 / stride 2 MaxPool (a CNN's conv-BN-relu-pool block): the engine
+    # pools each register tile of the convolution before storing it, so the full-size output
+    # is never written nor read back. ReLU commutes with the max; other activations are left
+    # unfused (GELU is not monotonic).
+    for n in list(g.nodes):
+        if n.op != "Conv" or n.attrs.get("activation", "") not in ("", "Relu"):
+            continue
+        pool = _single_use(g, g.consumers(), n.outputs[0])
+        if pool is not None and _is_max_pool_2x2(pool) and \
+                len(g.tensors[n.outputs[0]].shape) == 4:
+            n.attrs["max_pool"] = 2
+            _drop(g, pool, n)
+
+
+def _is_max_pool_2x2(n: Node) -> bool:
+    """A MaxPool with a 2x2 window, stride 2, no padding or dilation, floor mode and no
+    Indices output."""
+    a = n.attrs
+    return (n.op == "MaxPool" and len([o for o in n.outputs if o]) == 1
+            and list(a.get("kernel_shape", [])) == [2, 2]
+            and list(a.get("strides", [1, 1])) == [2, 2]
+            and list(a.get("pads", [0, 0, 0, 0])) == [0, 0, 0, 0]
+            and list(a.get("dilations", [1, 1])) == [1, 1]
+            and not a.get("ceil_mode", 0) and a.get("auto_pad", "NOTSET") == "NOTSET")
 
 
 # The kernel library's GEMM dot-product path: at most this many rows of A (kGemmFewRowsMax).
@@ -838,7 +862,8 @@ def lower_attrs(g: Graph, n: Node) -> dict:
     if n.op == "Conv":
         return {"strides": a.get("strides", [1, 1]), "pads": a.get("pads", [0, 0, 0, 0]),
                 "dilations": a.get("dilations", [1, 1]), "group": a.get("group", 1),
-                "activation": a.get("activation", ""), "precision": a.get("precision", "")}
+                "activation": a.get("activation", ""), "precision": a.get("precision", ""),
+                "max_pool": a.get("max_pool", 0)}
     if n.op == "MatMul":
         return {"trans_a": a.get("trans_a", 0), "trans_b": a.get("trans_b", 0),
                 "alpha": float(a.get("alpha", 1.0)), "beta": float(a.get("beta", 1.0)),

@@ -236,6 +236,10 @@ void check_shapes(const ModelDef& def, const NodeInfo& n) {
     bool ceil_mode = int_attr(n, "ceil_mode", 0) != 0;
     Dims want = {x[0], channels, window_out(x[2], k[0], p[0], s[0], d[0], ceil_mode),
                  window_out(x[3], k[1], p[1], s[1], d[1], ceil_mode)};
+    if (op == "Conv" && int_attr(n, "max_pool", 0) != 0) {  // atc's fused 2x2 / stride 2 pool
+      want[2] /= 2;
+      want[3] /= 2;
+    }
     if (want[2] < 1 || want[3] < 1) refuse(n, "the window does not fit the input");
     expect(def, n, n.outputs[0], want);
     return;

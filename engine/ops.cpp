@@ -776,6 +776,12 @@ const std::map<std::string, Factory>& factories() {
            kr->params.fuse_relu = true;
            kr->act = {};
          }
+         // atc's Conv (+ Relu) + MaxPool 2x2 / stride 2: out is the pooled tensor.
+         if (const int64_t pool = int_attr(n, "max_pool", 0); pool != 0) {
+           if (pool != 2) refuse(n, "max_pool " + std::to_string(pool) + " (only 2 is fused)");
+           if (kr->act.on) refuse(n, "a fused max pool after an activation other than Relu");
+           kr->params.fuse_max_pool2 = true;
+         }
          return kr;
        }},
       {"Softmax",

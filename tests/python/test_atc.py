@@ -27,6 +27,9 @@ def test_cnn_passes_fold_and_fuse(models, tmp_path):
     assert "Relu" not in ops and "Sigmoid" not in ops[:3]  # fused into conv1 / conv3
     assert [n["attrs"]["activation"] for n in dump["nodes"] if n["op"] == "Conv"] == [
         "Relu", "", "Relu"]
+    # conv1's 2x2 max pool is fused into it; the average pool stays.
+    assert [n["attrs"]["max_pool"] for n in dump["nodes"] if n["op"] == "Conv"] == [2, 0, 0]
+    assert "MaxPool" not in ops and "AveragePool" in ops
     assert ops[-1] == "MatMul" and dump["nodes"][-1]["inputs"][2]  # the classifier's bias
     # The classifier's Gemm (transB=1, a [10, 272] weight) at batch 2 has at most 8 rows:
     # atc gives its GEMM the weight as [N, K] = [10, 272] read transposed, the layout of the

@@ -369,6 +369,56 @@ def test_direct_convolutions_match_onnxruntime(tmp_path, batch):
     session.free_resource()
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_conv_max_pool_fusion_matches_onnxruntime(tmp_path, batch):
+    """atc fuses Conv (+ Relu) + a 2x2 / stride 2 MaxPool into the Conv (attribute max_pool:
+    the engine's direct convolution pools each register tile before its store): with ReLU and
+    without, on odd sizes (19 x 37: the pool drops the last conv row and column), with a stride
+    along W (the kernel's fallback: a temporary then max_pool2d). Left alone: a MaxPool after
+    a Sigmoid, one with stride 1, and one whose conv output has another reader. Outputs equal
+    onnxruntime's."""
+    import json
+
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 20, 3, padding=1)
+            self.c2 = nn.Conv2d(20, 13, 3, padding=1)
+            self.c3 = nn.Conv2d(13, 16, 3, stride=(1, 2), padding=1)
+            self.c4 = nn.Conv2d(16, 8, 3, padding=1)
+            self.c5 = nn.Conv2d(8, 8, 3, padding=1)
+            self.c6 = nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            h = nn.functional.max_pool2d(torch.relu(self.c1(x)), 2)           # fused
+            h = nn.functional.max_pool2d(self.c2(h), 2)                       # fused, no relu
+            h = nn.functional.max_pool2d(torch.relu(self.c3(h)), 2)           # fused, fallback
+            h = nn.functional.max_pool2d(torch.sigmoid(self.c4(h)), 2, 1)     # stride 1: not
+            c = self.c5(h)
+            h = nn.functional.max_pool2d(c, 2) + c[:, :, ::2, ::2]            # two readers: not
+            return torch.relu(self.c6(h))
+
+    shape = (batch, 3, 38, 75)
+    path = export(Net().eval(), shape, tmp_path / "pool.onnx")
+    om_path = convert(path, tmp_path / "pool")
+    js = tmp_path / "pool.json"
+    r = atc("--mode=1", f"--om={om_path}", f"--json={js}")
+    assert r.returncode == 0, r.stderr
+    nodes = json.loads(js.read_text())["nodes"]
+    convs = [n for n in nodes if n["op"] == "Conv"]
+    assert [n["attrs"]["max_pool"] for n in convs] == [2, 2, 2, 0, 0, 0]
+    assert [n["op"] for n in nodes].count("MaxPool") == 2
+    session = InferSession(0, om_path)
+    x = np.random.RandomState(batch).randn(*shape).astype(np.float32)
+    for _ in range(2):
+        (got,) = session.infer([x])
+        np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+    session.free_resource()
+
+
 @pytest.mark.parametrize("heads,tokens", [(3, 7), (4, 16)])
 def test_attention_reads_and_writes_through_folded_transposes(tmp_path, heads, tokens):
     """The heads' split ([B, S, H, D] -> [B, H, S, D] for q, k and v, k's as one [0, 2, 3, 1]

@@ -207,7 +207,8 @@ TEST(Pooling, AdaptiveAvgPoolAndBackward) {
   struct Cfg { std::vector<int64_t> in; int64_t oh, ow; Layout layout; };
   for (Cfg c : {Cfg{{2, 3, 7, 9}, 3, 4, Layout::Contiguous}, Cfg{{2, 3, 7, 9}, 1, 1, Layout::Transposed},
                 Cfg{{4, 5, 5}, 7, 3, Layout::Contiguous},  // output larger than input along H
-                Cfg{{1, 2, 8, 8}, 8, 8, Layout::Transposed}}) {
+                Cfg{{1, 2, 8, 8}, 8, 8, Layout::Transposed},
+                Cfg{{2, 4, 8, 8}, 1, 1, Layout::Contiguous}}) {  // global: 8 partial sums
     SCOPED_TRACE(::testing::Message() << c.oh << "x" << c.ow);
     std::vector<int64_t> os = c.in;
     const size_t n = os.size();
