@@ -15,7 +15,9 @@
 //
 // Float32 forward with stride 1 along W (not pointwise, not HF32) on an AVX-512 CPU is a direct
 // convolution (conv2d_direct, below): the implicit GEMM's product with B read in place from a
-// zero-padded copy of the input instead of packed, in 8-channel x 32-pixel register tiles.
+// zero-padded copy of the input instead of packed, in 8-channel x 32-pixel register tiles;
+// with Conv2dParams::fuse_max_pool2 a tile is two conv rows and is pooled 2x2 in registers
+// before its store (other paths: a temporary, then max_pool2d).
 // Other float32 forwards (input, weight, bias and an output whose (H, W) merge) are an implicit
 // GEMM instead (gemm_implicit.h): per group, one GEMM over the whole batch, C_n = out[n, g] [Og, L]
 // = W[g] [Og, K] @ col_n [K, L], where the GEMM driver asks pack_patches() for each K x NC
