@@ -416,11 +416,6 @@ struct DirectSeg {
 // convolutions of the benchmark CNN, 8% slower at 64 channels (a bigger patch working set in L1).
 constexpr int kDirectMR = 8, kDirectNV = 2;
 
-// With a fused 2x2 max pool (POOL), the tile's two segments are the same columns of conv rows
-// 2 ph and 2 ph + 1: each output channel's 32 values, bias and ReLU applied, are pooled in
-// registers into 8 values of pooled row ph (max_pool2d's rule: in the order (0,0), (0,1),
-// (1,0), (1,1), a later value is taken if greater or NaN) and only those are stored, through
-// m[0] (8 lanes at most) at c[0].
 // max_pool2d's step: v where it is greater than best or NaN, else best.
 NPU_AVX512 NPU_ALWAYS_INLINE __m512 pool_take(__m512 best, __m512 v) {
   const __mmask16 later =
@@ -428,6 +423,11 @@ NPU_AVX512 NPU_ALWAYS_INLINE __m512 pool_take(__m512 best, __m512 v) {
   return _mm512_mask_mov_ps(best, later, v);
 }
 
+// With a fused 2x2 max pool (POOL), the tile's two segments are the same columns of conv rows
+// 2 ph and 2 ph + 1: each output channel's 32 values, bias and ReLU applied, are pooled in
+// registers into 8 values of pooled row ph (max_pool2d's rule: in the order (0,0), (0,1),
+// (1,0), (1,1), a later value is taken if greater or NaN) and only those are stored, through
+// m[0] (8 lanes at most) at c[0].
 template <int MR, int NV, bool POOL>
 NPU_AVX512 void direct_tile(const float* ap, int64_t K, const int64_t* row_off,
                             const float* const* x, float* const* c, const __mmask16* m,
