@@ -527,7 +527,11 @@ void decode_block(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int
     const float* K = kr.rows_at(j0, cols, KV, &ldk);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        S[r * skv + j0 + c] = scale * dot_f32(Q + r * D, K + c * ldk, D);
+        // A key the row cannot see costs no product (a static KV cache's unfilled tail:
+        // about half of its keys over a generate); apply_visibility below sets its -inf.
+        S[r * skv + j0 + c] = cls == 2 && !vis.visible(r, j0 + c)
+                                  ? kNegInf
+                                  : scale * dot_f32(Q + r * D, K + c * ldk, D);
       }
     }
     if (pse) pse.add(S + j0, rows, cols, skv, 0, j0, scale);
