@@ -942,36 +942,116 @@ constexpr RowDots kRowDots[kRowsMax] = {row_dots<1>, row_dots<2>, row_dots<3>, r
 // lanes. Each step of 16 k loads NC vectors of B and R of A for R * NC FMAs: at 8 rows the
 // AVX2 form above issues 9 loads per 8 FMAs of 8 lanes, which made an 8-row Linear bound by
 // load ports (a 32000 x 512 weight at 10 GB/s, where one row streams it at 32 GB/s); 8 x 3
-// here issues 11 loads per 24 FMAs of 16 lanes. A K tail of fewer than 16 is read masked.
+// here issues 11 loads per 24 FMAs of 16 lanes.
+//  - A comes packed (pack_few_rows): step s of 16 k holds the R rows' 16 values one after the
+//    other, zero past K, so every A load is one pointer plus a constant (a row pointer each
+//    took the general registers the loop needs) and the K tail needs no mask on A.
+//  - The loop runs unmasked over whole steps; a K tail of fewer than 16 loads B masked, once.
+//  - While a block's columns stream in, the next block's are prefetched (prefetch_next: their
+//    lines at the same k): without it an 8-row product computed and waited for memory in turn,
+//    the B reads of the decode step's Linears at 13 GB/s where one row reads them at 30.
+//  - Column sums: 8 rows of one column reduce together (sums8), the same pairs in the same
+//    order as _mm512_reduce_add_ps (halves of 256, 128, 64 and 32 bits), so each sum is bit for
+//    bit the one a reduce per accumulator gives, at a third of the shuffles.
 // out[c * R + r] = dot(A row r, column c).
+constexpr int64_t kFewRowsStep = 16;
+
+// A's R rows [R, K] (row stride lda) as ceil(K / 16) steps of R x 16 values, zero-padded.
+void pack_few_rows(const float* a, int64_t lda, int64_t R, int64_t K, float* packed) {
+  for (int64_t k = 0; k < K; k += kFewRowsStep) {
+    const int64_t n = std::min(kFewRowsStep, K - k);
+    for (int64_t r = 0; r < R; ++r) {
+      float* dst = packed + (k / kFewRowsStep) * kFewRowsStep * R + r * kFewRowsStep;
+      std::copy_n(a + r * lda + k, n, dst);
+      std::fill(dst + n, dst + kFewRowsStep, 0.0f);
+    }
+  }
+}
+
+// The sums of 8 accumulators' lanes, to out[0..7], each added as _mm512_reduce_add_ps adds.
+NPU_AVX512 inline void sums8(const __m512 (&v)[8], float* out) {
+  __m512 s[4];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {  // lanes i + (i + 8): [v0 q0+q2, v0 q1+q3, v1 q0+q2, v1 q1+q3]
+    s[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+  }
+  // 128-bit lane j of u0 holds v_j's 4 partial sums (u1: v_{j+4}'s).
+  const __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(s[0], s[1], 0x88),
+                                  _mm512_shuffle_f32x4(s[0], s[1], 0xDD));
+  const __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(s[2], s[3], 0x88),
+                                  _mm512_shuffle_f32x4(s[2], s[3], 0xDD));
+  // lane j: [u0 e0+e2, u1 e0+e2, u0 e1+e3, u1 e1+e3], then the two halves added.
+  const __m512 w = _mm512_add_ps(_mm512_unpacklo_ps(u0, u1), _mm512_unpackhi_ps(u0, u1));
+  const __m512 z = _mm512_add_ps(w, _mm512_permute_ps(w, 0x4E));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  _mm256_storeu_ps(out, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, z)));
+}
+
+// One step of 16 k: acc[r][c] += A row r's 16 values (packed at x) * column c's (w[c]).
 template <int R, int NC>
-NPU_AVX512 void row_dots512(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t K,
-                            float* out) {
+NPU_AVX512 __attribute__((always_inline)) inline void few_rows_step(__m512 (&acc)[R][NC],
+                                                                     const __m512 (&w)[NC],
+                                                                     const float* x) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m512 xr = _mm512_load_ps(x + r * kFewRowsStep);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(xr, w[c], acc[r][c]);
+  }
+}
+
+template <int R, int NC>
+NPU_AVX512 void row_dots512(const float* ap, const float* b, int64_t ldb, int64_t K,
+                            bool prefetch_next, float* out) {
   __m512 acc[R][NC];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
   }
-  // One loop, the last step masked (no lambda: a captured accumulator array is kept in memory,
-  // a store per FMA).
-  for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 mask =
-        k + 16 <= K ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (K - k)) - 1);
+  const int64_t whole = K / kFewRowsStep * kFewRowsStep;
+  const float* next = b + NC * ldb;
+  int64_t k = 0;
+  if (prefetch_next) {
+    for (; k < whole; k += kFewRowsStep, ap += R * kFewRowsStep) {
+      __m512 w[NC];
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        w[c] = _mm512_loadu_ps(b + c * ldb + k);
+        _mm_prefetch(reinterpret_cast<const char*>(next + c * ldb + k), _MM_HINT_T0);
+      }
+      few_rows_step<R, NC>(acc, w, ap);
+    }
+  } else {
+    for (; k < whole; k += kFewRowsStep, ap += R * kFewRowsStep) {
+      __m512 w[NC];
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) w[c] = _mm512_loadu_ps(b + c * ldb + k);
+      few_rows_step<R, NC>(acc, w, ap);
+    }
+  }
+  if (k < K) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1);
     __m512 w[NC];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) w[c] = _mm512_maskz_loadu_ps(mask, b + c * ldb + k);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_maskz_loadu_ps(mask, a + r * lda + k);
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(x, w[c], acc[r][c]);
-    }
+    few_rows_step<R, NC>(acc, w, ap);
   }
+  if constexpr (R == 8) {
 #pragma GCC unroll 8
-  for (int c = 0; c < NC; ++c) {
+    for (int c = 0; c < NC; ++c) {
+      __m512 col[8];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) out[c * R + r] = _mm512_reduce_add_ps(acc[r][c]);
+      for (int r = 0; r < 8; ++r) col[r] = acc[r][c];
+      sums8(col, out + c * R);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) out[c * R + r] = _mm512_reduce_add_ps(acc[r][c]);
+    }
   }
 }
 
@@ -979,13 +1059,14 @@ NPU_AVX512 void row_dots512(const float* a, int64_t lda, const float* b, int64_t
 constexpr int few_rows_block(int R) { return R == 1 ? 8 : R == 2 ? 6 : R <= 4 ? 4 : 3; }
 
 // Columns [n0, n1) of the few-row product: blocks of few_rows_block(R) columns, then one at a
-// time. c[m * ldc + n] = alpha * dot + beta * c (beta == 0: C is not read).
+// time. ap: A packed by pack_few_rows. c[m * ldc + n] = alpha * dot + beta * c (beta == 0: C
+// is not read).
 // hf32: B's columns are read rounded to HF32 (a block at a time, into a buffer), so that the
 // product equals the float32 product of pre-rounded operands bit for bit.
 template <int R>
-NPU_AVX512 void few_rows_columns512(const float* a, int64_t lda, const float* b, int64_t ldb,
-                                    int64_t K, int64_t n0, int64_t n1, float alpha, float beta,
-                                    float* c, int64_t ldc, bool hf32) {
+NPU_AVX512 void few_rows_columns512(const float* ap, const float* b, int64_t ldb, int64_t K,
+                                    int64_t n0, int64_t n1, float alpha, float beta, float* c,
+                                    int64_t ldc, bool hf32) {
   constexpr int NC = few_rows_block(R);
   float dots[NC * R];
   std::vector<float> rounded(hf32 ? static_cast<size_t>(NC * K) : 0);
@@ -1008,18 +1089,19 @@ NPU_AVX512 void few_rows_columns512(const float* a, int64_t lda, const float* b,
   int64_t n = n0;
   for (; n + NC <= n1; n += NC) {
     const auto [cols, ld] = columns(n, NC);
-    row_dots512<R, NC>(a, lda, cols, ld, K, dots);
+    // The next block is this thread's (its lines are not another's) and in B itself.
+    row_dots512<R, NC>(ap, cols, ld, K, !hf32 && n + 2 * NC <= n1, dots);
     store(n, NC);
   }
   for (; n < n1; ++n) {
     const auto [cols, ld] = columns(n, 1);
-    row_dots512<R, 1>(a, lda, cols, ld, K, dots);
+    row_dots512<R, 1>(ap, cols, ld, K, false, dots);
     store(n, 1);
   }
 }
 
-using FewRowsColumns = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t,
-                                int64_t, float, float, float*, int64_t, bool);
+using FewRowsColumns = void (*)(const float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                float, float, float*, int64_t, bool);
 constexpr FewRowsColumns kFewRowsColumns512[kRowsMax] = {
     few_rows_columns512<1>, few_rows_columns512<2>, few_rows_columns512<3>,
     few_rows_columns512<4>, few_rows_columns512<5>, few_rows_columns512<6>,
@@ -1049,8 +1131,11 @@ bool few_rows_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& a
   // waking (one core streams about half of what two stream), not the flop count.
   const bool small = static_cast<double>(N) * K * sizeof(float) < kThreadedBytes;
   if (use_avx512()) {
+    float* packed = scratch<float>(0, static_cast<size_t>(
+        (K + kFewRowsStep - 1) / kFewRowsStep * kFewRowsStep * M));
+    pack_few_rows(ap, lda, M, K, packed);
     parallel_for(0, N, small ? N : 48, [&](int64_t n0, int64_t n1) {
-      kFewRowsColumns512[M - 1](ap, lda, bp, b.cs, K, n0, n1, alpha, beta, c, ldc, b.hf32);
+      kFewRowsColumns512[M - 1](packed, bp, b.cs, K, n0, n1, alpha, beta, c, ldc, b.hf32);
     });
     return true;
   }

@@ -329,6 +329,40 @@ struct ArgAcc {
   T value;
   int64_t index = -1;
 };
+
+// The index ArgExtremum<float>::reduce's loop finds (n >= 1), 16 lanes at a time: the first NaN
+// if there is one, else the first element equal to the largest (smallest) value. Two passes:
+// the extremum (stopping at a NaN), then the first lane equal to it (-0 and +0 compare equal:
+// the loop keeps the first of them too). The loop took 1 ns an element: argmax over a batch of
+// 8 rows of 32000 logits (greedy decoding) was 245 us.
+NPU_AVX512 inline int64_t arg_extremum512(const float* x, int64_t n, bool max) {
+  __m512 best = _mm512_set1_ps(max ? -INFINITY : INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    // The first NaN wins (the blocks before this one had none).
+    if (const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) return i + __builtin_ctz(nan);
+    best = max ? _mm512_max_ps(best, v) : _mm512_min_ps(best, v);
+  }
+  if (i < n) {
+    const __mmask16 tail = tail_mask16(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(tail, x + i);
+    if (const __mmask16 nan = _mm512_mask_cmp_ps_mask(tail, v, v, _CMP_UNORD_Q)) {
+      return i + __builtin_ctz(nan);
+    }
+    best = max ? _mm512_mask_max_ps(best, tail, best, v) : _mm512_mask_min_ps(best, tail, best, v);
+  }
+  const float extremum = max ? _mm512_reduce_max_ps(best) : _mm512_reduce_min_ps(best);
+  const __m512 target = _mm512_set1_ps(extremum);
+  for (i = 0; i < n; i += 16) {
+    const __mmask16 in = i + 16 <= n ? __mmask16(0xFFFF) : tail_mask16(n - i);
+    const __mmask16 hit =
+        _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, x + i), target, _CMP_EQ_OQ);
+    if (hit) return i + __builtin_ctz(hit);
+  }
+  return 0;  // not reached: the extremum is one of the elements
+}
+
 template <class T, bool kMax>
 struct ArgExtremum {
   using Acc = ArgAcc<T>;
@@ -343,6 +377,12 @@ struct ArgExtremum {
   Acc init() const { return {T(0), -1}; }
   Acc reduce(const T* x, int64_t n, int64_t first) const {
     if (n == 0) return {};
+    if constexpr (std::is_same_v<T, float>) {
+      if (n >= 16 && has_avx512()) {
+        const int64_t i = arg_extremum512(x, n, kMax);
+        return {x[i], first + i};
+      }
+    }
     Acc best{x[0], first};
     for (int64_t i = 1; i < n; ++i) {
       if (better(x[i], best.value)) best = {x[i], first + i};

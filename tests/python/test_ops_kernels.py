@@ -395,3 +395,46 @@ def test_silu_and_log_softmax_backward_equal_the_cpu(n):
         fn(got_x).backward(g.npu())
         torch.testing.assert_close(got_x.grad.cpu(), ref_x.grad, rtol=2e-5, atol=1e-6,
                                    equal_nan=True)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.int64, torch.int64), (torch.int32, torch.int64),
+                                    (torch.float32, torch.float32), (torch.int64, torch.float64),
+                                    (torch.uint8, torch.int16)])
+@pytest.mark.parametrize("shape,test_shape", [((32000,), (1,)), ((4, 37), ()), ((), (1, 1)),
+                                              ((0, 3), (2,)), ((6,), (0,)), ((4, 37), (3,)),
+                                              ((), (2, 2))])
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin_equals_the_cpu_and_runs_on_the_device_against_one_value(dtypes, shape, test_shape,
+                                                                      invert):
+    # isin(elements, one value) (Hugging Face's min_new_tokens processor asks it of the whole
+    # vocabulary at every token) as one eq / ne kernel; empty operands on the device too; more
+    # values by ATen's CPU kernel. The CPU's results: dtype promotion (2.5 is in no int64
+    # tensor), NaN in nothing, 0-dim operands.
+    elements = (make(shape, torch.int64, low=-4, high=12, seed=1) if shape else
+                torch.tensor(3)).to(dtypes[0])
+    values = torch.tensor([2, 3, 7, 2.5]).to(dtypes[1])
+    count = torch.Size(test_shape).numel()
+    test = values[torch.arange(count) % 4].reshape(test_shape)
+    if count == 1:
+        test = torch.full(test_shape, 2.5).to(dtypes[1]) if shape == (32000,) else \
+            torch.full(test_shape, 3).to(dtypes[1])
+    if dtypes[0].is_floating_point and elements.numel() > 2:
+        elements.view(-1)[:2] = torch.tensor([float("nan"), 2.5])
+    if shape == (32000,) and not dtypes[1].is_floating_point:
+        test = torch.full(test_shape, 7, dtype=dtypes[1])
+    ref = torch.isin(elements, test, invert=invert)
+    before = torch_npu._C._npu_pathTotals()
+    got = torch.isin(elements.npu(), test.npu(), invert=invert)
+    on_device = torch_npu._C._npu_pathTotals() == before
+    assert on_device == (count <= 1 or elements.numel() == 0)
+    assert got.dtype == torch.bool and got.shape == ref.shape
+    assert torch.equal(got.cpu(), ref)
+    if count and ref.numel() and (dtypes[0].is_floating_point or not dtypes[1].is_floating_point):
+        assert (ref != invert).any()  # some value is found (2.5 is not, in integers)
+
+
+def test_isin_refuses_bool_as_the_cpu():
+    flags = torch.tensor([True, False])
+    for device in ("cpu", "npu"):
+        with pytest.raises(RuntimeError, match="Unsupported input type encountered for isin"):
+            torch.isin(flags.to(device), flags[:1].to(device))

@@ -292,6 +292,35 @@ TEST(FlashAttention, GroupedAndMultiQueryHeads) {
   }
 }
 
+// The decode path (at most 8 query rows): float32 keys and values read in place, contiguous rows
+// (BNSD) or strided ones (BSND), and 16-bit ones converted into scratch; grouped heads, two key
+// blocks, a mask, and the causal band of a cache.
+TEST(FlashAttention, DecodeRowsReadKeysAndValuesInPlace) {
+  for (DType t : {DType::Float32, DType::BFloat16}) {
+    for (bool bsnd : {false, true}) {
+      for (int64_t sq : {1, 3, 8}) {
+        for (int mode = 0; mode < 3; ++mode) {  // no mask, a boolean mask, causal bottom-right
+          SCOPED_TRACE(::testing::Message() << dtype_str(t) << " bsnd " << bsnd << " sq " << sq
+                                            << " mode " << mode);
+          Case c;
+          c.dtype = t;
+          c.B = 2;
+          c.Nq = 4;
+          c.Nkv = 2;
+          c.Sq = sq;
+          c.Skv = 300;  // two key blocks of 256
+          c.D = 64;
+          c.Dv = 32;
+          c.bsnd = bsnd;
+          c.random_mask = mode == 1 && sq > 3;  // (the check fully masks query row 3)
+          if (mode == 2) c.band = causal(true);
+          run_case(c);
+        }
+      }
+    }
+  }
+}
+
 TEST(FlashAttention, CausalTopLeftAndBottomRight) {
   for (bool br : {false, true}) {
     for (auto [sq, skv] : {std::pair<int64_t, int64_t>{200, 200}, {130, 260}, {260, 130}}) {

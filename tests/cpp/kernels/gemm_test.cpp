@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -136,6 +137,67 @@ TEST_P(GemmIsa, FewRowsAgainstContiguousBColumns) {
   }
   check_gemm({3, 3000, 512, false, true, false, 1.0, 0.0, DType::Float32, DType::Float32,
               DType::Float32});  // split between the threads
+}
+
+// The AVX-512 few-row path's sums, bit for bit: each C value is 16 lane sums of FMAs in k order
+// (lane l takes k = l, l + 16, ...; a K tail's lanes past K add 0 * 0), then halves added as
+// _mm512_reduce_add_ps adds them (lanes l + 8, l + 4, l + 2, l + 1). 8 rows reduce a column's
+// sums together, fewer rows one accumulator at a time: both must give these bits. Columns cover
+// blocks that prefetch the next one, blocks that do not, the single-column tail and a split
+// between threads; A and B with strides beyond K.
+float few_rows_reference(const float* a, const float* b, int64_t K) {
+  float lane[16] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += 16) {
+    for (int l = 0; l < 16; ++l) {
+      const int64_t k = k0 + l;
+      lane[l] = k < K ? std::fmaf(a[k], b[k], lane[l]) : std::fmaf(0.0f, 0.0f, lane[l]);
+    }
+  }
+  for (int half = 8; half >= 1; half /= 2) {
+    for (int l = 0; l < half; ++l) lane[l] = lane[l + half] + lane[l];
+  }
+  return lane[0];
+}
+
+TEST_P(GemmIsa, FewRowsSumsBitForBit) {
+  if (std::string(nk::testing::gemm_isa(DType::Float32, DType::Float32)) != "avx512") {
+    GTEST_SKIP() << "the summation order is the AVX-512 path's";
+  }
+  for (int64_t m = 1; m <= 8; ++m) {
+    for (int64_t k : {16, 23, 512, 1376}) {
+      for (int64_t n : {int64_t{45}, int64_t{3000}}) {  // 45: past the small path (N <= 32)
+        SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k);
+        const int64_t lda = k + 5, ldb = k + 3, ldc = n + 2;
+        std::vector<float> a(m * lda), b(n * ldb), c(m * ldc, NAN);
+        uint32_t state = 12345;
+        auto next = [&] {
+          state = state * 1664525u + 1013904223u;
+          return static_cast<float>(state >> 8) / 16777216.0f * 2.0f - 1.0f;
+        };
+        for (float& x : a) x = next();
+        for (float& x : b) x = next();
+        nk::TensorDesc cd, ad, bd;
+        cd.data = c.data(), cd.ndim = 2, cd.sizes[0] = m, cd.sizes[1] = n;
+        cd.strides[0] = ldc, cd.strides[1] = 1;
+        ad.data = a.data(), ad.ndim = 2, ad.sizes[0] = m, ad.sizes[1] = k;
+        ad.strides[0] = lda, ad.strides[1] = 1;
+        bd.data = b.data(), bd.ndim = 2, bd.sizes[0] = k, bd.sizes[1] = n;
+        bd.strides[0] = 1, bd.strides[1] = ldb;  // B's columns contiguous in k: x @ W.T
+        nk::gemm(cd, ad, bd);
+        int bad = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            const float want = few_rows_reference(a.data() + i * lda, b.data() + j * ldb, k);
+            const float got = c[i * ldc + j];
+            if (std::memcmp(&got, &want, sizeof got) != 0 && bad++ < 5) {
+              ADD_FAILURE() << "C[" << i << "," << j << "] = " << got << ", want " << want;
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+  }
 }
 
 TEST_P(GemmIsa, HalfBFloat16AndMixedDtypes) {

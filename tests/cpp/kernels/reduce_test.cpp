@@ -293,6 +293,52 @@ TEST(ArgReduce, IndicesValuesTiesAndNan) {
   EXPECT_EQ(index, 123456);
 }
 
+// Long float32 rows take 16 lanes at a time (the extremum, then its first index): every row
+// against the loop's rule (first of the equal extrema; the first NaN wins). Rows of lengths
+// around a vector and the driver's 4096-element chunks, the extremum repeated in later blocks,
+// NaN in the first block, only in the tail, after the extremum, +-0, all -inf / +inf.
+TEST(ArgReduce, LongFloatRowsTiesNanAndZeros) {
+  for (int64_t len : {16, 17, 31, 100, 4096 + 21, 32000}) {
+    const int64_t rows = 9;
+    std::vector<float> x(rows * len);
+    uint32_t state = 99;
+    for (float& v : x) {
+      state = state * 1664525u + 1013904223u;
+      v = static_cast<float>(static_cast<int>(state >> 24) % 7) - 3.0f;  // many ties
+    }
+    float* r = x.data();
+    r[0 * len + len - 1] = 9.0f, r[0 * len + len / 2] = 9.0f;  // row 0: max twice, late
+    r[1 * len + 3] = NAN;                                       // row 1: NaN in block 0
+    r[2 * len + len - 1] = NAN;                                 // row 2: NaN in the tail
+    r[3 * len + 1] = 9.0f, r[3 * len + len - 2] = NAN;          // row 3: NaN after the max
+    std::fill_n(r + 4 * len, len, 0.0f);                        // row 4: -0 first, then +0
+    r[4 * len + 1] = -0.0f;
+    std::fill_n(r + 5 * len, len, -INFINITY);                   // row 5: all -inf
+    std::fill_n(r + 6 * len, len, INFINITY);                    // row 6: all +inf
+    r[7 * len + len - 1] = -9.0f;                                // row 7: min last
+    for (auto op : {nk::ArgReduceOp::Max, nk::ArgReduceOp::Min}) {
+      const bool max = op == nk::ArgReduceOp::Max;
+      std::vector<float> vals(rows);
+      std::vector<int64_t> idx(rows);
+      nk::arg_reduce(op, TensorDesc::make(vals.data(), DType::Float32, {rows, 1}),
+                     TensorDesc::make(idx.data(), DType::Int64, {rows, 1}),
+                     TensorDesc::make(x.data(), DType::Float32, {rows, len}), DType::Float32);
+      for (int64_t row = 0; row < rows; ++row) {
+        const float* v = r + row * len;
+        int64_t best = 0;
+        for (int64_t k = 1; k < len; ++k) {
+          const bool better = !std::isnan(v[best]) &&
+                              (std::isnan(v[k]) || (max ? v[k] > v[best] : v[k] < v[best]));
+          if (better) best = k;
+        }
+        ASSERT_EQ(idx[row], best) << "len " << len << " row " << row << " max " << max;
+        ASSERT_EQ(std::signbit(vals[row]), std::signbit(v[best]));
+        if (!std::isnan(v[best])) ASSERT_EQ(vals[row], v[best]);
+      }
+    }
+  }
+}
+
 // ---- scans ------------------------------------------------------------------------------
 
 void check_scan(nk::ScanOp op, DType compute, const HostTensor& in, int dim) {
