@@ -228,11 +228,13 @@ def test_silu_backward_broadcast_grad():
 
 @pytest.mark.parametrize("shape,dims", [((16, 64, 128), (0, 1)), ((1024, 35), 0),
                                         ((3, 5, 17), (0, 1)), ((7, 16), 0), ((2, 9, 4, 33), (0, 1)),
-                                        ((300, 1), 0), ((4, 48), 1)])
+                                        ((300, 1), 0), ((4, 48), 1), ((50, 200), 0),
+                                        ((5, 8, 80), (0, 1))])
 @pytest.mark.parametrize("mean", [False, True])
 def test_sums_over_leading_dims_equal_float64(shape, dims, mean):
     # A weight's gradient: sum (or mean) over batch and tokens of a contiguous tensor, each
-    # column summed in double (kernels column_sums), against float64; keepdim, a transposed
+    # column summed in double (kernels column_sums: 64-column units on AVX-512, then 16-column
+    # ones: 200 = 3 x 64 + 8, 80 = 64 + 16), against float64; keepdim, a transposed
     # (non-contiguous: the generic path) input and a float64 out= must agree as well.
     x = make(shape, torch.float32, seed=11) * 100
     x.view(-1)[0] = 1e7  # a large value: float partial sums would lose the small ones
