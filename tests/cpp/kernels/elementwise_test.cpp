@@ -252,7 +252,9 @@ TEST(ElementwiseInPlace, OutputMayAliasInput) {
 // stepped along 1 to 3 outer dimensions): a = a [B, S, H, D] tensor seen as [B, H, S, D]
 // (rotary's and attention's head views), b = a [S, D] table broadcast over B and H, out
 // contiguous or a strided half of a wider tensor; several tasks' worth of rows (the chunks
-// start inside the outer dimensions). Every element against the sum of its operands.
+// start inside the outer dimensions). Every operand's rows are float32 arrays, so each row is
+// one call of the op in place (run_elementwise's in-place segments). Every element against
+// the sum of its operands.
 TEST(ElementwiseRows, ShortRowsOfPermutedAndBroadcastViews) {
   for (int64_t D : {1, 5, 9, 16, 33, 100, 255}) {
     for (int variant = 0; variant < 3; ++variant) {
