@@ -125,11 +125,37 @@ namespace {
 // A copy between tensors of one dtype: whole runs with memcpy, strided runs element by element
 // as raw bytes of the element's size (no conversion, no call through the table per run). A
 // broadcast source (fill) keeps the converter's store loop.
+// Copies n bytes between buffers that do not overlap: runs under 256 bytes (a rotary half or
+// an attention head of 16-32 floats, thousands per tensor) with 32- and 16-byte vector moves
+// inline, the last move overlapping the one before it, instead of a call to memcpy per run.
+inline void copy_bytes(char* d, const char* s, size_t n) {
+  if (n >= 256) {
+    std::memcpy(d, s, n);
+  } else if (n >= 32) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    }
+    if (i < n) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + n - 32),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + n - 32)));
+    }
+  } else if (n >= 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + n - 16),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + n - 16)));
+  } else {
+    std::memcpy(d, s, n);
+  }
+}
+
 template <class Bits>
 void copy_same_dtype(const detail::StridedIter<2>& it, detail::ConvertFn convert) {
   detail::for_each_segment(it, 64 * 1024, [&](char* const* p, const int64_t* s, int64_t n) {
     if (s[0] == 1 && s[1] == 1) {
-      std::memcpy(p[0], p[1], static_cast<size_t>(n) * sizeof(Bits));
+      copy_bytes(p[0], p[1], static_cast<size_t>(n) * sizeof(Bits));
     } else if (s[1] == 0) {
       convert(p[1], s[1], p[0], s[0], n);
     } else {

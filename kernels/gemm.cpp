@@ -117,16 +117,18 @@ Kernel<T, P> select_kernel() {
   }
 }
 
-// The float32 kernel for an M x N product: 8-row panels where 14-row ones pad more rows
-// (convolutions' 8, 16 or 32 output channels: 14-row panels pad them by up to 75%; a batch of 64
-// rows: 70), 16-column panels for an N of at most 16 (a classifier's 10 outputs: 32-column
+// The float32 kernel for an M x N product: 8-row panels where 14-row ones pad more than 8% more
+// rows (convolutions' 8, 16 or 32 output channels: 14-row panels pad them by up to 75%; a batch
+// of 64 rows: 70). The 14-row kernel does 28 FMAs per 16 loads against the 8-row one's 16 per 10
+// and measured 5-10% faster (one thread, [4096 x 128..352] row blocks), so a few padded rows
+// (4096 rows: 4102; 256: 266) cost less than the smaller tile), 16-column panels for an N of at most 16 (a classifier's 10 outputs: 32-column
 // panels would be two thirds padding). Each C value sums its k in the same order with any of
 // them, so the choice never changes a result.
 Kernel<float, float> select_float_kernel(int64_t M, int64_t N) {
   Kernel<float, float> kern = select_kernel<float, float>();
   if (kern.mr != 14) return kern;  // AVX2
   const bool narrow = N <= 16;
-  if ((M + 7) / 8 * 8 < (M + 13) / 14 * 14) {
+  if ((M + 7) / 8 * 8 * 27 < (M + 13) / 14 * 14 * 25) {  // 27 / 25 = 1.08
     return narrow ? Kernel<float, float>{8, 16, &kernel_avx512_f32_8x16}
                   : Kernel<float, float>{8, 32, &kernel_avx512_f32_8x32};
   }
@@ -667,8 +669,9 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     if (post && kern.fn == &kernel_avx512_f32_8x16) stage_fn = &kernel_avx512_f32_stage<8, 1>;
   }
   // Operands read in place (kernel_avx512_f32_direct) instead of packed: a float32 A that is
-  // row-major (the 8-row kernels: 8 row pointers fit the registers) or column-major (any of
-  // the AVX-512 kernels) for its full panels (a last, partial panel is packed, padded with
+  // row-major or column-major (any of the AVX-512 kernels; 14 row pointers spill a few
+  // offsets to the stack, which measured 5-10% faster than the 8-row kernel on [4096 x K] row
+  // blocks all the same) for its full panels (a last, partial panel is packed, padded with
   // zero rows); a row-major float32 B whose columns fill whole panels and whose block stays in
   // L2 (the weight or activations of a small Linear, a head's keys).
   // With B read in place, a packed A panel (a partial one, or one of another layout) takes the
@@ -688,9 +691,11 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     if (plain && a.dtype == DType::Float32 && !a.hf32) {
       if (a.rs == 1 && a.cs != 1) {
         direct_fn = packed_a_fn;
-      } else if (a.cs == 1 && mr == 8) {
-        direct_fn = nv2 ? &kernel_avx512_f32_direct<8, 2, false>
-                        : &kernel_avx512_f32_direct<8, 1, false>;
+      } else if (a.cs == 1) {
+        direct_fn = mr == 14 ? (nv2 ? &kernel_avx512_f32_direct<14, 2, false>
+                                    : &kernel_avx512_f32_direct<14, 1, false>)
+                             : (nv2 ? &kernel_avx512_f32_direct<8, 2, false>
+                                    : &kernel_avx512_f32_direct<8, 1, false>);
       }
     }
     b_direct = plain && b.dtype == DType::Float32 && !b.hf32 && b.cs == 1 && N % nr == 0 &&

@@ -174,10 +174,22 @@ void embedding_backward(const TensorDesc& grad_weight, const TensorDesc& grad_ou
   // Each group is summed in the compute type (float for float16/bfloat16, as CUDA's kernel
   // accumulates) and rounded once into grad_weight; adding row by row into a 16-bit
   // grad_weight would round after every row and lose the small rows of a long sum.
+  // A counting sort when the indices lie in [0, rows) of a table not much larger than the
+  // index list (a vocabulary's embedding over a batch: 4096 tokens into 256 rows took a
+  // comparison sort a third of the kernel's time); the same stable order either way.
   std::vector<size_t> order(keep_idx.size());
-  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return keep_idx[a] < keep_idx[b]; });
+  const int64_t table_rows = grad_weight.sizes[0];
+  const auto [lo, hi] = std::minmax_element(keep_idx.begin(), keep_idx.end());
+  if (*lo >= 0 && *hi < table_rows && table_rows <= 4 * static_cast<int64_t>(n) + 4096) {
+    std::vector<size_t> start(static_cast<size_t>(table_rows) + 1, 0);
+    for (int64_t v : keep_idx) ++start[static_cast<size_t>(v) + 1];
+    for (size_t r = 1; r < start.size(); ++r) start[r] += start[r - 1];
+    for (size_t k = 0; k < keep_idx.size(); ++k) order[start[static_cast<size_t>(keep_idx[k])]++] = k;
+  } else {
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return keep_idx[a] < keep_idx[b]; });
+  }
   std::vector<size_t> group_start{0};
   for (size_t k = 1; k < order.size(); ++k) {
     if (keep_idx[order[k]] != keep_idx[order[k - 1]]) group_start.push_back(k);
@@ -189,6 +201,23 @@ void embedding_backward(const TensorDesc& grad_weight, const TensorDesc& grad_ou
     ConvertFn to_c = convert_fn(grad_output.dtype, dtype_of<C>());
     parallel_for(0, D, 64, [&](int64_t c0, int64_t c1) {
       const int64_t m = c1 - c0;
+      if constexpr (std::is_same_v<S, float>) {
+        // float32 rows contiguous along D: summed straight from grad_output, no conversion
+        // call per row (the same additions in the same order as below).
+        if (grad_output.dtype == DType::Float32 && gstride == 1 && grad_weight.strides[1] == 1) {
+          for (size_t g = 0; g + 1 < group_start.size(); ++g) {
+            float* w = static_cast<float*>(grad_weight.data) +
+                       keep_idx[order[group_start[g]]] * grad_weight.strides[0] + c0;
+            const float* first = reinterpret_cast<const float*>(rows[order[group_start[g]]]) + c0;
+            for (int64_t c = 0; c < m; ++c) w[c] = 0.0f + first[c];
+            for (size_t k = group_start[g] + 1; k < group_start[g + 1]; ++k) {
+              const float* src = reinterpret_cast<const float*>(rows[order[k]]) + c0;
+              for (int64_t c = 0; c < m; ++c) w[c] += src[c];
+            }
+          }
+          return;
+        }
+      }
       std::unique_ptr<C[]> row(new C[static_cast<size_t>(m)]);
       std::unique_ptr<C[]> acc(new C[static_cast<size_t>(m)]);
       for (size_t g = 0; g + 1 < group_start.size(); ++g) {

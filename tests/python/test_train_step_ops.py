@@ -3,7 +3,7 @@ their own, against the CPU device: pow with a scalar exponent (1, 2, 3, -1, -2, 
 other integers: unary kernels, not the generic std::pow one), softmax / log_softmax and their
 backward (16 lanes on AVX-512 CPUs, 8 on AVX2), silu / sigmoid / exp / gelu and the backwards,
 sums over leading dims and over the last dim, layer_norm's backward, row gathers
-(index_select / embedding), and mm / bmm at the LLaMA-style step's shapes (operands read in
+(index_select / embedding) and embedding's backward, and mm / bmm at the LLaMA-style step's shapes (operands read in
 place or packed with vector copies, every storage order).
 Every case: float32 / bfloat16 / float16, a non-contiguous view, row lengths on both sides of a
 vector (1, 15, 16, 17, 64, 300), NaN / +-inf / -0 where the op cares, and a check that nothing
@@ -228,11 +228,13 @@ def test_silu_backward_broadcast_grad():
 
 @pytest.mark.parametrize("shape,dims", [((16, 64, 128), (0, 1)), ((1024, 35), 0),
                                         ((3, 5, 17), (0, 1)), ((7, 16), 0), ((2, 9, 4, 33), (0, 1)),
-                                        ((300, 1), 0), ((4, 48), 1)])
+                                        ((300, 1), 0), ((4, 48), 1), ((50, 200), 0),
+                                        ((5, 8, 80), (0, 1))])
 @pytest.mark.parametrize("mean", [False, True])
 def test_sums_over_leading_dims_equal_float64(shape, dims, mean):
     # A weight's gradient: sum (or mean) over batch and tokens of a contiguous tensor, each
-    # column summed in double (kernels column_sums), against float64; keepdim, a transposed
+    # column summed in double (kernels column_sums: 64-column units on AVX-512, then 16-column
+    # ones: 200 = 3 x 64 + 8, 80 = 64 + 16), against float64; keepdim, a transposed
     # (non-contiguous: the generic path) input and a float64 out= must agree as well.
     x = make(shape, torch.float32, seed=11) * 100
     x.view(-1)[0] = 1e7  # a large value: float partial sums would lose the small ones
@@ -387,3 +389,26 @@ def test_index_select_rows_equal_the_cpu(index_dtype, shape):
     with NoHost():
         got = wt.npu()[:, ::2].index_select(0, idx.npu())
     assert torch.equal(got.cpu(), wt[:, ::2].index_select(0, idx))
+
+
+@pytest.mark.parametrize("rows,dim,padding_idx", [(256, 128, -1), (256, 128, 3), (50, 33, -1),
+                                                  (100000, 20, 7)])
+@pytest.mark.parametrize("strided", [False, True])
+def test_embedding_backward_equals_float64_and_the_cpu(rows, dim, padding_idx, strided):
+    # float32 rows summed in place, grouped by a counting sort (tables up to 4x the lookups) or
+    # a comparison sort (100000 rows), or through the general path (a strided gradient).
+    g = torch.Generator().manual_seed(11)
+    idx = torch.randint(0, min(rows, 300), (64, 64), generator=g)
+    idx[0, :5] = 3  # duplicates of the padding row
+    full = make((64, 64, dim * 2 if strided else dim), torch.float32, seed=12)
+    grad = full[..., ::2] if strided else full
+    grad_n = full.npu()[..., ::2] if strided else full.npu()
+    op = torch.ops.aten.embedding_dense_backward
+    with NoHost():
+        got = op(grad_n, idx.npu(), rows, padding_idx, False)
+    want = op(grad.double(), idx, rows, padding_idx, False)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.cpu(), op(grad, idx, rows, padding_idx, False),
+                               rtol=1e-5, atol=1e-5)
+    if padding_idx >= 0:
+        assert not got[padding_idx].cpu().any()

@@ -248,5 +248,58 @@ TEST(ElementwiseInPlace, OutputMayAliasInput) {
   for (int64_t i = 0; i < 1000; ++i) ASSERT_FLOAT_EQ(a.get(i), float(orig.get(i) + b.get(i)));
 }
 
+// Short rows (the row walk of for_each_segment: an inner run under 256 elements, its pointers
+// stepped along 1 to 3 outer dimensions): a = a [B, S, H, D] tensor seen as [B, H, S, D]
+// (rotary's and attention's head views), b = a [S, D] table broadcast over B and H, out
+// contiguous or a strided half of a wider tensor; several tasks' worth of rows (the chunks
+// start inside the outer dimensions). Every operand's rows are float32 arrays, so each row is
+// one call of the op in place (run_elementwise's in-place segments). Every element against
+// the sum of its operands.
+TEST(ElementwiseRows, ShortRowsOfPermutedAndBroadcastViews) {
+  for (int64_t D : {1, 5, 9, 16, 33, 100, 255}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const int64_t B = variant == 0 ? 1 : 3, H = variant == 2 ? 1 : 4, S = 700;
+      SCOPED_TRACE(::testing::Message() << "D=" << D << " variant " << variant);
+      std::vector<float> a(static_cast<size_t>(B * S * H * D)), b(static_cast<size_t>(S * D));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 1013) * 0.5f;
+      for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 97) * 0.25f;
+      // out: the first half of each row of a [B, H, S, 2 D] tensor
+      std::vector<float> out(static_cast<size_t>(B * H * S * 2 * D), -1.0f);
+      const int64_t sizes[4] = {B, H, S, D};
+      const int64_t a_strides[4] = {S * H * D, D, H * D, 1};
+      const int64_t b_strides[4] = {0, 0, D, 1};
+      const int64_t o_strides[4] = {H * S * 2 * D, S * 2 * D, 2 * D, 1};
+      nk::binary(nk::BinaryOp::Add, TensorDesc::make(out.data(), DType::Float32, sizes, 4, o_strides),
+                 TensorDesc::make(a.data(), DType::Float32, sizes, 4, a_strides),
+                 TensorDesc::make(b.data(), DType::Float32, sizes, 4, b_strides), DType::Float32, 1);
+      for (int64_t i = 0; i < B; ++i)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = 0; t < S; ++t)
+            for (int64_t d = 0; d < 2 * D; ++d) {
+              const float got = out[static_cast<size_t>(((i * H + h) * S + t) * 2 * D + d)];
+              const float want = d < D ? a[static_cast<size_t>(((i * S + t) * H + h) * D + d)] +
+                                             b[static_cast<size_t>(t * D + d)]
+                                       : -1.0f;  // the other half is untouched
+              ASSERT_EQ(got, want) << i << " " << h << " " << t << " " << d;
+            }
+      // copy the permuted view into a contiguous tensor and back (copy's short runs: 4 to
+      // 1020 bytes, every branch of its inline byte copy: 20, 36, 132 bytes take the overlapping
+      // last move)
+      std::vector<float> c(a.size(), 0.0f), back(a.size(), 0.0f);
+      nk::copy(TensorDesc::make(c.data(), DType::Float32, sizes, 4, nullptr),
+               TensorDesc::make(a.data(), DType::Float32, sizes, 4, a_strides));
+      nk::copy(TensorDesc::make(back.data(), DType::Float32, sizes, 4, a_strides),
+               TensorDesc::make(c.data(), DType::Float32, sizes, 4, nullptr));
+      ASSERT_EQ(back, a);
+      for (int64_t i = 0; i < B; ++i)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = 0; t < S; ++t)
+            for (int64_t d = 0; d < D; ++d)
+              ASSERT_EQ(c[static_cast<size_t>(((i * H + h) * S + t) * D + d)],
+                        a[static_cast<size_t>(((i * S + t) * H + h) * D + d)]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ktest

@@ -102,6 +102,23 @@ TEST_P(GemmIsa, NarrowAndEightRowPanels) {
   }
 }
 
+// Row-major A read in place by the 14-row kernel (M a multiple of 8 that 14 rows pad by less
+// than 8%: 96, 256; or no multiple of either: 100, whose last 2 rows are a packed, zero-padded
+// panel), against B read in place (row-major, N a multiple of 32) or packed (transposed, or N
+// not a multiple of 32), in one K block and across K blocks (K = 700: the row pointers step
+// by the K block), alpha and beta.
+TEST_P(GemmIsa, RowMajorAInPlaceFourteenRows) {
+  const int64_t shapes[][3] = {{96, 64, 40}, {256, 32, 130}, {100, 64, 700}, {100, 45, 33}};
+  for (auto& s : shapes) {
+    for (bool tb : {false, true}) {
+      check_gemm({s[0], s[1], s[2], false, tb, false, 1.0, 0.0, DType::Float32, DType::Float32,
+                  DType::Float32});
+      check_gemm({s[0], s[1], s[2], false, tb, false, -1.5, 0.5, DType::Float32, DType::Float32,
+                  DType::Float32});
+    }
+  }
+}
+
 TEST_P(GemmIsa, TransposedOperandsAndColumnMajorC) {
   for (int mask = 0; mask < 8; ++mask) {
     check_gemm({37, 45, 53, bool(mask & 1), bool(mask & 2), bool(mask & 4), 1.0, 0.0,

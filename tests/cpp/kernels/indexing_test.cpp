@@ -1,6 +1,8 @@
 // Indexing and shape kernels against direct element-by-element references.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "kernel_test_util.h"
 
 namespace ktest {
@@ -93,6 +95,30 @@ TEST(Embedding, ForwardAndBackwardWithPadding) {
     for (int64_t j = 0; j < D; ++j) exp.set(v * D + j, exp.get(v * D + j) + g.get(i * D + j));
   }
   EXPECT_TRUE(all_close(gw, exp, 1e-6, 1e-6));
+}
+
+TEST(Embedding, FloatBackwardSumsEachRowInLookupOrder) {
+  // float32 rows read in place, grouped by a counting sort (a table no larger than the lookups
+  // allow) or a comparison sort (a table of 100000 rows): each gradient row is the sum of its
+  // lookups' rows in lookup order, bit for bit; the padding row and unused rows stay zero.
+  for (auto [V, D, N] : {std::tuple<int64_t, int64_t, int64_t>{256, 128, 4096}, {8, 33, 2048},
+                         {100000, 20, 64}}) {
+    HostTensor idx = random_index(DType::Int64, {N}, V);
+    idx.set_int(0, 7), idx.set_int(1, 7);
+    HostTensor g(DType::Float32, {N, D}), gw(DType::Float32, {V, D});
+    fill_uniform(g, -1, 1);
+    fill_uniform(gw, 5, 6);  // overwritten
+    const int64_t pad = V > 1000 ? 7 : -1;
+    nk::embedding_backward(gw.desc(), g.desc(), idx.desc(), pad);
+    std::vector<float> acc(static_cast<size_t>(V * D), 0.0f);
+    for (int64_t i = 0; i < N; ++i) {
+      if (idx.get_int(i) == pad) continue;
+      for (int64_t j = 0; j < D; ++j)
+        acc[idx.get_int(i) * D + j] += static_cast<float>(g.get(i * D + j));
+    }
+    for (int64_t k = 0; k < V * D; ++k)
+      ASSERT_EQ(gw.get(k), acc[k]) << "element " << k << " of " << V << " x " << D;
+  }
 }
 
 TEST(Embedding, HalfBackwardSumsInFloatAndRoundsOnce) {
