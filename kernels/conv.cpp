@@ -340,7 +340,7 @@ __attribute__((target("avx512f"))) void pack_padded_avx512(const float* xp, int6
 }
 
 bool patch_packing_avx512() {
-  static const bool supported = __builtin_cpu_supports("avx512f") != 0;
+  static const bool supported = has_avx512();
   // Follows gemm's instruction-set cap, so that tests reach the portable path too.
   return supported && std::strcmp(testing::gemm_isa(DType::Float32, DType::Float32), "avx2") != 0;
 }

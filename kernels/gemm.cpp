@@ -77,7 +77,7 @@ std::atomic<int> g_isa_cap{3};
 std::atomic<bool> g_private_a_panels{false};
 
 bool use_avx512() {
-  static const bool supported = __builtin_cpu_supports("avx512f") != 0;
+  static const bool supported = has_avx512();  // NPU_AVX512 code needs F, DQ, VL and BW
   return supported && g_isa_cap.load(std::memory_order_relaxed) >= 1;
 }
 

@@ -5,16 +5,17 @@
 // AVX-512 registers) or 6 x 2 ymm for AVX2 (12 of 16). Each k step loads NV vectors of B,
 // broadcasts MR scalars of A and issues MR*NV FMAs, enough independent chains to cover FMA
 // latency on both FMA ports. The AVX-512 kernels are compiled with a target attribute and are
-// only called after __builtin_cpu_supports("avx512f") (see gemm.cpp).
+// only called after has_avx512() (vec_math.h; see gemm.cpp).
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
 
+#include "vec_math.h"  // NPU_AVX512 and has_avx512(): one instruction set for every kernel
+
 namespace npu::kernels::detail::gemm {
 
-#define NPU_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
 #define NPU_ALWAYS_INLINE inline __attribute__((always_inline))
 
 // Vector traits: one width and type per instruction set and element type.

@@ -111,7 +111,8 @@ class ThreadPool {
       // has not run yet would still carry the creating thread's name); shown by debuggers,
       // top -H and an abort's diagnostics.
       char name[16];
-      std::snprintf(name, sizeof(name), "npu_kernel%d", i + 1);
+      // (15 characters at most: the number is bounded to 5 digits, far beyond any core count)
+      std::snprintf(name, sizeof(name), "npu_kernel%u", static_cast<unsigned>(i + 1) % 100000u);
       pthread_setname_np(workers_.back().native_handle(), name);
     }
     for (auto& w : workers_) w.detach();
