@@ -666,19 +666,21 @@ bool winograd_applies(const TensorDesc& out, const TensorDesc& input, const Tens
          patch_packing_avx512();
 }
 
-// Input transform of 16 tiles of one tile row, channel c: x points at the tile row's top-left
-// in the padded plane (row 2 th, column 2 tw0), v at V[0][c][t0] (xi stride vs), `keep` the
-// lanes that are tiles. B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]].
-NPU_AVX512 NPU_ALWAYS_INLINE void wino_input_tile(const float* x, int64_t wp, float* v,
-                                                  int64_t vs, __mmask16 keep) {
+// Input transform of 16 tiles, channel c: lanes 0-7 take their columns from x (the top-left of
+// their tile in the padded plane, row 2 th, column 2 tw0), lanes 8-15 from x1 (x + 16: the next
+// 8 tiles of the row; or 2 rows down: the same tiles of the next tile row). v: V[0][c][t0] (xi
+// stride vs), `keep` the lanes that are tiles.
+// B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]].
+NPU_AVX512 NPU_ALWAYS_INLINE void wino_input_tile(const float* x, const float* x1, int64_t wp,
+                                                  float* v, int64_t vs, __mmask16 keep) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   __m512 w[4][4];
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
-    const float* row = x + r * wp;
-    const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
-    const __m512 a2 = _mm512_loadu_ps(row + 2), b2 = _mm512_loadu_ps(row + 18);
+    const float *row = x + r * wp, *row1 = x1 + r * wp;
+    const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row1);
+    const __m512 a2 = _mm512_loadu_ps(row + 2), b2 = _mm512_loadu_ps(row1 + 2);
     const __m512 d0 = _mm512_permutex2var_ps(a, even, b), d1 = _mm512_permutex2var_ps(a, odd, b);
     const __m512 d2 = _mm512_permutex2var_ps(a2, even, b2),
                  d3 = _mm512_permutex2var_ps(a2, odd, b2);
@@ -697,13 +699,15 @@ NPU_AVX512 NPU_ALWAYS_INLINE void wino_input_tile(const float* x, int64_t wp, fl
 }
 
 // Output transform of 16 tiles (m: M[0][r][t0], xi stride ms), A^T = [[1, 1, 1, 0],
-// [0, 1, -1, -1]], then the stage (bias, ReLU) on each of the 4 outputs; pooled: their max in
-// max_pool2d's order stored at `o0` (lanes `keep`); else rows 2 th and 2 th + 1 (o0, o1; o1
-// null past the last conv row) with the lanes' columns interleaved, `cols` conv columns left.
+// [0, 1, -1, -1]], then the stage (bias, ReLU) on each of the 4 outputs. Pooled: their max in
+// max_pool2d's order, lanes 0-7 stored at o[0] (mask k[0]), lanes 8-15 at o[1] (k[1], its lanes
+// 0-7; 0 when o[0]'s row holds all 16). Else the tiles' columns interleaved: lanes 0-7 of the
+// top conv row at o[0], lanes 8-15 at o[1], of the bottom row at o[2] and o[3] (k[i]: the
+// columns to store, 0 for none).
 template <bool POOL>
 NPU_AVX512 NPU_ALWAYS_INLINE void wino_output_tile(const float* m, int64_t ms, int r,
-                                                   const gemm::OutputStageF& stage, float* o0,
-                                                   float* o1, __mmask16 keep, int64_t cols) {
+                                                   const gemm::OutputStageF& stage,
+                                                   float* const* o, const __mmask16* k) {
   __m512 s[4], t[4];
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
@@ -717,19 +721,16 @@ NPU_AVX512 NPU_ALWAYS_INLINE void wino_output_tile(const float* m, int64_t ms, i
   const __m512 y10 = stage(r, 0, _mm512_add_ps(_mm512_add_ps(t[0], t[1]), t[2]));
   const __m512 y11 = stage(r, 0, _mm512_sub_ps(_mm512_sub_ps(t[1], t[2]), t[3]));
   if constexpr (POOL) {
-    _mm512_mask_storeu_ps(o0, keep, pool_take(pool_take(pool_take(y00, y01), y10), y11));
+    const __m512 pv = pool_take(pool_take(pool_take(y00, y01), y10), y11);
+    _mm512_mask_storeu_ps(o[0], k[0], pv);
+    if (k[1] != 0) _mm512_mask_storeu_ps(o[1], k[1], _mm512_shuffle_f32x4(pv, pv, 0xEE));
   } else {
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
-    const auto mlo = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1u);
-    const auto mhi = static_cast<__mmask16>(
-        cols >= 32 ? 0xFFFF : cols <= 16 ? 0u : (1u << (cols - 16)) - 1u);
-    _mm512_mask_storeu_ps(o0, mlo, _mm512_permutex2var_ps(y00, lo, y01));
-    _mm512_mask_storeu_ps(o0 + 16, mhi, _mm512_permutex2var_ps(y00, hi, y01));
-    if (o1 != nullptr) {
-      _mm512_mask_storeu_ps(o1, mlo, _mm512_permutex2var_ps(y10, lo, y11));
-      _mm512_mask_storeu_ps(o1 + 16, mhi, _mm512_permutex2var_ps(y10, hi, y11));
-    }
+    if (k[0] != 0) _mm512_mask_storeu_ps(o[0], k[0], _mm512_permutex2var_ps(y00, lo, y01));
+    if (k[1] != 0) _mm512_mask_storeu_ps(o[1], k[1], _mm512_permutex2var_ps(y00, hi, y01));
+    if (k[2] != 0) _mm512_mask_storeu_ps(o[2], k[2], _mm512_permutex2var_ps(y10, lo, y11));
+    if (k[3] != 0) _mm512_mask_storeu_ps(o[3], k[3], _mm512_permutex2var_ps(y10, hi, y11));
   }
 }
 
@@ -742,24 +743,37 @@ struct WinoPlan {
   const int64_t* row_off;   // c * T
   float* out;               // out's sample n0
   int64_t os0, os1, os2, Wp, plane, sample, TH, TW, T, panels;
-  bool pool;
+  bool pool, pair;  // pair: TW <= 8, a vector holds two tile rows (wino_block)
 };
 
 // Tile rows [th0, th0 + nrows) of sample n of the slice: input transform into V, the 16
-// products per 8-channel panel into M, output transform into out.
+// products per 8-channel panel into M, output transform into out. Tile (tr, tw) of the block is
+// at t = tr * TW + tw; with rows of at most 8 tiles (w.pair), at t = tr / 2 * 16 + tr % 2 * 8 +
+// tw: a vector holds the tiles of two rows.
 NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int64_t th0,
                            int64_t nrows) {
   constexpr int MR = kWinoMR;
   const ConvGeom& g = *w.g;
   const int64_t C = g.C, T = w.T, TW = w.TW;
+  const bool pair = w.pair;
+  const auto lanes_mask = [](int64_t lanes) {
+    return static_cast<__mmask16>(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1u);
+  };
+  // (tr, tw) of each 16-tile vector: rows in steps of 2 (pair) or 1, columns in steps of 16.
+  const int64_t row_step = pair ? 2 : 1, used = pair ? (nrows + 1) / 2 * 16 : nrows * TW;
   const float* xs = w.xp + n * w.sample;
   for (int64_t c = 0; c < C; ++c) {
-    for (int64_t tr = 0; tr < nrows; ++tr) {
+    for (int64_t tr = 0; tr < nrows; tr += row_step) {
       const float* xrow = xs + c * w.plane + 2 * (th0 + tr) * w.Wp;
-      for (int64_t tw = 0; tw < TW; tw += 16) {
-        const int64_t lanes = std::min<int64_t>(16, TW - tw);
-        wino_input_tile(xrow + 2 * tw, w.Wp, V + c * T + tr * TW + tw, C * T,
-                        static_cast<__mmask16>((1u << lanes) - 1u));
+      if (pair) {
+        const __mmask16 half = lanes_mask(TW);
+        wino_input_tile(xrow, xrow + 2 * w.Wp, w.Wp, V + c * T + tr * 8, C * T,
+                        static_cast<__mmask16>(half | (tr + 1 < nrows ? half << 8 : 0)));
+      } else {
+        for (int64_t tw = 0; tw < TW; tw += 16) {
+          wino_input_tile(xrow + 2 * tw, xrow + 2 * tw + 16, w.Wp, V + c * T + tr * TW + tw,
+                          C * T, lanes_mask(TW - tw));
+        }
       }
     }
   }
@@ -769,7 +783,7 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
       const float* ap = w.u + (xi * w.panels + q) * C * MR;
       const float* vx = V + xi * C * T;
       float* mx = M + xi * MR * T;
-      for (int64_t j = 0; j < nrows * TW; j += 32) {
+      for (int64_t j = 0; j < used; j += 32) {
         const float* x[2] = {vx + j, vx + j + 16};
         float* c[2] = {mx + j, mx + j + 16};
         const __mmask16 m[2] = {0xFFFF, 0xFFFF};
@@ -781,19 +795,40 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
     const int rows = static_cast<int>(std::min<int64_t>(MR, g.O - q * MR));
     for (int r = 0; r < rows; ++r) {
       float* co = cs + (q * MR + r) * w.os1;
-      for (int64_t tr = 0; tr < nrows; ++tr) {
+      for (int64_t tr = 0; tr < nrows; tr += row_step) {
         const int64_t th = th0 + tr;
+        const bool second = pair && tr + 1 < nrows;  // lanes 8-15: tile row th + 1
         for (int64_t tw = 0; tw < TW; tw += 16) {
-          const float* mm = M + r * T + tr * TW + tw;
+          const float* mm = M + r * T + (pair ? tr * 8 : tr * TW + tw);
+          float* o[4];
+          __mmask16 k[4];
           if (w.pool) {
-            const int64_t lanes = std::min<int64_t>(16, TW - tw);
-            wino_output_tile<true>(mm, MR * T, r, stage, co + th * w.os2 + tw, nullptr,
-                                   static_cast<__mmask16>((1u << lanes) - 1u), 0);
+            o[0] = co + th * w.os2 + tw;
+            k[0] = lanes_mask(pair ? std::min<int64_t>(TW, 8) : TW - tw);
+            o[1] = second ? co + (th + 1) * w.os2 : o[0];
+            k[1] = second ? lanes_mask(TW) : 0;
+            wino_output_tile<true>(mm, MR * T, r, stage, o, k);
           } else {
-            wino_output_tile<false>(
-                mm, MR * T, r, stage, co + 2 * th * w.os2 + 2 * tw,
-                2 * th + 1 < g.OH ? co + (2 * th + 1) * w.os2 + 2 * tw : nullptr, 0,
-                g.OW - 2 * tw);
+            const int64_t cols = g.OW - 2 * tw;  // conv columns from this vector's first
+            const bool bottom = 2 * th + 1 < g.OH;
+            o[0] = co + 2 * th * w.os2 + 2 * tw;
+            o[2] = o[0] + w.os2;
+            if (pair) {  // lanes 8-15: conv rows 2 th + 2 and 2 th + 3
+              o[1] = o[0] + 2 * w.os2;
+              o[3] = o[0] + 3 * w.os2;
+              k[0] = lanes_mask(cols);
+              k[1] = second ? k[0] : 0;
+              k[2] = bottom ? k[0] : 0;
+              k[3] = second && 2 * th + 3 < g.OH ? k[0] : 0;
+            } else {
+              o[1] = o[0] + 16;
+              o[3] = o[2] + 16;
+              k[0] = lanes_mask(cols);
+              k[1] = cols > 16 ? lanes_mask(cols - 16) : 0;
+              k[2] = bottom ? k[0] : 0;
+              k[3] = bottom ? k[1] : 0;
+            }
+            wino_output_tile<false>(mm, MR * T, r, stage, o, k);
           }
         }
       }
@@ -822,14 +857,16 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
   const int64_t plane = Hp * Wp, sample = C * plane;
   // Blocks of tile rows of about 64 tiles; with several threads, smaller ones when there are
   // fewer than two a thread.
-  int64_t rows_blk = std::max<int64_t>(1, 64 / TW);
+  const bool pair = TW <= 8;
+  int64_t rows_blk = pair ? 8 : std::max<int64_t>(1, 64 / TW);
   const int64_t threads = num_threads();
   while (threads > 1 && rows_blk > 1 && g.N * ((TH + rows_blk - 1) / rows_blk) < 2 * threads) {
     rows_blk /= 2;
   }
   rows_blk = std::min(rows_blk, TH);
   const int64_t blocks = (TH + rows_blk - 1) / rows_blk;
-  const int64_t T = (rows_blk * TW + 31) / 32 * 32;  // V / M row length, whole 32-tile steps
+  // V / M row length, whole 32-tile steps
+  const int64_t T = ((pair ? (rows_blk + 1) / 2 * 16 : rows_blk * TW) + 31) / 32 * 32;
   std::vector<int64_t> row_off(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) row_off[c] = c * T;
   std::vector<float> bias_rows(static_cast<size_t>(panels * MR), 0.0f);
@@ -838,16 +875,18 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
     for (int64_t o = 0; o < O; ++o) bias_rows[o] = b[o * bias->strides[0]];
   }
   const int64_t slice = std::clamp<int64_t>((int64_t{4} << 20) / sample, 1, g.N);
-  const std::unique_ptr<float[]> xp(new float[static_cast<size_t>(slice * sample + 64)]);
-  std::fill(xp.get() + slice * sample, xp.get() + slice * sample + 64, 0.0f);
+  // Slack: the last tiles' loads read up to 4 rows and 34 columns on (lanes never stored).
+  const int64_t slack = 4 * Wp + 64;
+  const std::unique_ptr<float[]> xp(new float[static_cast<size_t>(slice * sample + slack)]);
+  std::fill(xp.get() + slice * sample, xp.get() + slice * sample + slack, 0.0f);
   for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
     const int64_t nb = std::min(slice, g.N - n0);
     pad_input(input, n0, nb, g, Hp, Wp, xp.get());
-    if (nb < slice) std::fill(xp.get() + nb * sample, xp.get() + nb * sample + 64, 0.0f);
+    if (nb < slice) std::fill(xp.get() + nb * sample, xp.get() + nb * sample + slack, 0.0f);
     const WinoPlan plan{&g, u, xp.get(), bias_rows.data(), row_off.data(),
                         static_cast<float*>(out.data) + n0 * out.strides[0], out.strides[0],
                         out.strides[1], out.strides[2], Wp, plane, sample, TH, TW, T, panels,
-                        pool};
+                        pool, pair};
     parallel_for(0, nb * blocks, 1, [&](int64_t b0, int64_t b1) {
       // V and M start zeroed: the lanes past a block's tiles are read (never stored) as finite.
       std::vector<float> vbuf(static_cast<size_t>(16 * C * T + 16), 0.0f);
