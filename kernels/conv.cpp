@@ -855,12 +855,14 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
   if (TH == 0 || TW == 0) return;
   const int64_t Hp = g.H + 2 * g.p.padding[0] + 1, Wp = g.W + 2 * g.p.padding[1] + 1;
   const int64_t plane = Hp * Wp, sample = C * plane;
-  // Blocks of tile rows of about 64 tiles; with several threads, smaller ones when there are
-  // fewer than two a thread.
+  // Blocks of tile rows of about 64 tiles; with several threads, halved while there are fewer
+  // blocks than threads, down to 32 tiles (one direct_tile step: fewer would be computed anyway).
   const bool pair = TW <= 8;
   int64_t rows_blk = pair ? 8 : std::max<int64_t>(1, 64 / TW);
+  const int64_t min_rows = pair ? 4 : std::max<int64_t>(1, 32 / TW);
   const int64_t threads = num_threads();
-  while (threads > 1 && rows_blk > 1 && g.N * ((TH + rows_blk - 1) / rows_blk) < 2 * threads) {
+  while (threads > 1 && rows_blk / 2 >= min_rows &&
+         g.N * ((TH + rows_blk - 1) / rows_blk) < threads) {
     rows_blk /= 2;
   }
   rows_blk = std::min(rows_blk, TH);
