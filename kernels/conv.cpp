@@ -17,7 +17,9 @@
 // convolution (conv2d_direct, below): the implicit GEMM's product with B read in place from a
 // zero-padded copy of the input instead of packed, in 8-channel x 32-pixel register tiles;
 // with Conv2dParams::fuse_max_pool2 a tile is two conv rows and is pooled 2x2 in registers
-// before its store (other paths: a temporary, then max_pool2d).
+// before its store (other paths: a temporary, then max_pool2d). With Conv2dParams::winograd
+// (the offline engine sets it) a 3x3 / stride 1 / one-group forward with >= 16 input channels
+// is Winograd F(2x2, 3x3) instead (conv2d_winograd), its products on the same register tile.
 // Other float32 forwards (input, weight, bias and an output whose (H, W) merge) are an implicit
 // GEMM instead (gemm_implicit.h): per group, one GEMM over the whole batch, C_n = out[n, g] [Og, L]
 // = W[g] [Og, K] @ col_n [K, L], where the GEMM driver asks pack_patches() for each K x NC

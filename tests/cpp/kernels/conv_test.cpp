@@ -330,8 +330,8 @@ TEST(Conv2d, FusedMaxPoolEqualsConvThenMaxPoolBitForBit) {
 
 // Winograd F(2x2, 3x3) (Conv2dParams::winograd; float32, 3x3, stride 1, one group, C >= 16)
 // against the float64 loops: |y - ref| <= 16 u (sum |w x| + |b|) per output, u = 2^-24 (see
-// docs/inference.md: the largest error seen on these cases is about 1.5 u of that sum; the
-// direct convolution's about 1 u). Tile rows shorter than, equal to and longer than one
+// docs/inference.md: the largest error seen on these cases is 1.0-2.1 u of that sum; the
+// direct convolution's 4-6 u on such shapes). Tile rows shorter than, equal to and longer than one
 // 16-tile vector, odd output sizes (the last row / column of tiles half stored), an edge panel,
 // no padding, asymmetric padding, a column-major input, relu and bias, and a batch cut into
 // padded slices. The fused 2x2 max pool equals max_pool2d of the unpooled Winograd result bit
