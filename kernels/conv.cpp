@@ -645,7 +645,9 @@ void pack_winograd_weight(const TensorDesc& weight, int64_t O, int64_t C, float*
         for (int j = 0; j < 3; ++j) g[i][j] = w[o * s0 + c * s1 + i * s2 + j * s3];
       }
       for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 3; ++j) gg[i][j] = G[i][0] * g[0][j] + G[i][1] * g[1][j] + G[i][2] * g[2][j];
+        for (int j = 0; j < 3; ++j) {
+          gg[i][j] = G[i][0] * g[0][j] + G[i][1] * g[1][j] + G[i][2] * g[2][j];
+        }
       }
       for (int i = 0; i < 4; ++i) {
         for (int j = 0; j < 4; ++j) {
