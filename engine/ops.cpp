@@ -771,6 +771,7 @@ const std::map<std::string, Factory>& factories() {
            kr->params.dilation[i] = d[i];
          }
          kr->params.groups = int_attr(n, "group", 1);
+         kr->params.winograd = true;  // 3x3 float32 convolutions that qualify take Winograd
          kr->act = Activation::parse(n);
          if (kr->act.on && kr->act.op == k::UnaryOp::Relu) {  // applied as conv2d writes out
            kr->params.fuse_relu = true;

@@ -17,7 +17,9 @@
 // convolution (conv2d_direct, below): the implicit GEMM's product with B read in place from a
 // zero-padded copy of the input instead of packed, in 8-channel x 32-pixel register tiles;
 // with Conv2dParams::fuse_max_pool2 a tile is two conv rows and is pooled 2x2 in registers
-// before its store (other paths: a temporary, then max_pool2d).
+// before its store (other paths: a temporary, then max_pool2d). With Conv2dParams::winograd
+// (the offline engine sets it) a 3x3 / stride 1 / one-group forward with >= 16 input channels
+// is Winograd F(2x2, 3x3) instead (conv2d_winograd), its products on the same register tile.
 // Other float32 forwards (input, weight, bias and an output whose (H, W) merge) are an implicit
 // GEMM instead (gemm_implicit.h): per group, one GEMM over the whole batch, C_n = out[n, g] [Og, L]
 // = W[g] [Og, K] @ col_n [K, L], where the GEMM driver asks pack_patches() for each K x NC
@@ -613,6 +615,316 @@ bool conv2d_direct(const TensorDesc& out, const TensorDesc& input, const TensorD
   return true;
 }
 
+// Winograd F(2x2, 3x3) (float32, AVX-512; Conv2dParams::winograd, which the engine sets): a 3x3
+// convolution with stride 1, dilation 1, one group and at least 16 input channels computes each
+// 2x2 output tile from a 4x4 input tile as Y = A^T [(G g G^T) . (B^T d B)] A: 16 products per
+// channel pair for 4 outputs instead of 36. Per block of tile rows of one sample: the input
+// transform V[xi][c][t] (16 tiles a vector: lane l is tile t0 + l of one tile row, its four
+// columns gathered from the padded input with two permutes per pair of loads), then for each
+// 8-channel panel the 16 products M[xi] [8, T] = U[xi] [8, C] @ V[xi] [C, T] by direct_tile (the
+// direct convolution's register tile, with row_off[c] = c * T), then the output transform with
+// the bias and ReLU (the output stage's order) and, with fuse_max_pool2, the 2x2 max pool of
+// the tile, which is exactly a pooling window (tiles start at even rows and columns).
+// Not bit-equal to the direct convolution: the transforms add and subtract inputs and products
+// before and after the channel sums (see docs/inference.md for the error bound tested).
+constexpr int kWinoMR = 8;
+
+// U[((xi * panels + q) * C + c) * 8 + r] = (G g G^T)[xi] of weight [q * 8 + r, c] (0 past O),
+// G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]], computed in double.
+void pack_winograd_weight(const TensorDesc& weight, int64_t O, int64_t C, float* u) {
+  const int64_t panels = (O + kWinoMR - 1) / kWinoMR;
+  const float* w = static_cast<const float*>(weight.data);
+  const int64_t s0 = weight.strides[0], s1 = weight.strides[1], s2 = weight.strides[2],
+                s3 = weight.strides[3];
+  static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  std::fill(u, u + 16 * panels * C * kWinoMR, 0.0f);
+  for (int64_t o = 0; o < O; ++o) {
+    for (int64_t c = 0; c < C; ++c) {
+      double g[3][3], gg[4][3];
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 3; ++j) g[i][j] = w[o * s0 + c * s1 + i * s2 + j * s3];
+      }
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 3; ++j) {
+          gg[i][j] = G[i][0] * g[0][j] + G[i][1] * g[1][j] + G[i][2] * g[2][j];
+        }
+      }
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) {
+          const double v = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
+          u[(((i * 4 + j) * panels + o / kWinoMR) * C + c) * kWinoMR + o % kWinoMR] =
+              static_cast<float>(v);
+        }
+      }
+    }
+  }
+}
+
+bool winograd_applies(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+                      const TensorDesc* bias, const ConvGeom& g) {
+  return g.p.winograd && input.dtype == DType::Float32 && weight.dtype == DType::Float32 &&
+         out.dtype == DType::Float32 && (!has_data(bias) || bias->dtype == DType::Float32) &&
+         g.p.math == CubeMath::KeepDtype && g.KH == 3 && g.KW == 3 && g.G == 1 && g.C >= 16 &&
+         g.p.stride[0] == 1 && g.p.stride[1] == 1 && g.p.dilation[0] == 1 &&
+         g.p.dilation[1] == 1 && out.strides[3] == 1 && g.OH > 0 && g.OW > 0 &&
+         patch_packing_avx512();
+}
+
+// Input transform of 16 tiles, channel c: lanes 0-7 take their columns from x (the top-left of
+// their tile in the padded plane, row 2 th, column 2 tw0), lanes 8-15 from x1 (x + 16: the next
+// 8 tiles of the row; or 2 rows down: the same tiles of the next tile row). v: V[0][c][t0] (xi
+// stride vs), `keep` the lanes that are tiles.
+// B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]].
+NPU_AVX512 NPU_ALWAYS_INLINE void wino_input_tile(const float* x, const float* x1, int64_t wp,
+                                                  float* v, int64_t vs, __mmask16 keep) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  __m512 w[4][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    const float *row = x + r * wp, *row1 = x1 + r * wp;
+    const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row1);
+    const __m512 a2 = _mm512_loadu_ps(row + 2), b2 = _mm512_loadu_ps(row1 + 2);
+    const __m512 d0 = _mm512_permutex2var_ps(a, even, b), d1 = _mm512_permutex2var_ps(a, odd, b);
+    const __m512 d2 = _mm512_permutex2var_ps(a2, even, b2),
+                 d3 = _mm512_permutex2var_ps(a2, odd, b2);
+    w[r][0] = _mm512_sub_ps(d0, d2);
+    w[r][1] = _mm512_add_ps(d1, d2);
+    w[r][2] = _mm512_sub_ps(d2, d1);
+    w[r][3] = _mm512_sub_ps(d1, d3);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    _mm512_mask_storeu_ps(v + (0 * 4 + j) * vs, keep, _mm512_sub_ps(w[0][j], w[2][j]));
+    _mm512_mask_storeu_ps(v + (1 * 4 + j) * vs, keep, _mm512_add_ps(w[1][j], w[2][j]));
+    _mm512_mask_storeu_ps(v + (2 * 4 + j) * vs, keep, _mm512_sub_ps(w[2][j], w[1][j]));
+    _mm512_mask_storeu_ps(v + (3 * 4 + j) * vs, keep, _mm512_sub_ps(w[1][j], w[3][j]));
+  }
+}
+
+// Output transform of 16 tiles (m: M[0][r][t0], xi stride ms), A^T = [[1, 1, 1, 0],
+// [0, 1, -1, -1]], then the stage (bias, ReLU) on each of the 4 outputs. Pooled: their max in
+// max_pool2d's order, lanes 0-7 stored at o[0] (mask k[0]), lanes 8-15 at o[1] (k[1], its lanes
+// 0-7; 0 when o[0]'s row holds all 16). Else the tiles' columns interleaved: lanes 0-7 of the
+// top conv row at o[0], lanes 8-15 at o[1], of the bottom row at o[2] and o[3] (k[i]: the
+// columns to store, 0 for none).
+template <bool POOL>
+NPU_AVX512 NPU_ALWAYS_INLINE void wino_output_tile(const float* m, int64_t ms, int r,
+                                                   const gemm::OutputStageF& stage,
+                                                   float* const* o, const __mmask16* k) {
+  __m512 s[4], t[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 m0 = _mm512_loadu_ps(m + (0 + j) * ms), m1 = _mm512_loadu_ps(m + (4 + j) * ms),
+                 m2 = _mm512_loadu_ps(m + (8 + j) * ms), m3 = _mm512_loadu_ps(m + (12 + j) * ms);
+    s[j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+    t[j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+  }
+  const __m512 y00 = stage(r, 0, _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]));
+  const __m512 y01 = stage(r, 0, _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]));
+  const __m512 y10 = stage(r, 0, _mm512_add_ps(_mm512_add_ps(t[0], t[1]), t[2]));
+  const __m512 y11 = stage(r, 0, _mm512_sub_ps(_mm512_sub_ps(t[1], t[2]), t[3]));
+  if constexpr (POOL) {
+    const __m512 pv = pool_take(pool_take(pool_take(y00, y01), y10), y11);
+    _mm512_mask_storeu_ps(o[0], k[0], pv);
+    if (k[1] != 0) _mm512_mask_storeu_ps(o[1], k[1], _mm512_shuffle_f32x4(pv, pv, 0xEE));
+  } else {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    if (k[0] != 0) _mm512_mask_storeu_ps(o[0], k[0], _mm512_permutex2var_ps(y00, lo, y01));
+    if (k[1] != 0) _mm512_mask_storeu_ps(o[1], k[1], _mm512_permutex2var_ps(y00, hi, y01));
+    if (k[2] != 0) _mm512_mask_storeu_ps(o[2], k[2], _mm512_permutex2var_ps(y10, lo, y11));
+    if (k[3] != 0) _mm512_mask_storeu_ps(o[3], k[3], _mm512_permutex2var_ps(y10, hi, y11));
+  }
+}
+
+// One conv2d_winograd call's shapes and buffers, shared by its blocks.
+struct WinoPlan {
+  const ConvGeom* g;
+  const float* u;           // transformed weight
+  const float* xp;          // padded input slice
+  const float* bias_rows;   // panels * 8 (0 past O)
+  const int64_t* row_off;   // c * T
+  float* out;               // out's sample n0
+  int64_t os0, os1, os2, Wp, plane, sample, TH, TW, T, panels;
+  bool pool, pair;  // pair: TW <= 8, a vector holds two tile rows (wino_block)
+};
+
+// Tile rows [th0, th0 + nrows) of sample n of the slice: input transform into V, the 16
+// products per 8-channel panel into M, output transform into out. Tile (tr, tw) of the block is
+// at t = tr * TW + tw; with rows of at most 8 tiles (w.pair), at t = tr / 2 * 16 + tr % 2 * 8 +
+// tw: a vector holds the tiles of two rows.
+NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int64_t th0,
+                           int64_t nrows) {
+  constexpr int MR = kWinoMR;
+  const ConvGeom& g = *w.g;
+  const int64_t C = g.C, T = w.T, TW = w.TW;
+  const bool pair = w.pair;
+  const auto lanes_mask = [](int64_t lanes) {
+    return static_cast<__mmask16>(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1u);
+  };
+  // (tr, tw) of each 16-tile vector: rows in steps of 2 (pair) or 1, columns in steps of 16.
+  const int64_t row_step = pair ? 2 : 1, used = pair ? (nrows + 1) / 2 * 16 : nrows * TW;
+  const float* xs = w.xp + n * w.sample;
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t tr = 0; tr < nrows; tr += row_step) {
+      const float* xrow = xs + c * w.plane + 2 * (th0 + tr) * w.Wp;
+      if (pair) {
+        const __mmask16 half = lanes_mask(TW);
+        wino_input_tile(xrow, xrow + 2 * w.Wp, w.Wp, V + c * T + tr * 8, C * T,
+                        static_cast<__mmask16>(half | (tr + 1 < nrows ? half << 8 : 0)));
+      } else {
+        for (int64_t tw = 0; tw < TW; tw += 16) {
+          wino_input_tile(xrow + 2 * tw, xrow + 2 * tw + 16, w.Wp, V + c * T + tr * TW + tw,
+                          C * T, lanes_mask(TW - tw));
+        }
+      }
+    }
+  }
+  float* const cs = w.out + n * w.os0;
+  for (int64_t q = 0; q < w.panels; ++q) {
+    for (int xi = 0; xi < 16; ++xi) {
+      const float* ap = w.u + (xi * w.panels + q) * C * MR;
+      const float* vx = V + xi * C * T;
+      float* mx = M + xi * MR * T;
+      for (int64_t j = 0; j < used; j += 32) {
+        const float* x[2] = {vx + j, vx + j + 16};
+        float* c[2] = {mx + j, mx + j + 16};
+        const __mmask16 m[2] = {0xFFFF, 0xFFFF};
+        direct_tile<MR, 2, false>(ap, C, w.row_off, x, c, m, T, MR,
+                                  gemm::OutputStageF{nullptr, nullptr, 0.0f, false});
+      }
+    }
+    const gemm::OutputStageF stage{w.bias_rows + q * MR, nullptr, 0.0f, g.p.fuse_relu};
+    const int rows = static_cast<int>(std::min<int64_t>(MR, g.O - q * MR));
+    for (int r = 0; r < rows; ++r) {
+      float* co = cs + (q * MR + r) * w.os1;
+      for (int64_t tr = 0; tr < nrows; tr += row_step) {
+        const int64_t th = th0 + tr;
+        const bool second = pair && tr + 1 < nrows;  // lanes 8-15: tile row th + 1
+        for (int64_t tw = 0; tw < TW; tw += 16) {
+          const float* mm = M + r * T + (pair ? tr * 8 : tr * TW + tw);
+          float* o[4];
+          __mmask16 k[4];
+          if (w.pool) {
+            o[0] = co + th * w.os2 + tw;
+            k[0] = lanes_mask(pair ? std::min<int64_t>(TW, 8) : TW - tw);
+            o[1] = second ? co + (th + 1) * w.os2 : o[0];
+            k[1] = second ? lanes_mask(TW) : 0;
+            wino_output_tile<true>(mm, MR * T, r, stage, o, k);
+          } else {
+            const int64_t cols = g.OW - 2 * tw;  // conv columns from this vector's first
+            const bool bottom = 2 * th + 1 < g.OH;
+            o[0] = co + 2 * th * w.os2 + 2 * tw;
+            o[2] = o[0] + w.os2;
+            if (pair) {  // lanes 8-15: conv rows 2 th + 2 and 2 th + 3
+              o[1] = o[0] + 2 * w.os2;
+              o[3] = o[0] + 3 * w.os2;
+              k[0] = lanes_mask(cols);
+              k[1] = second ? k[0] : 0;
+              k[2] = bottom ? k[0] : 0;
+              k[3] = second && 2 * th + 3 < g.OH ? k[0] : 0;
+            } else {
+              o[1] = o[0] + 16;
+              o[3] = o[2] + 16;
+              k[0] = lanes_mask(cols);
+              k[1] = cols > 16 ? lanes_mask(cols - 16) : 0;
+              k[2] = bottom ? k[0] : 0;
+              k[3] = bottom ? k[1] : 0;
+            }
+            wino_output_tile<false>(mm, MR * T, r, stage, o, k);
+          }
+        }
+      }
+    }
+  }
+}
+
+// n floats of a thread's scratch buffer `own` kept between calls (a fresh allocation of a few
+// hundred KB per call cost page faults: 11% of a batch-1 32 -> 64 convolution); above 1 M
+// floats, `big` is allocated for this call only. New floats are 0; old ones keep stale values.
+// The buffer starts on a 64-byte line (V's and M's vectors are whole lines).
+float* wino_scratch(std::vector<float>& own, std::unique_ptr<float[]>& big, size_t n) {
+  float* p;
+  if (n > (size_t{1} << 20)) {
+    big.reset(new float[n + 16]());
+    p = big.get();
+  } else {
+    if (own.size() < n + 16) own.resize(n + 16, 0.0f);
+    p = own.data();
+  }
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+}
+
+// The convolution by Winograd F(2x2, 3x3) (above), winograd_applies() being true. `u`: the
+// weight transformed already (PackedConvWeight::winograd), or nullptr.
+void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
+                     const TensorDesc* bias, const ConvGeom& g, const float* u) {
+  constexpr int MR = kWinoMR;
+  const int64_t C = g.C, O = g.O, panels = (O + MR - 1) / MR;
+  std::unique_ptr<float[]> own;
+  if (u == nullptr) {
+    own.reset(new float[static_cast<size_t>(16 * panels * C * MR)]);
+    pack_winograd_weight(weight, O, C, own.get());
+    u = own.get();
+  }
+  const bool pool = g.p.fuse_max_pool2;
+  // Tiles: pooled, only those of whole pooling windows; else ceil, the last row / column of an
+  // odd size computed and not stored (the padded copy has a zero row and column more).
+  const int64_t TH = pool ? g.OH / 2 : (g.OH + 1) / 2, TW = pool ? g.OW / 2 : (g.OW + 1) / 2;
+  if (TH == 0 || TW == 0) return;
+  const int64_t Hp = g.H + 2 * g.p.padding[0] + 1, Wp = g.W + 2 * g.p.padding[1] + 1;
+  const int64_t plane = Hp * Wp, sample = C * plane;
+  // Blocks of tile rows of about 64 tiles; with several threads, halved while there are fewer
+  // blocks than threads, down to 32 tiles (one direct_tile step: fewer would be computed anyway).
+  const bool pair = TW <= 8;
+  int64_t rows_blk = pair ? 8 : std::max<int64_t>(1, 64 / TW);
+  const int64_t min_rows = pair ? 4 : std::max<int64_t>(1, 32 / TW);
+  const int64_t threads = num_threads();
+  while (threads > 1 && rows_blk / 2 >= min_rows &&
+         g.N * ((TH + rows_blk - 1) / rows_blk) < threads) {
+    rows_blk /= 2;
+  }
+  rows_blk = std::min(rows_blk, TH);
+  const int64_t blocks = (TH + rows_blk - 1) / rows_blk;
+  // V / M row length, whole 32-tile steps
+  const int64_t T = ((pair ? (rows_blk + 1) / 2 * 16 : rows_blk * TW) + 31) / 32 * 32;
+  std::vector<int64_t> row_off(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) row_off[c] = c * T;
+  std::vector<float> bias_rows(static_cast<size_t>(panels * MR), 0.0f);
+  if (has_data(bias)) {
+    const float* b = static_cast<const float*>(bias->data);
+    for (int64_t o = 0; o < O; ++o) bias_rows[o] = b[o * bias->strides[0]];
+  }
+  const int64_t slice = std::clamp<int64_t>((int64_t{4} << 20) / sample, 1, g.N);
+  // Slack: the last tiles' loads read up to 4 rows and 34 columns on (lanes never stored).
+  const int64_t slack = 4 * Wp + 64;
+  thread_local std::vector<float> xp_own;
+  std::unique_ptr<float[]> xp_big;
+  float* const xp = wino_scratch(xp_own, xp_big, static_cast<size_t>(slice * sample + slack));
+  std::fill(xp + slice * sample, xp + slice * sample + slack, 0.0f);
+  for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
+    const int64_t nb = std::min(slice, g.N - n0);
+    pad_input(input, n0, nb, g, Hp, Wp, xp);
+    if (nb < slice) std::fill(xp + nb * sample, xp + nb * sample + slack, 0.0f);
+    const WinoPlan plan{&g, u, xp, bias_rows.data(), row_off.data(),
+                        static_cast<float*>(out.data) + n0 * out.strides[0], out.strides[0],
+                        out.strides[1], out.strides[2], Wp, plane, sample, TH, TW, T, panels,
+                        pool, pair};
+    parallel_for(0, nb * blocks, 1, [&](int64_t b0, int64_t b1) {
+      // The lanes of V past a block's tiles are read (never stored): zeros or stale values.
+      thread_local std::vector<float> v_own, m_own;
+      std::unique_ptr<float[]> v_big, m_big;
+      float* const V = wino_scratch(v_own, v_big, static_cast<size_t>(16 * C * T + 16));
+      float* const M = wino_scratch(m_own, m_big, static_cast<size_t>(16 * MR * T + 16));
+      for (int64_t bi = b0; bi < b1; ++bi) {
+        const int64_t th0 = bi % blocks * rows_blk;
+        wino_block(plan, V, M, bi / blocks, th0, std::min(rows_blk, TH - th0));
+      }
+    });
+  }
+}
+
 // The float32 forward as an implicit GEMM per group (see the top of the file); false when the
 // operands do not qualify (dtypes, or an output whose H and W do not merge into stride 1).
 bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
@@ -996,6 +1308,10 @@ void conv2d(const TensorDesc& out, const TensorDesc& input, const TensorDesc& we
   NPU_KERNEL_ASSERT(conv2d_supports(input.dtype, weight.dtype, out.dtype), "conv2d dtypes");
   const ConvGeom g(input, weight, out, p);
   if (out.numel() == 0) return;
+  if (winograd_applies(out, input, weight, bias, g)) {
+    conv2d_winograd(out, input, weight, bias, g, nullptr);
+    return;
+  }
   if (p.fuse_max_pool2) {
     if (g.K == 0 || !conv2d_direct(out, input, weight, bias, g, nullptr)) {
       conv2d_then_pool(out, input, weight, bias, p, g);
@@ -1042,6 +1358,10 @@ PackedConvWeight::PackedConvWeight(const TensorDesc& weight, int64_t groups)
   constexpr int MR = detail::kDirectMR;
   panels.resize(static_cast<size_t>(g.G * ((g.Og + MR - 1) / MR) * g.K * MR));
   detail::pack_direct_weight(weight, g, panels.data());
+  if (g.KH == 3 && g.KW == 3 && g.G == 1 && g.C >= 16) {  // what winograd_applies() can take
+    winograd.resize(static_cast<size_t>(16 * ((g.O + 7) / 8) * 8 * g.C));
+    detail::pack_winograd_weight(weight, g.O, g.C, winograd.data());
+  }
 }
 
 void conv2d_prepacked(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
@@ -1053,6 +1373,11 @@ void conv2d_prepacked(const TensorDesc& out, const TensorDesc& input, const Tens
   NPU_KERNEL_ASSERT(packed.source == weight.data && packed.out_channels == g.O &&
                         packed.groups == g.G && packed.k == g.K,
                     "conv2d_prepacked: the packed weight was made from another weight");
+  if (out.numel() != 0 && !packed.winograd.empty() &&
+      winograd_applies(out, input, weight, bias, g)) {
+    conv2d_winograd(out, input, weight, bias, g, packed.winograd.data());
+    return;
+  }
   if (out.numel() != 0 && g.K != 0 &&
       conv2d_direct(out, input, weight, bias, g, packed.panels.data())) {
     return;

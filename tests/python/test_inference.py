@@ -419,6 +419,55 @@ def test_conv_max_pool_fusion_matches_onnxruntime(tmp_path, batch):
     session.free_resource()
 
 
+@pytest.mark.parametrize("c_in,c_out,size,relu,pool", [
+    (16, 8, (8, 8), True, False),      # 4 tiles a row
+    (32, 64, (32, 32), True, True),    # the benchmark CNN's 32 -> 64 (+ ReLU + MaxPool)
+    (64, 128, (16, 16), True, True),   # its 64 -> 128
+    (17, 13, (11, 37), False, False),  # odd sizes, an edge panel, no activation
+    (20, 9, (9, 10), True, True),      # odd rows under the pool
+])
+def test_winograd_conv_within_bound_of_float64(tmp_path, c_in, c_out, size, relu, pool):
+    """The engine computes 3x3 / stride 1 float32 convolutions with >= 16 input channels by
+    Winograd F(2x2, 3x3) (Conv2dParams::winograd): not bit-equal to the direct convolution, so
+    each output is held to a float64 reference within 16 float32 ulps (2^-24) of the sum of
+    |w x| + |b| over its taps (the C++ test's bound, docs/inference.md), and to onnxruntime
+    within the suite's TOL; batch 2."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(c_in, c_out, 3, padding=1)
+
+        def forward(self, x):
+            h = self.conv(x)
+            h = torch.relu(h) if relu else h
+            return nn.functional.max_pool2d(h, 2) if pool else h
+
+    torch.manual_seed(c_in)
+    net = Net().eval()
+    shape = (2, c_in, *size)
+    path = export(net, shape, tmp_path / "wino.onnx")
+    session = InferSession(0, convert(path, tmp_path / "wino"))
+    x = np.random.RandomState(c_out).randn(*shape).astype(np.float32)
+    (got,) = session.infer([x])
+    session.free_resource()
+    np.testing.assert_allclose(got, onnxruntime_run(path, x)[0], rtol=TOL, atol=TOL)
+    w = net.conv.weight.detach().double()
+    b = net.conv.bias.detach().double()
+    xd = torch.from_numpy(x).double()
+    ref = nn.functional.conv2d(xd, w, b, padding=1)
+    mag = nn.functional.conv2d(xd.abs(), w.abs(), b.abs(), padding=1)
+    if relu:
+        ref = torch.relu(ref)
+    if pool:  # the bound of the window's largest magnitude holds for the pooled value
+        ref = nn.functional.max_pool2d(ref, 2)
+        mag = nn.functional.max_pool2d(mag, 2)
+    err = (torch.from_numpy(got).double() - ref).abs()
+    assert (err <= 16 * 2.0 ** -24 * mag).all(), float((err / mag).max() / 2.0 ** -24)
+
+
 @pytest.mark.parametrize("heads,tokens", [(3, 7), (4, 16)])
 def test_attention_reads_and_writes_through_folded_transposes(tmp_path, heads, tokens):
     """The heads' split ([B, S, H, D] -> [B, H, S, D] for q, k and v, k's as one [0, 2, 3, 1]

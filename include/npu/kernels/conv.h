@@ -47,6 +47,12 @@ struct Conv2dParams {  // [0] along H, [1] along W
   // register tile before its store (the full-size output is never written); other paths
   // compute the convolution into a temporary and pool it with max_pool2d.
   bool fuse_max_pool2 = false;
+  // conv2d only: a float32 3x3 convolution with stride 1, dilation 1, one group and at least
+  // 16 input channels (AVX-512) may take Winograd F(2x2, 3x3): about 2.25x fewer products, not
+  // bit-equal to the direct convolution (relative error within a few float32 ulps of the sum
+  // of |products|; see docs/inference.md). Off by default (eager ops keep their bits); the
+  // offline engine sets it.
+  bool winograd = false;
   // HF32: float32 input, weight and grad_output are read as HF32 by every GEMM of the forward
   // and the backward (bias and accumulation stay float32), as the cube does under
   // torch.npu.conv.allow_hf32.
@@ -71,6 +77,9 @@ struct PackedConvWeight {
   const void* source;  // the weight's address when packed (checked, never read)
   int64_t out_channels, groups, k;  // k = C_in / groups * KH * KW
   std::vector<float> panels;
+  // The Winograd-transformed weight (16 x [C_out, C_in] in 8-row panels) for a 3x3, one-group
+  // weight with C_in >= 16, else empty; used by conv2d_prepacked when p.winograd is set.
+  std::vector<float> winograd;
 };
 
 // conv2d with the weight's panels packed already (`packed` made from this weight and p.groups):

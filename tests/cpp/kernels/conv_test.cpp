@@ -7,6 +7,9 @@
 // across threads, strided inputs and a fused relu.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+
 #include "kernel_test_util.h"
 #include "npu/kernels/conv.h"
 #include "npu/kernels/matmul.h"
@@ -323,6 +326,135 @@ TEST(Conv2d, FusedMaxPoolEqualsConvThenMaxPoolBitForBit) {
     }
   }
   nk::testing::set_gemm_isa("auto");
+}
+
+// Winograd F(2x2, 3x3) (Conv2dParams::winograd; float32, 3x3, stride 1, one group, C >= 16)
+// against the float64 loops: |y - ref| <= 16 u (sum |w x| + |b|) per output, u = 2^-24 (see
+// docs/inference.md: the largest error seen on these cases is 1.0-2.1 u of that sum; the
+// direct convolution's 4-6 u on such shapes). Tile rows shorter than, equal to and longer than one
+// 16-tile vector, odd output sizes (the last row / column of tiles half stored), an edge panel,
+// no padding, asymmetric padding, a column-major input, relu and bias, and a batch cut into
+// padded slices. The fused 2x2 max pool equals max_pool2d of the unpooled Winograd result bit
+// for bit, conv2d_prepacked equals conv2d, and shapes it does not take (3 input channels,
+// stride 2, 5x5, groups) keep the flag-off bits.
+TEST(Conv2d, WinogradWithinBoundOfFloat64AndPoolsBitForBit) {
+  struct Case {
+    ConvCase k;
+    bool relu, bias, transposed;
+  };
+  const Case cases[] = {
+      {{2, 16, 8, 8, 8, 3, 3, 1, 1, 1, 1}, true, true, false},      // 4 tiles a row
+      {{1, 32, 32, 32, 64, 3, 3, 1, 1, 1, 1}, true, true, false},   // the CNN's 32 -> 64
+      {{2, 64, 16, 16, 128, 3, 3, 1, 1, 1, 1}, false, true, false}, // the CNN's 64 -> 128
+      {{1, 17, 11, 37, 13, 3, 3, 1, 1, 1, 1}, true, false, false},  // 19 tiles a row, odd sizes
+      {{3, 20, 9, 10, 9, 3, 3}, false, true, true},                 // no padding, OH 7
+      {{1, 16, 5, 4, 8, 3, 3, 1, 1, 2, 0}, false, true, false},     // padding 2 / 0, OW 2
+      {{3, 16, 300, 290, 8, 3, 3, 1, 1, 1, 1}, true, true, false},  // slices of 2 then 1
+  };
+  for (const Case& cs : cases) {
+    const ConvCase& k = cs.k;
+    SCOPED_TRACE(::testing::Message() << "N" << k.N << " C" << k.C << " " << k.H << "x" << k.W
+                                      << " O" << k.O << " p" << k.ph << "," << k.pw << " relu "
+                                      << cs.relu << " bias " << cs.bias << " t_in "
+                                      << cs.transposed);
+    nk::Conv2dParams p;
+    p.padding[0] = k.ph, p.padding[1] = k.pw;
+    p.fuse_relu = cs.relu;
+    p.winograd = true;
+    const int64_t OH = nk::conv_output_size(k.H, 3, k.ph, 1, 1);
+    const int64_t OW = nk::conv_output_size(k.W, 3, k.pw, 1, 1);
+    HostTensor x(DType::Float32, {k.N, k.C, k.H, k.W},
+                 cs.transposed ? Layout::Transposed : Layout::Contiguous),
+        w(DType::Float32, {k.O, k.C, 3, 3}), b(DType::Float32, {k.O}),
+        y(DType::Float32, {k.N, k.O, OH, OW});
+    fill_uniform(x, -1, 1);
+    fill_uniform(w, -1, 1);
+    fill_uniform(b, -1, 1);
+    fill_uniform(y, 5, 6);  // overwritten
+    const TensorDesc bd = b.desc();
+    const TensorDesc* bias = cs.bias ? &bd : nullptr;
+    nk::conv2d(y.desc(), x.desc(), w.desc(), bias, p);
+    const float* xf = x.at<float>(0);
+    const float* wf = w.at<float>(0);
+    double worst = 0;  // the largest |y - ref| / (u * bound) seen
+    for (int64_t n = 0; n < k.N; ++n) {
+      for (int64_t o = 0; o < k.O; ++o) {
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double ref = cs.bias ? b.get(o) : 0.0, mag = std::fabs(ref);
+            for (int64_t c = 0; c < k.C; ++c) {
+              for (int64_t a = 0; a < 3; ++a) {
+                const int64_t h = oh - k.ph + a;
+                if (h < 0 || h >= k.H) continue;
+                for (int64_t bb = 0; bb < 3; ++bb) {
+                  const int64_t ww = ow - k.pw + bb;
+                  if (ww < 0 || ww >= k.W) continue;
+                  const double prod =
+                      double(wf[((o * k.C + c) * 3 + a) * 3 + bb]) *
+                      double(xf[n * x.strides[0] + c * x.strides[1] + h * x.strides[2] +
+                                ww * x.strides[3]]);
+                  ref += prod;
+                  mag += std::fabs(prod);
+                }
+              }
+            }
+            if (cs.relu) ref = std::max(ref, 0.0);
+            const double got = y.get(((n * k.O + o) * OH + oh) * OW + ow);
+            const double err = std::fabs(got - ref) / (0x1p-24 * (mag + 1e-30));
+            worst = std::max(worst, err);
+            ASSERT_LE(err, 16.0) << "n " << n << " o " << o << " (" << oh << ", " << ow
+                                 << "): " << got << " vs " << ref;
+          }
+        }
+      }
+    }
+    std::printf("winograd C%ld %ldx%ld: max |err| = %.2f u sum|wx|\n", long(k.C), long(k.H),
+                long(k.W), worst);
+    // Pooled: max_pool2d of the unpooled result, bit for bit; prepacked: conv2d's bits.
+    HostTensor want(DType::Float32, {k.N, k.O, OH / 2, OW / 2});
+    nk::Pool2dParams pp;
+    pp.kernel[0] = pp.kernel[1] = pp.stride[0] = pp.stride[1] = 2;
+    TensorDesc no_indices = want.desc();
+    no_indices.data = nullptr, no_indices.dtype = DType::Int64;
+    if (want.numel() > 0) nk::max_pool2d(want.desc(), no_indices, y.desc(), pp);
+    nk::Conv2dParams pooled = p;
+    pooled.fuse_max_pool2 = true;
+    HostTensor got = want;
+    fill_uniform(got, 5, 6);
+    nk::conv2d(got.desc(), x.desc(), w.desc(), bias, pooled);
+    EXPECT_EQ(got.buf, want.buf);
+    const nk::PackedConvWeight packed(w.desc(), 1);
+    ASSERT_FALSE(packed.winograd.empty());
+    fill_uniform(got, 5, 6);
+    nk::conv2d_prepacked(got.desc(), x.desc(), w.desc(), packed, bias, pooled);
+    EXPECT_EQ(got.buf, want.buf);
+    HostTensor y2 = y;
+    fill_uniform(y2, 5, 6);
+    nk::conv2d_prepacked(y2.desc(), x.desc(), w.desc(), packed, bias, p);
+    EXPECT_EQ(y2.buf, y.buf);
+  }
+  // Shapes Winograd does not take: the flag changes nothing.
+  const ConvCase others[] = {
+      {1, 3, 16, 16, 32, 3, 3, 1, 1, 1, 1},           // 3 input channels
+      {1, 16, 12, 12, 8, 3, 3, 2, 1, 1, 1},           // stride 2 along H
+      {1, 16, 12, 12, 8, 5, 5, 1, 1, 2, 2},           // 5x5
+      {1, 32, 12, 12, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2},  // groups 2
+  };
+  for (const ConvCase& k : others) {
+    nk::Conv2dParams p;
+    p.stride[0] = k.sh, p.padding[0] = k.ph, p.padding[1] = k.pw, p.groups = k.groups;
+    const int64_t OH = nk::conv_output_size(k.H, k.KH, k.ph, k.sh, 1);
+    const int64_t OW = nk::conv_output_size(k.W, k.KW, k.pw, 1, 1);
+    HostTensor x(DType::Float32, {k.N, k.C, k.H, k.W}),
+        w(DType::Float32, {k.O, k.C / k.groups, k.KH, k.KW}), y(DType::Float32, {k.N, k.O, OH, OW});
+    fill_uniform(x, -1, 1);
+    fill_uniform(w, -1, 1);
+    nk::conv2d(y.desc(), x.desc(), w.desc(), nullptr, p);
+    HostTensor y2 = y;
+    p.winograd = true;
+    nk::conv2d(y2.desc(), x.desc(), w.desc(), nullptr, p);
+    EXPECT_EQ(y2.buf, y.buf) << "C" << k.C << " k" << k.KH << " s" << k.sh << " g" << k.groups;
+  }
 }
 
 // HF32 convolution == float32 convolution of input and weight rounded beforehand, bit for bit,
