@@ -233,7 +233,9 @@ void run_case(const Case& c) {
   EXPECT_LE(max_rel_err(dq, r.dq), grad_tol) << "dq";
   EXPECT_LE(max_rel_err(dk, r.dk), grad_tol) << "dk";
   EXPECT_LE(max_rel_err(dv, r.dv), grad_tol) << "dv";
-  if (c.pse_rows > 0) EXPECT_LE(max_rel_err(dpse, r.dpse), grad_tol) << "dpse";
+  if (c.pse_rows > 0) {
+    EXPECT_LE(max_rel_err(dpse, r.dpse), grad_tol) << "dpse";
+  }
   // Statistics: every one of the 8 copies.
   for (int64_t row = 0; row < B * c.Nq * Sq; ++row) {
     for (int64_t t = 0; t < 8; ++t) {

@@ -605,7 +605,9 @@ TEST_P(GemmIsa, PrepackedOutputStageEqualsAPassAfterwards) {
           }
         }
         EXPECT_TRUE(std::isnan(w[0]));
-        if (st.relu) EXPECT_GT(relu_zeroed, 0);
+        if (st.relu) {
+          EXPECT_GT(relu_zeroed, 0);
+        }
         for (int64_t e = 0; e < s[0] * s[1]; ++e) {
           const float g = reinterpret_cast<const float*>(got.buf.data())[e];
           if (std::memcmp(&g, &w[e], 4) != 0) {

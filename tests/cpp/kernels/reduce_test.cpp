@@ -333,7 +333,9 @@ TEST(ArgReduce, LongFloatRowsTiesNanAndZeros) {
         }
         ASSERT_EQ(idx[row], best) << "len " << len << " row " << row << " max " << max;
         ASSERT_EQ(std::signbit(vals[row]), std::signbit(v[best]));
-        if (!std::isnan(v[best])) ASSERT_EQ(vals[row], v[best]);
+        if (!std::isnan(v[best])) {
+          ASSERT_EQ(vals[row], v[best]);
+        }
       }
     }
   }
