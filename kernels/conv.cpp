@@ -1391,6 +1391,7 @@ void conv2d_backward(const TensorDesc* grad_input, const TensorDesc* grad_weight
   using namespace detail;
   NPU_KERNEL_ASSERT(conv2d_supports(input.dtype, weight.dtype, grad_output.dtype),
                     "conv2d_backward dtypes");
+  NPU_KERNEL_ASSERT(!p.fuse_max_pool2, "conv2d_backward: fuse_max_pool2 is forward-only");
   const ConvGeom g(input, weight, grad_output, p);
   if (has_data(grad_bias)) {
     TensorDesc gb = grad_output;  // [1, O, 1, 1] keepdim view of grad_bias

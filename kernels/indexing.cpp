@@ -174,13 +174,16 @@ void embedding_backward(const TensorDesc& grad_weight, const TensorDesc& grad_ou
   // Each group is summed in the compute type (float for float16/bfloat16, as CUDA's kernel
   // accumulates) and rounded once into grad_weight; adding row by row into a 16-bit
   // grad_weight would round after every row and lose the small rows of a long sum.
-  // A counting sort when the indices lie in [0, rows) of a table not much larger than the
-  // index list (a vocabulary's embedding over a batch: 4096 tokens into 256 rows took a
-  // comparison sort a third of the kernel's time); the same stable order either way.
+  // A counting sort when the table is not much larger than the index list (a vocabulary's
+  // embedding over a batch: 4096 tokens into 256 rows took a comparison sort a third of the
+  // kernel's time); the same stable order either way.
   std::vector<size_t> order(keep_idx.size());
   const int64_t table_rows = grad_weight.sizes[0];
   const auto [lo, hi] = std::minmax_element(keep_idx.begin(), keep_idx.end());
-  if (*lo >= 0 && *hi < table_rows && table_rows <= 4 * static_cast<int64_t>(n) + 4096) {
+  // The adapter refuses an index outside the table with PyTorch's message; here it would write
+  // outside grad_weight.
+  NPU_KERNEL_ASSERT(*lo >= 0 && *hi < table_rows, "embedding_backward: an index outside [0, rows)");
+  if (table_rows <= 4 * static_cast<int64_t>(n) + 4096) {
     std::vector<size_t> start(static_cast<size_t>(table_rows) + 1, 0);
     for (int64_t v : keep_idx) ++start[static_cast<size_t>(v) + 1];
     for (size_t r = 1; r < start.size(); ++r) start[r] += start[r - 1];

@@ -353,9 +353,10 @@ void adaptive_avg_pool2d(const TensorDesc& out, const TensorDesc& in) {
   dispatch_compute_float(in.dtype, [&]<class T>() {
     const int64_t H = pi.H, W = pi.W, OH = po.H, OW = po.W;
     if (OH == 1 && OW == 1) {
-      // Global pooling (the engine's GlobalAveragePool): the plane summed in 8 interleaved
-      // double partial sums, not one serial chain of adds (latency-bound, a CNN's classifier
-      // head spent 5x onnxruntime's time on it).
+      // Global pooling (the engine's GlobalAveragePool, eager adaptive_avg_pool2d(x, 1) too):
+      // the plane summed in 8 interleaved double partial sums, not one serial chain of adds
+      // (latency-bound, a CNN's classifier head spent 5x onnxruntime's time on it); the last
+      // bits of a float64 mean may differ from a serial sum's.
       for_each_plane<T>(po, pi, H * W + 1, [&](int64_t, const T* x, T* y) {
         const int64_t n = H * W;
         double part[8] = {};

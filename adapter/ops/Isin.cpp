@@ -7,6 +7,7 @@
 // on (bool, complex, 16-bit floats), go to ATen's CPU kernel by the host-kernel path (eq
 // against each value or'ed together, or eq then any over the values, measured slower there).
 #include <ATen/ops/eq.h>
+#include <ATen/ops/result_type.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/ne.h>
 #include <torch/library.h>
@@ -34,9 +35,13 @@ at::Tensor isinTensorTensor(const at::Tensor& elements, const at::Tensor& test, 
   if (elements.numel() == 0 || test.numel() == 0) {  // nothing found (an empty result or all)
     return at::full(elements.sizes(), invert, elements.options().dtype(at::kBool));
   }
-  // eq / ne promote both to their common dtype, as isin does; NaN equals nothing in both.
-  const at::Tensor value = test.reshape({});
-  return invert ? at::ne(elements, value) : at::eq(elements, value);
+  // Compared in isin's common dtype: result_type of the operands as given (a [1] test tensor
+  // widens it as a 0-dim one would not: int8 elements against [300] compare as int64, where a
+  // 0-dim 300 would wrap to 44). NaN equals nothing in both.
+  const at::ScalarType common = at::result_type(elements, test);
+  const at::Tensor value = test.reshape({}).to(common);
+  const at::Tensor lhs = elements.to(common);
+  return invert ? at::ne(lhs, value) : at::eq(lhs, value);
 }
 
 }  // namespace

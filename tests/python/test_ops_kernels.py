@@ -433,6 +433,21 @@ def test_isin_equals_the_cpu_and_runs_on_the_device_against_one_value(dtypes, sh
         assert (ref != invert).any()  # some value is found (2.5 is not, in integers)
 
 
+@pytest.mark.parametrize("elements,test", [
+    (torch.tensor([44, 7], dtype=torch.int8), torch.tensor([300])),  # 300 wraps to 44 in int8
+    (torch.tensor([255, 1], dtype=torch.uint8), torch.tensor([-1])),  # -1 wraps to 255
+    (torch.tensor([0.1, 0.5]), torch.tensor([0.1], dtype=torch.float64)),  # 0.1 in float32 != in float64
+    (torch.tensor([44, 7], dtype=torch.int8), torch.tensor(300)),  # 0-dim: isin's own promotion
+])
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin_compares_in_the_common_dtype_as_the_cpu(elements, test, invert):
+    # A one-element test tensor widens the comparison's dtype (it is not a 0-dim operand): the
+    # device path must not narrow it to the elements' dtype.
+    ref = torch.isin(elements, test, invert=invert)
+    got = torch.isin(elements.npu(), test.npu(), invert=invert)
+    assert torch.equal(got.cpu(), ref)
+
+
 def test_isin_refuses_bool_as_the_cpu():
     flags = torch.tensor([True, False])
     for device in ("cpu", "npu"):

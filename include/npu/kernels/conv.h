@@ -43,9 +43,10 @@ struct Conv2dParams {  // [0] along H, [1] along W
   int64_t groups = 1;
   bool fuse_relu = false;  // conv2d only: out = relu(conv2d(...)), applied as out is written
   // conv2d only: out = max_pool2d(conv2d(...) (then relu), kernel 2, stride 2, no padding,
-  // floor), out being the pooled [N, C_out, OH / 2, OW / 2]. The direct convolution pools each
-  // register tile before its store (the full-size output is never written); other paths
-  // compute the convolution into a temporary and pool it with max_pool2d.
+  // floor), out being the pooled [N, C_out, OH / 2, OW / 2]. The direct and Winograd
+  // convolutions pool each register tile before its store (the full-size output is never
+  // written); other paths compute the convolution into a temporary and pool it with
+  // max_pool2d. Forward only: conv2d_backward refuses it.
   bool fuse_max_pool2 = false;
   // conv2d only: a float32 3x3 convolution with stride 1, dilation 1, one group and at least
   // 16 input channels (AVX-512) may take Winograd F(2x2, 3x3): about 2.25x fewer products, not
