@@ -439,6 +439,19 @@ TEST(FlashAttention, HeadDimsOfTheTilePath) {
       run_case(c);
     }
     {
+      // The forward takes 4 query blocks per pass over the key tiles and the backward 4 key
+      // tiles per pass over the query blocks: 6 query blocks and 5 key tiles make a full pass
+      // and a partial one.
+      SCOPED_TRACE("two passes, causal both origins");
+      Case c = base;
+      c.Sq = 330;
+      c.Skv = 300;
+      for (bool br : {false, true}) {
+        c.band = causal(br);
+        run_case(c);
+      }
+    }
+    {
       SCOPED_TRACE("band, BSND, D 64 / Dv 32");
       Case c = base;
       c.D = 64;
