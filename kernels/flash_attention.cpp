@@ -990,6 +990,22 @@ NPU_FA512 void softmax_tile(float* st, float scale, float* m, float* l, float* o
   }
 }
 
+// A query block's finish: out = O / l through the float rows orow, and the statistics m, l.
+void write_block(const float* ot, const float* m, const float* l, const Seq& s, int64_t n,
+                 int64_t i0, int64_t rows, int64_t Dv, float* orow, const HeadRows& outr,
+                 const TensorDesc& smax, const TensorDesc& ssum) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    for (int64_t c = 0; c < Dv; ++c) orow[r * Dv + c] = ot[c * kBq + r] * inv;
+  }
+  outr.store(i0, rows, orow);
+  const StatRows sm(smax, s.b, n, s.q0 + i0), ss(ssum, s.b, n, s.q0 + i0);
+  for (int64_t r = 0; r < rows; ++r) {
+    sm.set(r, m[r]);
+    ss.set(r, l[r]);
+  }
+}
+
 NPU_FA512 void forward_head(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int64_t n,
                             const TensorDesc& out, const TensorDesc& smax,
                             const TensorDesc& ssum) {
@@ -1030,17 +1046,8 @@ NPU_FA512 void forward_head(const FlashAttentionArgs& a, const Dims& dm, const S
     }
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t i0 = ip + b * kBq, rows = std::min(kBq, s.sq - i0);
-      const float *ot = ots + b * Dv * kBq, *m = ms + b * kBq, *l = ls + b * kBq;
-      for (int64_t r = 0; r < rows; ++r) {
-        const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-        for (int64_t c = 0; c < Dv; ++c) orow[r * Dv + c] = ot[c * kBq + r] * inv;
-      }
-      outr.store(i0, rows, orow);
-      const StatRows sm(smax, s.b, n, s.q0 + i0), ss(ssum, s.b, n, s.q0 + i0);
-      for (int64_t r = 0; r < rows; ++r) {
-        sm.set(r, m[r]);
-        ss.set(r, l[r]);
-      }
+      write_block(ots + b * Dv * kBq, ms + b * kBq, ls + b * kBq, s, n, i0, rows, Dv, orow, outr,
+                  smax, ssum);
     }
   }
 }
@@ -1280,9 +1287,10 @@ NPU_AMX_TARGET void forward_head_amx(const FlashAttentionArgs& a, const Dims& dm
   const int64_t x_floats = std::max(sq_pad * D, sk_pad * std::max(D, Dv));
   // Float rows (to convert), K rows, V^T blocks, Q rows, Q^T words, the tile, P^T pairs, O^T,
   // m, l, an output block.
-  const auto [x, kb_f, vt_f, qb_f, qt_f, tile, pt_f, ot, m, l, orow] =
+  const auto [x, kb_f, vt_f, qb_f, qt_f, tile, pt_f, ots, ms, ls, orow] =
       carve<11>({x_floats, halves(sk_pad * D), halves(sk_pad * Dv), halves(sq_pad * D),
-                 halves(sq_pad * D), kBk * kBq, kBk * kBq / 2, Dv * kBq, kBq, kBq, kBq * Dv});
+                 halves(sq_pad * D), kBk * kBq, kBk * kBq / 2, kPassBlocks * Dv * kBq,
+                 kPassBlocks * kBq, kPassBlocks * kBq, kBq * Dv});
   auto* kb = reinterpret_cast<uint16_t*>(kb_f);
   auto* vt = reinterpret_cast<uint16_t*>(vt_f);
   auto* qb = reinterpret_cast<uint16_t*>(qb_f);
@@ -1297,31 +1305,32 @@ NPU_AMX_TARGET void forward_head_amx(const FlashAttentionArgs& a, const Dims& dm
   const float scale = static_cast<float>(a.scale);
   const HeadRows outr(out, s.b, n, s.q0);
   const amx::AmxTileScope tiles;
-  for (int64_t i0 = 0; i0 < s.sq; i0 += kBq) {
-    const int64_t rows = std::min(kBq, s.sq - i0);
-    std::fill(ot, ot + Dv * kBq, 0.0f);
-    std::fill(m, m + kBq, kNegInf);
-    std::fill(l, l + kBq, 0.0f);
+  // Query blocks in passes of kPassBlocks over the key tiles, as in forward_head.
+  for (int64_t ip = 0; ip < s.sq; ip += kPassBlocks * kBq) {
+    const int64_t blocks = std::min(kPassBlocks, (s.sq - ip + kBq - 1) / kBq);
+    std::fill(ots, ots + blocks * Dv * kBq, 0.0f);
+    std::fill(ms, ms + blocks * kBq, kNegInf);
+    std::fill(ls, ls + blocks * kBq, 0.0f);
     for (int64_t j0 = 0; j0 < s.skv; j0 += kBk) {
       const int64_t cols = std::min(kBk, s.skv - j0);
-      const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
-      if (cls == 0) continue;
-      // S^T = K Q^T;  O^T += V^T P^T
-      amx::tile_product_bf16(kBk, kBq, D, kb + j0 * D, D, qt + i0 * D / 2, kBq, tile, kBq, false);
-      if (cls == 2 || cols < kBk) mask_tile(tile, vis, i0, j0, s.sq, s.skv);
-      softmax_tile(tile, scale, m, l, ot, Dv);
-      tile_to_pairs(tile, pt);
-      amx::tile_product_bf16(Dv, kBq, kBk, vt + j0 * Dv, kBk, pt, kBq, ot, kBq, true);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t i0 = ip + b * kBq, rows = std::min(kBq, s.sq - i0);
+        const int cls = vis.classify(i0, i0 + rows, j0, j0 + cols);
+        if (cls == 0) continue;
+        float* ot = ots + b * Dv * kBq;
+        // S^T = K Q^T;  O^T += V^T P^T
+        amx::tile_product_bf16(kBk, kBq, D, kb + j0 * D, D, qt + i0 * D / 2, kBq, tile, kBq,
+                               false);
+        if (cls == 2 || cols < kBk) mask_tile(tile, vis, i0, j0, s.sq, s.skv);
+        softmax_tile(tile, scale, ms + b * kBq, ls + b * kBq, ot, Dv);
+        tile_to_pairs(tile, pt);
+        amx::tile_product_bf16(Dv, kBq, kBk, vt + j0 * Dv, kBk, pt, kBq, ot, kBq, true);
+      }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-      for (int64_t c = 0; c < Dv; ++c) orow[r * Dv + c] = ot[c * kBq + r] * inv;
-    }
-    outr.store(i0, rows, orow);
-    const StatRows sm(smax, s.b, n, s.q0 + i0), ss(ssum, s.b, n, s.q0 + i0);
-    for (int64_t r = 0; r < rows; ++r) {
-      sm.set(r, m[r]);
-      ss.set(r, l[r]);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t i0 = ip + b * kBq, rows = std::min(kBq, s.sq - i0);
+      write_block(ots + b * Dv * kBq, ms + b * kBq, ls + b * kBq, s, n, i0, rows, Dv, orow, outr,
+                  smax, ssum);
     }
   }
 }
