@@ -788,6 +788,13 @@ struct Items {
 //    O^T += V^T P^T. Backward per key block and visible query block: S^T, dP^T = V dO^T,
 //    P^T = exp(S^T - lse), dS^T = P^T (dP^T - D_i), then dV += P^T dO, dK += dS^T Q and
 //    dQ += dS K (dQ, dK, dV in float buffers of the head). Memory is O(S x D) per thread.
+//  - Tiles go in passes: the forward walks the key tiles once for 4 query blocks, the backward
+//    the query blocks once for 4 key tiles, so the operands of the long side (a head's K and V,
+//    or its Q, dO and dQ: 2 MB each at S = 4096, D = 128, the size of a core's L2) come from
+//    L3 once per 4 tiles. Every accumulator still takes its tiles in ascending order.
+//  - The items are whole heads, equal in work under any band, handed out one at a time, so the
+//    threads split them evenly when the head count is a multiple of the thread count (the tile
+//    path asks for that, or 4 heads a thread).
 namespace detail {
 namespace {
 
