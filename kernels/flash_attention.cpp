@@ -803,8 +803,9 @@ namespace {
 
 constexpr int64_t kBq = 64;  // queries per tile (the vector dimension: 4 zmm)
 constexpr int64_t kBk = 64;  // keys per tile
-// Tiles per pass (below): 1, 2, 4, 8 were tried at S = 4096, D = 128 (float32, one thread);
-// 4 took 4% off the forward's time and 9% off the backward's against 1, with more no better.
+// Tiles per pass (below), tried at S = 4096, D = 128 (float32, one thread): 1, 2 and 4 for the
+// forward, 1 to 16 for the backward; 4 took 4% off the forward's time and 9% off the
+// backward's against 1, and more were no better.
 constexpr int64_t kPassBlocks = 4;  // the forward's query blocks per pass over the key tiles
 constexpr int64_t kPassTiles = 4;   // the backward's key tiles per pass over the query blocks
 // The maskz forms with a full mask are the plain instructions; the unmasked intrinsics trip
@@ -1018,8 +1019,8 @@ NPU_FA512 void forward_head(const FlashAttentionArgs& a, const Dims& dm, const S
                             const TensorDesc& ssum) {
   const int64_t D = dm.d, Dv = dm.dv, h = n / dm.group;
   const int64_t sq_pad = round_up(s.sq, kBq), sk_pad = round_up(s.skv, kBk);
-  // K rows, V rows, Q rows (to transpose) and transposed, the tile, O^T, m, l, an output block.
-  // O^T, m and l of the kPassBlocks query blocks of a pass.
+  // K rows, V rows, Q rows (to transpose) and transposed, the tile, O^T, m and l of the
+  // kPassBlocks query blocks of a pass, an output block.
   const auto [kr, vr, x, qt, tile, ots, ms, ls, orow] =
       carve<9>({sk_pad * D, sk_pad * Dv, sq_pad * D, sq_pad * D, kBk * kBq,
                 kPassBlocks * Dv * kBq, kPassBlocks * kBq, kPassBlocks * kBq, kBq * Dv});
@@ -1293,7 +1294,7 @@ NPU_AMX_TARGET void forward_head_amx(const FlashAttentionArgs& a, const Dims& dm
   const int64_t sq_pad = round_up(s.sq, kBq), sk_pad = round_up(s.skv, kBk);
   const int64_t x_floats = std::max(sq_pad * D, sk_pad * std::max(D, Dv));
   // Float rows (to convert), K rows, V^T blocks, Q rows, Q^T words, the tile, P^T pairs, O^T,
-  // m, l, an output block.
+  // m and l of a pass's query blocks, an output block.
   const auto [x, kb_f, vt_f, qb_f, qt_f, tile, pt_f, ots, ms, ls, orow] =
       carve<11>({x_floats, halves(sk_pad * D), halves(sk_pad * Dv), halves(sq_pad * D),
                  halves(sq_pad * D), kBk * kBq, kBk * kBq / 2, kPassBlocks * Dv * kBq,
