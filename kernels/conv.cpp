@@ -760,9 +760,6 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
   const ConvGeom& g = *w.g;
   const int64_t C = g.C, T = w.T, TW = w.TW;
   const bool pair = w.pair;
-  const auto lanes_mask = [](int64_t lanes) {
-    return static_cast<__mmask16>(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1u);
-  };
   // (tr, tw) of each 16-tile vector: rows in steps of 2 (pair) or 1, columns in steps of 16.
   const int64_t row_step = pair ? 2 : 1, used = pair ? (nrows + 1) / 2 * 16 : nrows * TW;
   const float* xs = w.xp + n * w.sample;
@@ -770,13 +767,13 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
     for (int64_t tr = 0; tr < nrows; tr += row_step) {
       const float* xrow = xs + c * w.plane + 2 * (th0 + tr) * w.Wp;
       if (pair) {
-        const __mmask16 half = lanes_mask(TW);
+        const __mmask16 half = tail_mask16(TW);
         wino_input_tile(xrow, xrow + 2 * w.Wp, w.Wp, V + c * T + tr * 8, C * T,
                         static_cast<__mmask16>(half | (tr + 1 < nrows ? half << 8 : 0)));
       } else {
         for (int64_t tw = 0; tw < TW; tw += 16) {
           wino_input_tile(xrow + 2 * tw, xrow + 2 * tw + 16, w.Wp, V + c * T + tr * TW + tw,
-                          C * T, lanes_mask(TW - tw));
+                          C * T, tail_mask16(TW - tw));
         }
       }
     }
@@ -808,9 +805,9 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
           __mmask16 k[4];
           if (w.pool) {
             o[0] = co + th * w.os2 + tw;
-            k[0] = lanes_mask(pair ? std::min<int64_t>(TW, 8) : TW - tw);
+            k[0] = tail_mask16(pair ? std::min<int64_t>(TW, 8) : TW - tw);
             o[1] = second ? co + (th + 1) * w.os2 : o[0];
-            k[1] = second ? lanes_mask(TW) : 0;
+            k[1] = second ? tail_mask16(TW) : 0;
             wino_output_tile<true>(mm, MR * T, r, stage, o, k);
           } else {
             const int64_t cols = g.OW - 2 * tw;  // conv columns from this vector's first
@@ -820,15 +817,15 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
             if (pair) {  // lanes 8-15: conv rows 2 th + 2 and 2 th + 3
               o[1] = o[0] + 2 * w.os2;
               o[3] = o[0] + 3 * w.os2;
-              k[0] = lanes_mask(cols);
+              k[0] = tail_mask16(cols);
               k[1] = second ? k[0] : 0;
               k[2] = bottom ? k[0] : 0;
               k[3] = second && 2 * th + 3 < g.OH ? k[0] : 0;
             } else {
               o[1] = o[0] + 16;
               o[3] = o[2] + 16;
-              k[0] = lanes_mask(cols);
-              k[1] = cols > 16 ? lanes_mask(cols - 16) : 0;
+              k[0] = tail_mask16(cols);
+              k[1] = cols > 16 ? tail_mask16(cols - 16) : 0;
               k[2] = bottom ? k[0] : 0;
               k[3] = bottom ? k[1] : 0;
             }
