@@ -425,6 +425,15 @@ NPU_AVX512 NPU_ALWAYS_INLINE __m512 pool_take(__m512 best, __m512 v) {
   return _mm512_mask_mov_ps(best, later, v);
 }
 
+// Index vectors for _mm512_permutex2var_ps(a, idx, b) that gather the even (odd) lanes of the 32
+// lanes of a then b: lanes 0-7 from a, lanes 8-15 from b.
+NPU_AVX512 NPU_ALWAYS_INLINE __m512i even_lanes_idx() {
+  return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+NPU_AVX512 NPU_ALWAYS_INLINE __m512i odd_lanes_idx() {
+  return _mm512_add_epi32(even_lanes_idx(), _mm512_set1_epi32(1));
+}
+
 // With a fused 2x2 max pool (POOL), the tile's two segments are the same columns of conv rows
 // 2 ph and 2 ph + 1: each output channel's 32 values, bias and ReLU applied, are pooled in
 // registers into 8 values of pooled row ph (max_pool2d's rule: in the order (0,0), (0,1),
@@ -461,9 +470,7 @@ NPU_AVX512 void direct_tile(const float* ap, int64_t K, const int64_t* row_off,
   if constexpr (POOL) {
     // Lanes 0-7 of the even / odd gathers: the even / odd columns of the top row; lanes 8-15:
     // of the bottom row.
-    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
-                                               26, 28, 30);
-    const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
+    const __m512i even_idx = even_lanes_idx(), odd_idx = odd_lanes_idx();
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       if (r >= rows) break;
@@ -677,8 +684,7 @@ bool winograd_applies(const TensorDesc& out, const TensorDesc& input, const Tens
 // B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]].
 NPU_AVX512 NPU_ALWAYS_INLINE void wino_input_tile(const float* x, const float* x1, int64_t wp,
                                                   float* v, int64_t vs, __mmask16 keep) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i even = even_lanes_idx(), odd = odd_lanes_idx();
   __m512 w[4][4];
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
