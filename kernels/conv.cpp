@@ -494,6 +494,16 @@ NPU_AVX512 void direct_tile(const float* ap, int64_t K, const int64_t* row_off,
   }
 }
 
+// The float32 bias's n values gathered contiguous (the GEMM's row bias), 0 up to `size` floats
+// past them; without a bias, `size` zeros (empty by default: the caller passes no row bias).
+std::vector<float> contiguous_bias(const TensorDesc* bias, int64_t n, int64_t size = 0) {
+  if (!has_data(bias)) return std::vector<float>(static_cast<size_t>(size), 0.0f);
+  std::vector<float> rows(static_cast<size_t>(std::max(n, size)), 0.0f);
+  const float* b = static_cast<const float*>(bias->data);
+  for (int64_t o = 0; o < n; ++o) rows[o] = b[o * bias->strides[0]];
+  return rows;
+}
+
 // ap[(gr * panels + q) * K * MR + k * MR + r] = W[gr * Og + q * MR + r, k] (0 past Og).
 void pack_direct_weight(const TensorDesc& weight, const ConvGeom& g, float* ap) {
   constexpr int MR = kDirectMR;
@@ -574,12 +584,7 @@ bool conv2d_direct(const TensorDesc& out, const TensorDesc& input, const TensorD
   constexpr int NV = kDirectNV;
   const int64_t nsegs = static_cast<int64_t>(segs.size());
   const int64_t tiles = (nsegs + NV - 1) / NV;
-  std::vector<float> bias_rows;
-  if (with_bias) {
-    const float* b = static_cast<const float*>(bias->data);
-    bias_rows.resize(static_cast<size_t>(g.G * g.Og));
-    for (int64_t o = 0; o < g.G * g.Og; ++o) bias_rows[o] = b[o * bias->strides[0]];
-  }
+  const std::vector<float> bias_rows = contiguous_bias(bias, g.G * g.Og);
   // A batch slice of at most ~16 MB (4 M floats) of padded input at a time.
   const int64_t slice = std::clamp<int64_t>((int64_t{4} << 20) / std::max<int64_t>(1, sample), 1,
                                             g.N);
@@ -894,11 +899,7 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
   const int64_t T = ((pair ? (rows_blk + 1) / 2 * 16 : rows_blk * TW) + 31) / 32 * 32;
   std::vector<int64_t> row_off(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) row_off[c] = c * T;
-  std::vector<float> bias_rows(static_cast<size_t>(panels * MR), 0.0f);
-  if (has_data(bias)) {
-    const float* b = static_cast<const float*>(bias->data);
-    for (int64_t o = 0; o < O; ++o) bias_rows[o] = b[o * bias->strides[0]];
-  }
+  const std::vector<float> bias_rows = contiguous_bias(bias, O, panels * MR);
   const int64_t slice = std::clamp<int64_t>((int64_t{4} << 20) / sample, 1, g.N);
   // Slack: the last tiles' loads read up to 4 rows and 34 columns on (lanes never stored).
   const int64_t slack = 4 * Wp + 64;
@@ -954,12 +955,7 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
                                            : nullptr);
   const bool relu = g.p.fuse_relu;
   float* const out_data = static_cast<float*>(out.data);
-  std::vector<float> bias_rows;  // the bias, contiguous (the GEMM's row bias)
-  if (with_bias) {
-    const float* b = static_cast<const float*>(bias->data);
-    bias_rows.resize(static_cast<size_t>(g.G * g.Og));
-    for (int64_t o = 0; o < g.G * g.Og; ++o) bias_rows[o] = b[o * bias->strides[0]];
-  }
+  const std::vector<float> bias_rows = contiguous_bias(bias, g.G * g.Og);
   for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
     const int64_t nb = std::min(slice, g.N - n0);
     if (padded) pad_input(input, n0, nb, g, Hp, Wp, xp.get());
