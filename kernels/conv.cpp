@@ -672,12 +672,17 @@ void pack_winograd_weight(const TensorDesc& weight, int64_t O, int64_t C, float*
   }
 }
 
+// The weights Winograd F(2x2, 3x3) takes: 3x3, one group, at least 16 input channels (fewer
+// leave too little work per tile for the transforms to pay off).
+bool winograd_weight_fits(const ConvGeom& g) {
+  return g.KH == 3 && g.KW == 3 && g.G == 1 && g.C >= 16;
+}
+
 bool winograd_applies(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
                       const TensorDesc* bias, const ConvGeom& g) {
   return g.p.winograd && input.dtype == DType::Float32 && weight.dtype == DType::Float32 &&
          out.dtype == DType::Float32 && (!has_data(bias) || bias->dtype == DType::Float32) &&
-         g.p.math == CubeMath::KeepDtype && g.KH == 3 && g.KW == 3 && g.G == 1 && g.C >= 16 &&
-         g.p.stride[0] == 1 && g.p.stride[1] == 1 && g.p.dilation[0] == 1 &&
+         g.p.math == CubeMath::KeepDtype && winograd_weight_fits(g) && g.p.stride[0] == 1 && g.p.stride[1] == 1 && g.p.dilation[0] == 1 &&
          g.p.dilation[1] == 1 && out.strides[3] == 1 && g.OH > 0 && g.OW > 0 &&
          patch_packing_avx512();
 }
@@ -1357,7 +1362,11 @@ PackedConvWeight::PackedConvWeight(const TensorDesc& weight, int64_t groups)
   constexpr int MR = detail::kDirectMR;
   panels.resize(static_cast<size_t>(g.G * ((g.Og + MR - 1) / MR) * g.K * MR));
   detail::pack_direct_weight(weight, g, panels.data());
-  if (g.KH == 3 && g.KW == 3 && g.G == 1 && g.C >= 16) {  // what winograd_applies() can take
+  // The Winograd form only where winograd_applies() can take it: on a host without AVX-512 it
+  // would never be read. Both forms are kept: the packed weight is shared by every convolution
+  // of this weight (PreparedWeights keys it by weight and groups), and one with a stride, a
+  // dilation, HF32 or without Conv2dParams::winograd takes the direct convolution's panels.
+  if (detail::winograd_weight_fits(g) && detail::has_avx512()) {
     winograd.resize(static_cast<size_t>(16 * ((g.O + 7) / 8) * 8 * g.C));
     detail::pack_winograd_weight(weight, g.O, g.C, winograd.data());
   }
