@@ -56,6 +56,7 @@
 #include "npu/kernels/pooling.h"
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/thread_pool.h"
+#include "scratch.h"
 
 namespace npu::kernels {
 namespace detail {
@@ -853,21 +854,11 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
   }
 }
 
-// n floats of a thread's scratch buffer `own` kept between calls (a fresh allocation of a few
-// hundred KB per call cost page faults: 11% of a batch-1 32 -> 64 convolution); above 1 M
-// floats, `big` is allocated for this call only. New floats are 0; old ones keep stale values.
-// The buffer starts on a 64-byte line (V's and M's vectors are whole lines).
-float* wino_scratch(std::vector<float>& own, std::unique_ptr<float[]>& big, size_t n) {
-  float* p;
-  if (n > (size_t{1} << 20)) {
-    big.reset(new float[n + 16]());
-    p = big.get();
-  } else {
-    if (own.size() < n + 16) own.resize(n + 16, 0.0f);
-    p = own.data();
-  }
-  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
-}
+// Winograd's buffers are the thread's scratch (scratch.h; a fresh allocation of a few hundred KB
+// per call cost page faults: 11% of a batch-1 32 -> 64 convolution) up to this size, above it
+// allocated for the call only. They start on a 64-byte line (V's and M's vectors are whole
+// lines).
+constexpr size_t kWinoKeptBytes = size_t{4} << 20;
 
 // The convolution by Winograd F(2x2, 3x3) (above), winograd_applies() being true. `u`: the
 // weight transformed already (PackedConvWeight::winograd), or nullptr.
@@ -908,9 +899,9 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
   const int64_t slice = std::clamp<int64_t>((int64_t{4} << 20) / sample, 1, g.N);
   // Slack: the last tiles' loads read up to 4 rows and 34 columns on (lanes never stored).
   const int64_t slack = 4 * Wp + 64;
-  thread_local std::vector<float> xp_own;
-  std::unique_ptr<float[]> xp_big;
-  float* const xp = wino_scratch(xp_own, xp_big, static_cast<size_t>(slice * sample + slack));
+  AlignedBuffer xp_big;
+  float* const xp = scratch_up_to<float>(kWinoInput, static_cast<size_t>(slice * sample + slack),
+                                         kWinoKeptBytes, xp_big);
   std::fill(xp + slice * sample, xp + slice * sample + slack, 0.0f);
   for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
     const int64_t nb = std::min(slice, g.N - n0);
@@ -922,10 +913,11 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
                         pool, pair};
     parallel_for(0, nb * blocks, 1, [&](int64_t b0, int64_t b1) {
       // The lanes of V past a block's tiles are read (never stored): zeros or stale values.
-      thread_local std::vector<float> v_own, m_own;
-      std::unique_ptr<float[]> v_big, m_big;
-      float* const V = wino_scratch(v_own, v_big, static_cast<size_t>(16 * C * T + 16));
-      float* const M = wino_scratch(m_own, m_big, static_cast<size_t>(16 * MR * T + 16));
+      AlignedBuffer v_big, m_big;
+      float* const V =
+          scratch_up_to<float>(kWinoV, static_cast<size_t>(16 * C * T), kWinoKeptBytes, v_big);
+      float* const M =
+          scratch_up_to<float>(kWinoM, static_cast<size_t>(16 * MR * T), kWinoKeptBytes, m_big);
       for (int64_t bi = b0; bi < b1; ++bi) {
         const int64_t th0 = bi % blocks * rows_blk;
         wino_block(plan, V, M, bi / blocks, th0, std::min(rows_blk, TH - th0));
