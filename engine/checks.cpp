@@ -237,8 +237,13 @@ void check_shapes(const ModelDef& def, const NodeInfo& n) {
     Dims want = {x[0], channels, window_out(x[2], k[0], p[0], s[0], d[0], ceil_mode),
                  window_out(x[3], k[1], p[1], s[1], d[1], ceil_mode)};
     if (op == "Conv" && int_attr(n, "max_pool", 0) != 0) {  // atc's fused 2x2 / stride 2 pool
+      const Dims conv = want;
       want[2] /= 2;
       want[3] /= 2;
+      if (conv[2] >= 1 && conv[3] >= 1 && (want[2] < 1 || want[3] < 1)) {
+        refuse(n, "the fused 2x2 / stride 2 max pool halves the convolution's output " +
+                      str(conv) + " to " + str(want) + ": it needs at least 2 rows and 2 columns");
+      }
     }
     if (want[2] < 1 || want[3] < 1) refuse(n, "the window does not fit the input");
     expect(def, n, n.outputs[0], want);

@@ -56,6 +56,7 @@
 #include "npu/kernels/pooling.h"
 #include "npu/kernels/reduce.h"
 #include "npu/kernels/thread_pool.h"
+#include "scratch.h"
 
 namespace npu::kernels {
 namespace detail {
@@ -425,6 +426,15 @@ NPU_AVX512 NPU_ALWAYS_INLINE __m512 pool_take(__m512 best, __m512 v) {
   return _mm512_mask_mov_ps(best, later, v);
 }
 
+// Index vectors for _mm512_permutex2var_ps(a, idx, b) that gather the even (odd) lanes of the 32
+// lanes of a then b: lanes 0-7 from a, lanes 8-15 from b.
+NPU_AVX512 NPU_ALWAYS_INLINE __m512i even_lanes_idx() {
+  return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+}
+NPU_AVX512 NPU_ALWAYS_INLINE __m512i odd_lanes_idx() {
+  return _mm512_add_epi32(even_lanes_idx(), _mm512_set1_epi32(1));
+}
+
 // With a fused 2x2 max pool (POOL), the tile's two segments are the same columns of conv rows
 // 2 ph and 2 ph + 1: each output channel's 32 values, bias and ReLU applied, are pooled in
 // registers into 8 values of pooled row ph (max_pool2d's rule: in the order (0,0), (0,1),
@@ -461,9 +471,7 @@ NPU_AVX512 void direct_tile(const float* ap, int64_t K, const int64_t* row_off,
   if constexpr (POOL) {
     // Lanes 0-7 of the even / odd gathers: the even / odd columns of the top row; lanes 8-15:
     // of the bottom row.
-    const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
-                                               26, 28, 30);
-    const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
+    const __m512i even_idx = even_lanes_idx(), odd_idx = odd_lanes_idx();
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       if (r >= rows) break;
@@ -485,6 +493,16 @@ NPU_AVX512 void direct_tile(const float* ap, int64_t K, const int64_t* row_off,
       }
     }
   }
+}
+
+// The float32 bias's n values gathered contiguous (the GEMM's row bias), 0 up to `size` floats
+// past them; without a bias, `size` zeros (empty by default: the caller passes no row bias).
+std::vector<float> contiguous_bias(const TensorDesc* bias, int64_t n, int64_t size = 0) {
+  if (!has_data(bias)) return std::vector<float>(static_cast<size_t>(size), 0.0f);
+  std::vector<float> rows(static_cast<size_t>(std::max(n, size)), 0.0f);
+  const float* b = static_cast<const float*>(bias->data);
+  for (int64_t o = 0; o < n; ++o) rows[o] = b[o * bias->strides[0]];
+  return rows;
 }
 
 // ap[(gr * panels + q) * K * MR + k * MR + r] = W[gr * Og + q * MR + r, k] (0 past Og).
@@ -567,12 +585,7 @@ bool conv2d_direct(const TensorDesc& out, const TensorDesc& input, const TensorD
   constexpr int NV = kDirectNV;
   const int64_t nsegs = static_cast<int64_t>(segs.size());
   const int64_t tiles = (nsegs + NV - 1) / NV;
-  std::vector<float> bias_rows;
-  if (with_bias) {
-    const float* b = static_cast<const float*>(bias->data);
-    bias_rows.resize(static_cast<size_t>(g.G * g.Og));
-    for (int64_t o = 0; o < g.G * g.Og; ++o) bias_rows[o] = b[o * bias->strides[0]];
-  }
+  const std::vector<float> bias_rows = contiguous_bias(bias, g.G * g.Og);
   // A batch slice of at most ~16 MB (4 M floats) of padded input at a time.
   const int64_t slice = std::clamp<int64_t>((int64_t{4} << 20) / std::max<int64_t>(1, sample), 1,
                                             g.N);
@@ -660,12 +673,17 @@ void pack_winograd_weight(const TensorDesc& weight, int64_t O, int64_t C, float*
   }
 }
 
+// The weights Winograd F(2x2, 3x3) takes: 3x3, one group, at least 16 input channels (fewer
+// leave too little work per tile for the transforms to pay off).
+bool winograd_weight_fits(const ConvGeom& g) {
+  return g.KH == 3 && g.KW == 3 && g.G == 1 && g.C >= 16;
+}
+
 bool winograd_applies(const TensorDesc& out, const TensorDesc& input, const TensorDesc& weight,
                       const TensorDesc* bias, const ConvGeom& g) {
   return g.p.winograd && input.dtype == DType::Float32 && weight.dtype == DType::Float32 &&
          out.dtype == DType::Float32 && (!has_data(bias) || bias->dtype == DType::Float32) &&
-         g.p.math == CubeMath::KeepDtype && g.KH == 3 && g.KW == 3 && g.G == 1 && g.C >= 16 &&
-         g.p.stride[0] == 1 && g.p.stride[1] == 1 && g.p.dilation[0] == 1 &&
+         g.p.math == CubeMath::KeepDtype && winograd_weight_fits(g) && g.p.stride[0] == 1 && g.p.stride[1] == 1 && g.p.dilation[0] == 1 &&
          g.p.dilation[1] == 1 && out.strides[3] == 1 && g.OH > 0 && g.OW > 0 &&
          patch_packing_avx512();
 }
@@ -677,8 +695,7 @@ bool winograd_applies(const TensorDesc& out, const TensorDesc& input, const Tens
 // B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]].
 NPU_AVX512 NPU_ALWAYS_INLINE void wino_input_tile(const float* x, const float* x1, int64_t wp,
                                                   float* v, int64_t vs, __mmask16 keep) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i even = even_lanes_idx(), odd = odd_lanes_idx();
   __m512 w[4][4];
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
@@ -760,9 +777,6 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
   const ConvGeom& g = *w.g;
   const int64_t C = g.C, T = w.T, TW = w.TW;
   const bool pair = w.pair;
-  const auto lanes_mask = [](int64_t lanes) {
-    return static_cast<__mmask16>(lanes >= 16 ? 0xFFFF : (1u << lanes) - 1u);
-  };
   // (tr, tw) of each 16-tile vector: rows in steps of 2 (pair) or 1, columns in steps of 16.
   const int64_t row_step = pair ? 2 : 1, used = pair ? (nrows + 1) / 2 * 16 : nrows * TW;
   const float* xs = w.xp + n * w.sample;
@@ -770,13 +784,13 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
     for (int64_t tr = 0; tr < nrows; tr += row_step) {
       const float* xrow = xs + c * w.plane + 2 * (th0 + tr) * w.Wp;
       if (pair) {
-        const __mmask16 half = lanes_mask(TW);
+        const __mmask16 half = tail_mask16(TW);
         wino_input_tile(xrow, xrow + 2 * w.Wp, w.Wp, V + c * T + tr * 8, C * T,
                         static_cast<__mmask16>(half | (tr + 1 < nrows ? half << 8 : 0)));
       } else {
         for (int64_t tw = 0; tw < TW; tw += 16) {
           wino_input_tile(xrow + 2 * tw, xrow + 2 * tw + 16, w.Wp, V + c * T + tr * TW + tw,
-                          C * T, lanes_mask(TW - tw));
+                          C * T, tail_mask16(TW - tw));
         }
       }
     }
@@ -808,9 +822,9 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
           __mmask16 k[4];
           if (w.pool) {
             o[0] = co + th * w.os2 + tw;
-            k[0] = lanes_mask(pair ? std::min<int64_t>(TW, 8) : TW - tw);
+            k[0] = tail_mask16(pair ? std::min<int64_t>(TW, 8) : TW - tw);
             o[1] = second ? co + (th + 1) * w.os2 : o[0];
-            k[1] = second ? lanes_mask(TW) : 0;
+            k[1] = second ? tail_mask16(TW) : 0;
             wino_output_tile<true>(mm, MR * T, r, stage, o, k);
           } else {
             const int64_t cols = g.OW - 2 * tw;  // conv columns from this vector's first
@@ -820,15 +834,15 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
             if (pair) {  // lanes 8-15: conv rows 2 th + 2 and 2 th + 3
               o[1] = o[0] + 2 * w.os2;
               o[3] = o[0] + 3 * w.os2;
-              k[0] = lanes_mask(cols);
+              k[0] = tail_mask16(cols);
               k[1] = second ? k[0] : 0;
               k[2] = bottom ? k[0] : 0;
               k[3] = second && 2 * th + 3 < g.OH ? k[0] : 0;
             } else {
               o[1] = o[0] + 16;
               o[3] = o[2] + 16;
-              k[0] = lanes_mask(cols);
-              k[1] = cols > 16 ? lanes_mask(cols - 16) : 0;
+              k[0] = tail_mask16(cols);
+              k[1] = cols > 16 ? tail_mask16(cols - 16) : 0;
               k[2] = bottom ? k[0] : 0;
               k[3] = bottom ? k[1] : 0;
             }
@@ -840,21 +854,11 @@ NPU_AVX512 void wino_block(const WinoPlan& w, float* V, float* M, int64_t n, int
   }
 }
 
-// n floats of a thread's scratch buffer `own` kept between calls (a fresh allocation of a few
-// hundred KB per call cost page faults: 11% of a batch-1 32 -> 64 convolution); above 1 M
-// floats, `big` is allocated for this call only. New floats are 0; old ones keep stale values.
-// The buffer starts on a 64-byte line (V's and M's vectors are whole lines).
-float* wino_scratch(std::vector<float>& own, std::unique_ptr<float[]>& big, size_t n) {
-  float* p;
-  if (n > (size_t{1} << 20)) {
-    big.reset(new float[n + 16]());
-    p = big.get();
-  } else {
-    if (own.size() < n + 16) own.resize(n + 16, 0.0f);
-    p = own.data();
-  }
-  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
-}
+// Winograd's buffers are the thread's scratch (scratch.h; a fresh allocation of a few hundred KB
+// per call cost page faults: 11% of a batch-1 32 -> 64 convolution) up to this size, above it
+// allocated for the call only. They start on a 64-byte line (V's and M's vectors are whole
+// lines).
+constexpr size_t kWinoKeptBytes = size_t{4} << 20;
 
 // The convolution by Winograd F(2x2, 3x3) (above), winograd_applies() being true. `u`: the
 // weight transformed already (PackedConvWeight::winograd), or nullptr.
@@ -891,17 +895,13 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
   const int64_t T = ((pair ? (rows_blk + 1) / 2 * 16 : rows_blk * TW) + 31) / 32 * 32;
   std::vector<int64_t> row_off(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) row_off[c] = c * T;
-  std::vector<float> bias_rows(static_cast<size_t>(panels * MR), 0.0f);
-  if (has_data(bias)) {
-    const float* b = static_cast<const float*>(bias->data);
-    for (int64_t o = 0; o < O; ++o) bias_rows[o] = b[o * bias->strides[0]];
-  }
+  const std::vector<float> bias_rows = contiguous_bias(bias, O, panels * MR);
   const int64_t slice = std::clamp<int64_t>((int64_t{4} << 20) / sample, 1, g.N);
   // Slack: the last tiles' loads read up to 4 rows and 34 columns on (lanes never stored).
   const int64_t slack = 4 * Wp + 64;
-  thread_local std::vector<float> xp_own;
-  std::unique_ptr<float[]> xp_big;
-  float* const xp = wino_scratch(xp_own, xp_big, static_cast<size_t>(slice * sample + slack));
+  AlignedBuffer xp_big;
+  float* const xp = scratch_up_to<float>(kWinoInput, static_cast<size_t>(slice * sample + slack),
+                                         kWinoKeptBytes, xp_big);
   std::fill(xp + slice * sample, xp + slice * sample + slack, 0.0f);
   for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
     const int64_t nb = std::min(slice, g.N - n0);
@@ -913,10 +913,11 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
                         pool, pair};
     parallel_for(0, nb * blocks, 1, [&](int64_t b0, int64_t b1) {
       // The lanes of V past a block's tiles are read (never stored): zeros or stale values.
-      thread_local std::vector<float> v_own, m_own;
-      std::unique_ptr<float[]> v_big, m_big;
-      float* const V = wino_scratch(v_own, v_big, static_cast<size_t>(16 * C * T + 16));
-      float* const M = wino_scratch(m_own, m_big, static_cast<size_t>(16 * MR * T + 16));
+      AlignedBuffer v_big, m_big;
+      float* const V =
+          scratch_up_to<float>(kWinoV, static_cast<size_t>(16 * C * T), kWinoKeptBytes, v_big);
+      float* const M =
+          scratch_up_to<float>(kWinoM, static_cast<size_t>(16 * MR * T), kWinoKeptBytes, m_big);
       for (int64_t bi = b0; bi < b1; ++bi) {
         const int64_t th0 = bi % blocks * rows_blk;
         wino_block(plan, V, M, bi / blocks, th0, std::min(rows_blk, TH - th0));
@@ -951,12 +952,7 @@ bool conv2d_implicit(const TensorDesc& out, const TensorDesc& input, const Tenso
                                            : nullptr);
   const bool relu = g.p.fuse_relu;
   float* const out_data = static_cast<float*>(out.data);
-  std::vector<float> bias_rows;  // the bias, contiguous (the GEMM's row bias)
-  if (with_bias) {
-    const float* b = static_cast<const float*>(bias->data);
-    bias_rows.resize(static_cast<size_t>(g.G * g.Og));
-    for (int64_t o = 0; o < g.G * g.Og; ++o) bias_rows[o] = b[o * bias->strides[0]];
-  }
+  const std::vector<float> bias_rows = contiguous_bias(bias, g.G * g.Og);
   for (int64_t n0 = 0; n0 < g.N; n0 += slice) {
     const int64_t nb = std::min(slice, g.N - n0);
     if (padded) pad_input(input, n0, nb, g, Hp, Wp, xp.get());
@@ -1358,7 +1354,11 @@ PackedConvWeight::PackedConvWeight(const TensorDesc& weight, int64_t groups)
   constexpr int MR = detail::kDirectMR;
   panels.resize(static_cast<size_t>(g.G * ((g.Og + MR - 1) / MR) * g.K * MR));
   detail::pack_direct_weight(weight, g, panels.data());
-  if (g.KH == 3 && g.KW == 3 && g.G == 1 && g.C >= 16) {  // what winograd_applies() can take
+  // The Winograd form only where winograd_applies() can take it: on a host without AVX-512 it
+  // would never be read. Both forms are kept: the packed weight is shared by every convolution
+  // of this weight (PreparedWeights keys it by weight and groups), and one with a stride, a
+  // dilation, HF32 or without Conv2dParams::winograd takes the direct convolution's panels.
+  if (detail::winograd_weight_fits(g) && detail::has_avx512()) {
     winograd.resize(static_cast<size_t>(16 * ((g.O + 7) / 8) * 8 * g.C));
     detail::pack_winograd_weight(weight, g.O, g.C, winograd.data());
   }

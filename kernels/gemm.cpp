@@ -48,6 +48,7 @@
 #include "npu/kernels/gemm_small.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/thread_pool.h"
+#include "scratch.h"  // scratch(slot, n): the packing buffers
 #include "vec_math.h"
 
 namespace npu::kernels {
@@ -164,27 +165,6 @@ int64_t float_kc(int64_t K) {
   if (K <= one_block_max) return std::max<int64_t>(K, 1);
   const int64_t blocks = (K + kc - 1) / kc;
   return ((K + blocks - 1) / blocks + 7) / 8 * 8;
-}
-
-// A 64-byte aligned per-thread scratch buffer (one per slot), grown on demand and kept: a GEMM
-// reuses it on the next call instead of faulting fresh pages in.
-template <class T>
-T* scratch(int slot, size_t n) {
-  struct Buf {
-    void* p = nullptr;
-    size_t bytes = 0;
-    ~Buf() { std::free(p); }
-  };
-  thread_local Buf bufs[3];
-  Buf& b = bufs[slot];
-  size_t need = (n * sizeof(T) + 63) / 64 * 64;
-  if (b.bytes < need) {
-    std::free(b.p);
-    b.p = std::aligned_alloc(64, need);
-    NPU_KERNEL_ASSERT(b.p != nullptr, "out of host memory for GEMM packing buffers");
-    b.bytes = need;
-  }
-  return static_cast<T*>(b.p);
 }
 
 // Source matrix: element (r, c) at data[r * rs + c * cs], of storage type S. hf32: the cube

@@ -355,7 +355,7 @@ NPU_AVX512 inline int64_t arg_extremum512(const float* x, int64_t n, bool max) {
   const float extremum = max ? _mm512_reduce_max_ps(best) : _mm512_reduce_min_ps(best);
   const __m512 target = _mm512_set1_ps(extremum);
   for (i = 0; i < n; i += 16) {
-    const __mmask16 in = i + 16 <= n ? __mmask16(0xFFFF) : tail_mask16(n - i);
+    const __mmask16 in = tail_mask16(n - i);
     const __mmask16 hit =
         _mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, x + i), target, _CMP_EQ_OQ);
     if (hit) return i + __builtin_ctz(hit);

@@ -117,7 +117,12 @@ struct Silu {
   }
 };
 
-// gelu(x) = x / 2 (1 + erf(x / sqrt(2))); float32 through erf256 (the CPU's formula).
+// gelu(x) = x / 2 (1 + erf(x / sqrt(2))); float32 through erf256 (the CPU's formula). The
+// float32 body gives what the CPU device's vectorised GELU gives (the loop every contiguous
+// tensor of two or more elements takes there, float16 and bfloat16 through float32): x (1 +
+// erf) is formed before it is halved, so inputs from 2^127 up overflow to inf, and gelu(+inf)
+// is NaN. The CPU's scalar loop (one element, or a strided view) gives x and inf for those: its
+// results depend on the layout; ours follow the common one. float64 matches both (operator()).
 template <class T>
 struct Gelu {
   static constexpr unsigned kTypes = kFloating;
@@ -126,15 +131,19 @@ struct Gelu {
   void apply(float* out, int64_t n, const float* in) const requires std::is_same_v<T, float> {
     if (has_avx512()) {  // 16 lanes, the same arithmetic per element (vec_math.h)
       return map16(out, in, n, [](__m512 x) NPU_AVX512 {
-        __m512 cdf = _mm512_add_ps(_mm512_set1_ps(1.0f),
-                                   erf512(_mm512_mul_ps(x, _mm512_set1_ps(float(M_SQRT1_2)))));
-        return _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.5f)), cdf);
+        const __m512 cdf = _mm512_add_ps(
+            _mm512_set1_ps(1.0f), erf512(_mm512_mul_ps(x, _mm512_set1_ps(float(M_SQRT1_2)))));
+        const __m512 y = _mm512_mul_ps(_mm512_mul_ps(x, cdf), _mm512_set1_ps(0.5f));
+        const __mmask16 pos_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
+        return _mm512_mask_mov_ps(y, pos_inf, _mm512_set1_ps(NAN));
       });
     }
     map8(out, in, n, [](__m256 x) {
-      __m256 cdf = _mm256_add_ps(_mm256_set1_ps(1.0f),
-                                 erf256(_mm256_mul_ps(x, _mm256_set1_ps(float(M_SQRT1_2)))));
-      return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)), cdf);
+      const __m256 cdf = _mm256_add_ps(
+          _mm256_set1_ps(1.0f), erf256(_mm256_mul_ps(x, _mm256_set1_ps(float(M_SQRT1_2)))));
+      const __m256 y = _mm256_mul_ps(_mm256_mul_ps(x, cdf), _mm256_set1_ps(0.5f));
+      const __m256 pos_inf = _mm256_cmp_ps(x, _mm256_set1_ps(INFINITY), _CMP_EQ_OQ);
+      return _mm256_blendv_ps(y, _mm256_set1_ps(NAN), pos_inf);
     });
   }
 };

@@ -240,8 +240,10 @@ NPU_AVX512 inline __m512 erf512(__m512 x) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x);  // NaN stays NaN
 }
 
+// The first k of 16 lanes, k >= 0; all 16 for k >= 16 (a row's remaining length may be passed
+// as it is).
 NPU_AVX512 inline __mmask16 tail_mask16(int64_t k) {
-  return static_cast<__mmask16>((1u << k) - 1u);
+  return static_cast<__mmask16>(k >= 16 ? 0xFFFFu : (1u << k) - 1u);
 }
 
 // map8 / map8_2 on 16 lanes; the tail is a masked load and store (the masked-off lanes read as

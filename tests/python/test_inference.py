@@ -82,6 +82,29 @@ def test_damaged_om_is_refused(models, tmp_path, damage, message):
 
 
 
+def test_fused_pool_of_a_one_wide_conv_output_is_refused_by_name(tmp_path):
+    """atc fuses a 2x2 / stride 2 MaxPool into the Conv before it; where the convolution's
+    output is one column wide, the pool halves it to none: the engine says so, naming the fused
+    pool and both shapes, instead of blaming the convolution's window."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3]),
+         helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 0])], [w],
+        value_info=[helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 4, 2, 1])])
+    path = tmp_path / "narrow.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    om_path = convert(path, tmp_path / "narrow")
+    message = (r"fused 2x2 / stride 2 max pool halves the convolution's output \[1, 4, 2, 1\] "
+               r"to \[1, 4, 1, 0\]")
+    with pytest.raises(AclError, match=message):
+        InferSession(0, om_path)
+
+
 def test_missing_om_is_refused(tmp_path):
     with pytest.raises(AclError, match="cannot open the model file") as e:
         InferSession(0, str(tmp_path / "missing.om"))

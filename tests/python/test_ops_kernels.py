@@ -453,3 +453,24 @@ def test_isin_refuses_bool_as_the_cpu():
     for device in ("cpu", "npu"):
         with pytest.raises(RuntimeError, match="Unsupported input type encountered for isin"):
             torch.isin(flags.to(device), flags[:1].to(device))
+
+
+GELU_SPECIAL = [float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 1e-30, 5.0, -5.0, 10.0,
+                -10.0, 1e4, -1e4, 60000.0, -60000.0, 1e38, -1e38, 1.7e38, 1.71e38, 3e38, -3e38,
+                3.4028234663852886e38, -3.4028234663852886e38]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("shift", [0, 5, 13])
+def test_gelu_of_infinities_nan_and_large_values_equals_the_cpu(dtype, approximate, shift):
+    # The CPU's vectorised GELU (every contiguous tensor of two or more elements) gives NaN for
+    # gelu(+inf) with approximate='none' and overflows to inf from 2^127 up; ours follows it.
+    # The special values land in whole vectors and in tails (shift), among ordinary ones.
+    x = torch.cat([torch.tensor(GELU_SPECIAL), make((37,), torch.float32, seed=shift) * 3])
+    x = torch.roll(x, shift).to(dtype)
+    ref = F.gelu(x, approximate=approximate)
+    with NoHost():
+        got = F.gelu(x.npu(), approximate=approximate).cpu()
+    assert torch.equal(got.isnan(), ref.isnan()), (x[got.isnan() != ref.isnan()], got, ref)
+    torch.testing.assert_close(got, ref, rtol=tol(dtype)[0], atol=tol(dtype)[1], equal_nan=True)

@@ -79,7 +79,8 @@ struct PackedConvWeight {
   int64_t out_channels, groups, k;  // k = C_in / groups * KH * KW
   std::vector<float> panels;
   // The Winograd-transformed weight (16 x [C_out, C_in] in 8-row panels) for a 3x3, one-group
-  // weight with C_in >= 16, else empty; used by conv2d_prepacked when p.winograd is set.
+  // weight with C_in >= 16 on a host with AVX-512, else empty; used by conv2d_prepacked when
+  // p.winograd is set.
   std::vector<float> winograd;
 };
 
