@@ -1,6 +1,7 @@
 """Attention with few query rows (decoding: one new token, or a few, against a KV cache) takes
-the flash kernel's decode path (kernels/flash_attention.cpp, decode_block: keys and values read
-once per (sequence, head), no 64-row query tiles). Forward and gradients against a float64
+the flash kernel's decode path (kernels/flash_attention.cpp: decode_group, a grouped-query group
+per item, or decode_block, a head per item; keys and values read in place, no 64-row query
+tiles). Forward and gradients against a float64
 reference on the CPU: boolean and additive masks as Hugging Face's static cache passes them,
 causal, GQA, key lengths over one 256-key block, fully masked rows, 16-bit inputs; and
 npu_fusion_attention with one query row against its general path's result."""

@@ -97,6 +97,10 @@ const char* attention_bf16_products();
 // AVX-512 registers where the CPU has them. short_attention_avx512(): which one runs now.
 void set_short_attention_avx512(bool allowed);
 bool short_attention_avx512();
+// false runs decoding (at most 8 query rows) one query head per item, as on a CPU without
+// AVX-512; true, the default, runs a grouped-query group per item where the keys and values
+// are float32 rows and the head dims multiples of 16.
+void set_decode_attention_grouped(bool allowed);
 }  // namespace testing
 
 }  // namespace npu::kernels

@@ -325,6 +325,37 @@ TEST(FlashAttention, DecodeRowsReadKeysAndValuesInPlace) {
   }
 }
 
+// Decoding a grouped-query group per item (AVX-512, float32 keys and values in place) and one
+// query head per item, against the reference: multi-query (8 heads on one), 3 heads on 3, 8 on
+// 2; a value width of 80 (a 64-column block and a 16-column one); 1, 3 (rows padded to
+// fours) and 8 query rows; no mask, a boolean mask, the causal band of a static cache.
+TEST(FlashAttention, DecodeGroupedHeadsAndOneHeadPerItem) {
+  const std::pair<int64_t, int64_t> heads[] = {{8, 1}, {3, 3}, {8, 2}};
+  for (bool grouped : {true, false}) {
+    nk::testing::set_decode_attention_grouped(grouped);
+    for (auto [nq, nkv] : heads) {
+      for (int64_t sq : {1, 3, 8}) {
+        for (int mode = 0; mode < 3; ++mode) {
+          SCOPED_TRACE(::testing::Message() << "grouped " << grouped << " heads " << nq << "/"
+                                            << nkv << " sq " << sq << " mode " << mode);
+          Case c;
+          c.B = 2;
+          c.Nq = nq;
+          c.Nkv = nkv;
+          c.Sq = sq;
+          c.Skv = 143;
+          c.D = 128;
+          c.Dv = 80;
+          c.random_mask = mode == 1 && sq > 3;  // (the check fully masks query row 3)
+          if (mode == 2) c.band = causal(true);
+          run_case(c);
+        }
+      }
+    }
+  }
+  nk::testing::set_decode_attention_grouped(true);
+}
+
 TEST(FlashAttention, CausalTopLeftAndBottomRight) {
   for (bool br : {false, true}) {
     for (auto [sq, skv] : {std::pair<int64_t, int64_t>{200, 200}, {130, 260}, {260, 130}}) {

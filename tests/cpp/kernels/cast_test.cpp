@@ -48,6 +48,42 @@ TEST(Copy, EveryDtypePairEveryLayout) {
   }
 }
 
+// Bool storage read as bytes: any nonzero byte is true (PyTorch may leave 2 or 255 there), on
+// the vectorised unit-stride path (8 at a time, then a tail), from a broadcast byte and from a
+// strided view; and where() with such a condition (it converts the condition this way), the
+// condition broadcast along rows as a logits processor's vocabulary mask is.
+TEST(Copy, BoolBytesToFloatEveryStride) {
+  std::vector<uint8_t> bytes(3 * 41);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<uint8_t>((i * 37) % 5 == 0 ? 0 : (i * 53) % 256);
+  }
+  for (int64_t n = 0; n <= 41; ++n) {
+    for (int64_t ss : {1, 0, 3}) {
+      std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
+      nk::copy(TensorDesc::make(out.data(), DType::Float32, {n}),
+               TensorDesc::make(bytes.data(), DType::Bool, {n}, {ss}));
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i], bytes[static_cast<size_t>(i * ss)] != 0 ? 1.0f : 0.0f)
+            << "n " << n << " stride " << ss << " element " << i;
+      }
+      ASSERT_EQ(out[n], -7.0f) << "wrote past the end, n " << n;
+    }
+  }
+  const int64_t rows = 3, cols = 1000;
+  std::vector<uint8_t> cond(cols);
+  std::vector<float> x(rows * cols), out(rows * cols);
+  for (int64_t j = 0; j < cols; ++j) cond[j] = static_cast<uint8_t>(j % 7 == 0 ? 0 : j % 3);
+  for (int64_t i = 0; i < rows * cols; ++i) x[i] = 0.5f * static_cast<float>(i);
+  const float minus_inf = -INFINITY;
+  nk::ternary(nk::TernaryOp::Where, TensorDesc::make(out.data(), DType::Float32, {rows, cols}),
+              TensorDesc::make(cond.data(), DType::Bool, {rows, cols}, {0, 1}),
+              TensorDesc::make(&minus_inf, DType::Float32, {rows, cols}, {0, 0}),
+              TensorDesc::make(x.data(), DType::Float32, {rows, cols}), DType::Float32);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    ASSERT_EQ(out[i], cond[i % cols] != 0 ? minus_inf : x[i]) << i;
+  }
+}
+
 TEST(Copy, FloatToIntTruncatesAndWrapsLikePyTorch) {
   float src[4] = {-1.5f, 300.7f, -300.2f, 2.99f};
   uint8_t u8[4];

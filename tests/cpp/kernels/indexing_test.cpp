@@ -201,6 +201,26 @@ TEST(Factories, ArangeAndLinspace) {
   EXPECT_EQ(one.get(0), 3.0);
 }
 
+// The unit-stride loop (vectorised) and the strided one give the same values, over several
+// pool chunks (32768 elements each) and into every third element of a buffer.
+TEST(Factories, ArangeContiguousAndStrided) {
+  const int64_t n = 70001;
+  std::vector<int64_t> ints(static_cast<size_t>(n));
+  std::vector<float> floats(static_cast<size_t>(n));
+  nk::arange(TensorDesc::make(ints.data(), DType::Int64, {n}), int64_t{-5}, int64_t{3});
+  nk::arange(TensorDesc::make(floats.data(), DType::Float32, {n}), 0.5, 0.125);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(ints[i], -5 + 3 * i) << i;
+    ASSERT_EQ(floats[i], static_cast<float>(0.5 + 0.125 * static_cast<double>(i))) << i;
+  }
+  std::vector<int32_t> every_third(3 * 40, -1);
+  nk::arange(TensorDesc::make(every_third.data(), DType::Int32, {40}, {3}), int64_t{7},
+             int64_t{-2});
+  for (int64_t i = 0; i < 3 * 40; ++i) {
+    ASSERT_EQ(every_third[i], i % 3 == 0 ? 7 - 2 * (i / 3) : -1) << i;
+  }
+}
+
 TEST(TrilTriu, DiagonalsAndBatches) {
   std::vector<int64_t> sizes = {3, 5, 7};
   HostTensor in(DType::Float32, sizes, Layout::Transposed);
