@@ -117,6 +117,13 @@ Kernel<T, P> select_kernel() {
   }
 }
 
+// The most rows of A for which the driver reads a row-major float32 B in place rather than
+// packing it: a tall A reuses each B panel over many A panels, and a packed panel is contiguous
+// where one in place is a strided column block (its rows ldb apart, which the L2 streamer
+// follows less well): [4096 x 128] @ [128 x 128] measured 2-4% faster with B packed (one
+// thread), while a short A (a head's [64 x 64] @ [64 x 32]) gains the packing's time.
+constexpr int64_t kBInPlaceMaxRows = 512;
+
 // The float32 kernel for an M x N product: 8-row panels where 14-row ones pad more than 8% more
 // rows (convolutions' 8, 16 or 32 output channels: 14-row panels pad them by up to 75%; a batch
 // of 64 rows: 70). The 14-row kernel does 28 FMAs per 16 loads against the 8-row one's 16 per 10
@@ -673,7 +680,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   // offsets to the stack, which measured 5-10% faster than the 8-row kernel on [4096 x K] row
   // blocks all the same) for its full panels (a last, partial panel is packed, padded with
   // zero rows); a row-major float32 B whose columns fill whole panels and whose block stays in
-  // L2 (the weight or activations of a small Linear, a head's keys).
+  // L2, against an A of at most kBInPlaceMaxRows rows (a Linear's weight gradient, a head's
+  // keys).
   // With B read in place, a packed A panel (a partial one, or one of another layout) takes the
   // same kernel with kColA (a packed panel is a column-major A with lda = MR).
   DirectKernelF direct_fn = nullptr, packed_a_fn = nullptr;
@@ -698,7 +706,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
                                     : &kernel_avx512_f32_direct<8, 1, false>);
       }
     }
-    b_direct = plain && b.dtype == DType::Float32 && !b.hf32 && b.cs == 1 && N % nr == 0 &&
+    b_direct = plain && M <= kBInPlaceMaxRows && b.dtype == DType::Float32 && !b.hf32 &&
+               b.cs == 1 && N % nr == 0 &&
                std::min(float_kc(K), K) * std::min<int64_t>(N, Blocking<P>::kNC) * 4 <= (512 << 10);
   }
   auto post_value = [&](int64_t row, int64_t col, T v) -> T {

@@ -106,9 +106,11 @@ TEST_P(GemmIsa, NarrowAndEightRowPanels) {
 // than 8%: 96, 256; or no multiple of either: 100, whose last 2 rows are a packed, zero-padded
 // panel), against B read in place (row-major, N a multiple of 32) or packed (transposed, or N
 // not a multiple of 32), in one K block and across K blocks (K = 700: the row pointers step
-// by the K block), alpha and beta.
+// by the K block), alpha and beta. A row-major B of whole panels is packed past
+// kBInPlaceMaxRows (512) rows of A: 530.
 TEST_P(GemmIsa, RowMajorAInPlaceFourteenRows) {
-  const int64_t shapes[][3] = {{96, 64, 40}, {256, 32, 130}, {100, 64, 700}, {100, 45, 33}};
+  const int64_t shapes[][3] = {{96, 64, 40}, {256, 32, 130}, {100, 64, 700}, {100, 45, 33},
+                               {530, 64, 700}};
   for (auto& s : shapes) {
     for (bool tb : {false, true}) {
       check_gemm({s[0], s[1], s[2], false, tb, false, 1.0, 0.0, DType::Float32, DType::Float32,
