@@ -1,6 +1,7 @@
 // copy/cast and fill: the table of converters between every pair of dtypes.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -206,6 +207,73 @@ void copy(const TensorDesc& dst, const TensorDesc& src) {
   detail::for_each_segment(it, 64 * 1024, [&](char* const* p, const int64_t* s, int64_t n) {
     fn(p[1], s[1], p[0], s[0], n);
   });
+}
+
+bool concat(const TensorDesc& out, const TensorDesc* parts, int count, int dim) {
+  // Rows of out: every index of the dimensions before `dim`; a part's block of a row (its
+  // dimensions from `dim` on) must be contiguous, its rows may be strided any way.
+  if (count < 1 || dim < 0 || dim >= out.ndim || !out.is_contiguous()) return false;
+  const int64_t esize = static_cast<int64_t>(dtype_size(out.dtype));
+  int64_t inner = 1, rows = 1;
+  for (int d = dim + 1; d < out.ndim; ++d) inner *= out.sizes[d];
+  for (int d = 0; d < dim; ++d) rows *= out.sizes[d];
+  constexpr int kMaxParts = 64;
+  if (count > kMaxParts) return false;
+  int64_t block_bytes[kMaxParts];
+  int64_t columns = 0;
+  for (int k = 0; k < count; ++k) {
+    const TensorDesc& t = parts[k];
+    if (t.dtype != out.dtype || t.ndim != out.ndim) return false;
+    int64_t expected = 1;
+    for (int d = out.ndim - 1; d >= 0; --d) {
+      if (d != dim && t.sizes[d] != out.sizes[d]) return false;
+      if (d >= dim && t.sizes[d] != 1 && t.strides[d] != expected) return false;
+      if (d >= dim) expected *= t.sizes[d];
+    }
+    block_bytes[k] = expected * esize;
+    columns += t.sizes[dim];
+  }
+  NPU_KERNEL_ASSERT(columns == out.sizes[dim], "concat: the parts' sizes along dim do not add up");
+  const int64_t row_bytes = columns * inner * esize;
+  if (rows == 0 || row_bytes == 0) return true;
+  char* const base = static_cast<char*>(out.data);
+  // Whole rows per task, at least 64 KB of them (a memory copy: large grains).
+  const int64_t grain = std::max<int64_t>(1, (64 << 10) / row_bytes);
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    // idx: row r0's index over the dimensions before dim; src[k]: part k's block of that row.
+    int64_t idx[kMaxDims] = {};
+    int64_t rem = r0;
+    for (int d = dim - 1; d >= 0; --d) {
+      idx[d] = rem % out.sizes[d];
+      rem /= out.sizes[d];
+    }
+    const char* src[kMaxParts];
+    for (int k = 0; k < count; ++k) {
+      int64_t off = 0;
+      for (int d = 0; d < dim; ++d) off += idx[d] * parts[k].strides[d];
+      src[k] = static_cast<const char*>(parts[k].data) + off * esize;
+    }
+    char* dst = base + r0 * row_bytes;
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int k = 0; k < count; ++k) {
+        copy_bytes(dst, src[k], static_cast<size_t>(block_bytes[k]));
+        dst += block_bytes[k];
+      }
+      if (dim == 0) break;  // a single row
+      // The next row: the innermost outer dimension steps; one that wraps steps the next one.
+      int d = dim - 1;
+      ++idx[d];
+      for (int k = 0; k < count; ++k) src[k] += parts[k].strides[d] * esize;
+      while (d > 0 && idx[d] == out.sizes[d]) {
+        for (int k = 0; k < count; ++k) src[k] -= out.sizes[d] * parts[k].strides[d] * esize;
+        idx[d] = 0;
+        --d;
+        ++idx[d];
+        for (int k = 0; k < count; ++k) src[k] += parts[k].strides[d] * esize;
+      }
+    }
+  });
+  return true;
 }
 
 void fill(const TensorDesc& dst, Scalar value) {

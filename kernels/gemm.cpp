@@ -118,6 +118,13 @@ Kernel<T, P> select_kernel() {
   }
 }
 
+// The most rows of A for which the driver reads a row-major float32 B in place rather than
+// packing it: a tall A reuses each B panel over many A panels, and a packed panel is contiguous
+// where one in place is a strided column block (its rows ldb apart, which the L2 streamer
+// follows less well): [4096 x 128] @ [128 x 128] measured 2-4% faster with B packed (one
+// thread), while a short A (a head's [64 x 64] @ [64 x 32]) gains the packing's time.
+constexpr int64_t kBInPlaceMaxRows = 512;
+
 // The float32 kernel for an M x N product: 8-row panels where 14-row ones pad more than 8% more
 // rows (convolutions' 8, 16 or 32 output channels: 14-row panels pad them by up to 75%; a batch
 // of 64 rows: 70). The 14-row kernel does 28 FMAs per 16 loads against the 8-row one's 16 per 10
@@ -653,7 +660,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   // offsets to the stack, which measured 5-10% faster than the 8-row kernel on [4096 x K] row
   // blocks all the same) for its full panels (a last, partial panel is packed, padded with
   // zero rows); a row-major float32 B whose columns fill whole panels and whose block stays in
-  // L2 (the weight or activations of a small Linear, a head's keys).
+  // L2, against an A of at most kBInPlaceMaxRows rows (a Linear's weight gradient, a head's
+  // keys).
   // With B read in place, a packed A panel (a partial one, or one of another layout) takes the
   // same kernel with kColA (a packed panel is a column-major A with lda = MR).
   DirectKernelF direct_fn = nullptr, packed_a_fn = nullptr;
@@ -678,7 +686,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
                                     : &kernel_avx512_f32_direct<8, 1, false>);
       }
     }
-    b_direct = plain && b.dtype == DType::Float32 && !b.hf32 && b.cs == 1 && N % nr == 0 &&
+    b_direct = plain && M <= kBInPlaceMaxRows && b.dtype == DType::Float32 && !b.hf32 &&
+               b.cs == 1 && N % nr == 0 &&
                std::min(float_kc(K), K) * std::min<int64_t>(N, Blocking<P>::kNC) * 4 <= (512 << 10);
   }
   auto post_value = [&](int64_t row, int64_t col, T v) -> T {
@@ -1228,6 +1237,105 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
   run(T(1), T(0), w.get(), N, &convert_block);
 }
 
+
+// A batch of small float32 products (attention's scores and values per head: [64 x 32] @
+// [32 x 64], [64 x 64] @ [64 x 32]) run on the in-place kernels of the driver without the
+// driver: one item is a few microseconds of FMAs, and the driver's set-up per call (its panel
+// states, task split and closures) cost a third of that on top (bmm of 256 [64 x 64] @
+// [64 x 32]: 1.2x MKL's time). Per item:
+//  - A is read in place, row-major or column-major, for its full MR-row panels; a last, partial
+//    panel is packed (zero rows past M), as the driver does.
+//  - B is read in place where it is row-major and its columns fill whole NR panels, else
+//    packed once per item into NR-column panels (a column-major B: q @ k^T).
+//  - K is one block (at most float_kc's single block), so every C tile is final after one
+//    kernel call. Each C value is summed in the same order as the driver's: with beta == 0 the
+//    results are the driver's bit for bit (tests/cpp/kernels/gemm_test.cpp compares the two;
+//    with beta, an edge tile's alpha * AB + beta * C may be contracted differently).
+// Returns false (nothing done) where these conditions do not hold.
+constexpr int64_t kBatchedDirectMaxMN = 256;
+std::atomic<bool> g_batched_direct{true};
+
+bool batched_direct(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, float alpha,
+                    float beta, CubeMath math) {
+  const int64_t batch = c.sizes[0], M = c.sizes[1], N = c.sizes[2], K = a.sizes[2];
+  if (!g_batched_direct.load(std::memory_order_relaxed) || !use_avx512() ||
+      math == CubeMath::HF32 || g_private_a_panels.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  if (c.dtype != DType::Float32 || a.dtype != DType::Float32 || b.dtype != DType::Float32) {
+    return false;
+  }
+  // M > kGemmFewRowsMax: fewer rows may take gemm()'s dot-product path (another order of sums).
+  if (M <= kGemmFewRowsMax || N < 16 || M > kBatchedDirectMaxMN || N > kBatchedDirectMaxMN ||
+      K < 1 || float_kc(K) != K) {
+    return false;
+  }
+  const bool a_row = a.strides[2] == 1, a_col = !a_row && a.strides[1] == 1;
+  const bool b_row = b.strides[2] == 1, b_col = !b_row && b.strides[1] == 1;
+  if ((!a_row && !a_col) || (!b_row && !b_col) || c.strides[2] != 1) return false;
+  const Kernel<float, float> kern = select_float_kernel(M, N);
+  const int mr = kern.mr, nr = kern.nr;
+  if (mr != 8 && mr != 14) return false;
+  const bool nv2 = nr == 32;
+  const DirectKernelF packed_fn =
+      mr == 14 ? (nv2 ? &kernel_avx512_f32_direct<14, 2, true> : &kernel_avx512_f32_direct<14, 1, true>)
+               : (nv2 ? &kernel_avx512_f32_direct<8, 2, true> : &kernel_avx512_f32_direct<8, 1, true>);
+  const DirectKernelF row_fn =
+      mr == 14 ? (nv2 ? &kernel_avx512_f32_direct<14, 2, false> : &kernel_avx512_f32_direct<14, 1, false>)
+               : (nv2 ? &kernel_avx512_f32_direct<8, 2, false> : &kernel_avx512_f32_direct<8, 1, false>);
+  const DirectKernelF a_fn = a_row ? row_fn : packed_fn;
+  const int64_t lda = a_row ? a.strides[1] : a.strides[2];
+  const bool b_in_place = b_row && N % nr == 0;
+  const int64_t m_panels = (M + mr - 1) / mr, n_panels = (N + nr - 1) / nr;
+  const float* const a0 = static_cast<const float*>(a.data);
+  const float* const b0 = static_cast<const float*>(b.data);
+  float* const c0 = static_cast<float*>(c.data);
+  const int64_t ldc = c.strides[1];
+  const double flops = 2.0 * M * N * K;
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kThreadedFlops / 4 / flops));
+  parallel_for(0, batch, grain, [&](int64_t i0, int64_t i1) {
+    alignas(64) float tile[14 * 32];
+    float* const bp = b_in_place ? nullptr : scratch<float>(1, static_cast<size_t>(n_panels * nr * K));
+    float* const ap = scratch<float>(2, static_cast<size_t>(mr * K));
+    for (int64_t item = i0; item < i1; ++item) {
+      const float* A = a0 + item * a.strides[0];
+      const float* B = b0 + item * b.strides[0];
+      float* C = c0 + item * c.strides[0];
+      if (!b_in_place) pack_b<float>(B, b.strides[1], b.strides[2], K, N, nr, bp);
+      const int64_t ldb = b_in_place ? b.strides[1] : nr;
+      for (int64_t p = 0; p < m_panels; ++p) {
+        const int64_t row = p * mr;
+        const int rows = static_cast<int>(std::min<int64_t>(mr, M - row));
+        const float* a_in = A + row * a.strides[1];
+        DirectKernelF fn = a_fn;
+        int64_t a_ld = lda;
+        if (rows < mr) {
+          pack_a<float>(a_in, a.strides[1], a.strides[2], rows, K, mr, 0, 1, ap);
+          a_in = ap, fn = packed_fn, a_ld = mr;
+        }
+        for (int64_t q = 0; q < n_panels; ++q) {
+          const int64_t col = q * nr;
+          const int cols = static_cast<int>(std::min<int64_t>(nr, N - col));
+          const float* b_panel = b_in_place ? B + col : bp + q * K * nr;
+          float* cp = C + row * ldc + col;
+          if (rows == mr && cols == nr) {
+            fn(K, a_in, a_ld, b_panel, ldb, cp, ldc, alpha, beta);
+            continue;
+          }
+          fn(K, a_in, a_ld, b_panel, ldb, tile, nr, 1.0f, 0.0f);
+          for (int r = 0; r < rows; ++r) {
+            for (int j = 0; j < cols; ++j) {
+              const float v = alpha * tile[r * nr + j];
+              cp[r * ldc + j] = beta == 0.0f ? v : v + beta * cp[r * ldc + j];
+            }
+          }
+        }
+      }
+    }
+  });
+  return true;
+}
+
 }  // namespace
 }  // namespace detail::gemm
 
@@ -1359,6 +1467,11 @@ void gemm_batched(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b,
   double flops = 2.0 * c.sizes[1] * c.sizes[2] * a.sizes[2];
   int64_t grain = flops >= 4e6 ? batch : 1;
   if (batch > 0 && c.sizes[1] > 0 && c.sizes[2] > 0 && a.sizes[2] > 0 &&
+      detail::gemm::batched_direct(c, a, b, static_cast<float>(alpha), static_cast<float>(beta),
+                                   math)) {
+    return;
+  }
+  if (batch > 0 && c.sizes[1] > 0 && c.sizes[2] > 0 && a.sizes[2] > 0 &&
       detail::gemm_small(slice(c, 0), slice(a, 0), slice(b, 0), alpha, beta, math)) {
     // Small products (a head's scores): a few thousand flops each, so tasks take many.
     parallel_for(1, batch, std::max<int64_t>(1, batch / (4 * num_threads())),
@@ -1383,6 +1496,10 @@ void set_gemm_isa(const char* isa) {
                     "set_gemm_isa takes \"auto\", \"avx512_bf16\", \"avx512\" or \"avx2\"");
   detail::gemm::g_isa_cap.store(
       s == "auto" ? 3 : s == "avx512_bf16" ? 2 : s == "avx512" ? 1 : 0, std::memory_order_relaxed);
+}
+
+void set_gemm_batched_direct(bool on) {
+  detail::gemm::g_batched_direct.store(on, std::memory_order_relaxed);
 }
 
 void set_gemm_private_a_panels(bool on) {

@@ -359,16 +359,28 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
       const c10::DeviceGuard guard(out.device());
       shape[d] = total;
       at::native::resize_output(out, shape);
+      // nk::concat writes out row by row where the layouts allow; else one copy per part into
+      // its narrowed view of out.
       std::vector<std::pair<nk::TensorDesc, nk::TensorDesc>> copies;
+      std::vector<nk::TensorDesc> blocks;
       int64_t offset = 0;
       for (const at::Tensor& t : parts) {
-        if (t.numel() > 0) copies.emplace_back(describe(out.narrow(d, offset, t.size(d))), describe(t));
+        if (t.numel() > 0) {
+          copies.emplace_back(describe(out.narrow(d, offset, t.size(d))), describe(t));
+          blocks.push_back(copies.back().second);
+        }
         offset += t.size(d);
       }
       if (!copies.empty()) {
-        launchTask(streamOf(out), "cat", [copies = std::move(copies)] {
-          for (const auto& [to, from] : copies) nk::copy(to, from);
-        });
+        launchTask(streamOf(out), "cat",
+                   [whole = describe(out), d, blocks = std::move(blocks),
+                    copies = std::move(copies)] {
+                     if (nk::concat(whole, blocks.data(), static_cast<int>(blocks.size()),
+                                    static_cast<int>(d))) {
+                       return;
+                     }
+                     for (const auto& [to, from] : copies) nk::copy(to, from);
+                   });
       }
       return out;
     }

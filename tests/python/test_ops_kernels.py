@@ -218,6 +218,34 @@ def test_nn_and_indexing_ops():
         close(g, w_)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool])
+def test_cat_layouts_match_cpu(dtype):
+    """cat's row-by-row kernel (nk::concat: parts whose blocks from dim on are contiguous, any
+    outer strides) and the part-by-part copies it leaves to the other layouts, exactly the CPU's."""
+    base = make((4, 6, 5, 8), dtype)
+    t = base.transpose(1, 2)   # [4, 5, 6, 8], outer dims permuted, last dim contiguous
+    cases = [
+        lambda x, tx: torch.cat([x, x[:, :, :, :3]], -1),          # a contiguous + a sliced part
+        lambda x, tx: torch.cat([x, x], 0),
+        lambda x, tx: torch.cat([x[:, :2], x, x[:, :0]], 1),       # a part of size 0 along dim
+        lambda x, tx: torch.cat([-tx[..., 4:] if x.dtype != torch.bool else tx[..., 4:],
+                                 tx[..., :4]], -1),              # rotate_half of a transposed view
+        lambda x, tx: torch.cat([x.transpose(2, 3), x.transpose(2, 3)], 3),  # strided blocks
+        lambda x, tx: torch.cat([torch.empty(0, dtype=x.dtype, device=x.device), x], 2),
+        lambda x, tx: torch.cat([x[:, :1]] * 70, 1),                # more parts than concat takes
+    ]
+    with NoHost():
+        got = [f(base.npu(), base.npu().transpose(1, 2)) for f in cases]
+    for g, f in zip(got, cases):
+        want = f(base, t)
+        assert g.device.type == "npu" and g.shape == want.shape
+        assert torch.equal(g.cpu(), want)
+    # out= into a non-contiguous view (the part-by-part copies)
+    out = torch.zeros(8, 6, 5, 32, dtype=dtype).npu()[::2, :, :, ::2]
+    torch.cat([base.npu(), base.npu()], 3, out=out)
+    assert torch.equal(out.cpu(), torch.cat([base, base], 3))
+
+
 def test_backward_of_a_small_network_matches_cpu():
     torch.manual_seed(0)
     layers = [torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(),

@@ -1,8 +1,8 @@
 // Indexing and shape kernels: index_select / embedding, index_add / embedding_backward,
 // gather, scatter, arange, linspace, tril / triu, flip, roll.
 //
-// cat and stack need no kernel of their own: copy() each input into the matching narrowed
-// (or selected) view of the output descriptor. Index tensors may be Int64 or Int32 (or any
+// cat and stack need no kernel of their own: concat() (elementwise.h) where the layouts allow,
+// else copy() each input into the matching narrowed (or selected) view of the output descriptor. Index tensors may be Int64 or Int32 (or any
 // integer dtype); their values must be in range (the adapter checks, as PyTorch does).
 // Unless stated otherwise, out and in have the same dtype.
 #pragma once

@@ -124,4 +124,7 @@ const char* gemm_isa(DType a, DType b);
 // For tests only: true makes every task pack its own copy of each A panel, the path a task
 // takes when another thread is packing the shared panel it needs (otherwise a timing accident).
 void set_gemm_private_a_panels(bool on);
+// For tests only: false sends gemm_batched's small float32 items through gemm() one by one (the
+// driver) instead of its batched in-place path, to compare the two.
+void set_gemm_batched_direct(bool on);
 }  // namespace npu::kernels::testing

@@ -106,9 +106,11 @@ TEST_P(GemmIsa, NarrowAndEightRowPanels) {
 // than 8%: 96, 256; or no multiple of either: 100, whose last 2 rows are a packed, zero-padded
 // panel), against B read in place (row-major, N a multiple of 32) or packed (transposed, or N
 // not a multiple of 32), in one K block and across K blocks (K = 700: the row pointers step
-// by the K block), alpha and beta.
+// by the K block), alpha and beta. A row-major B of whole panels is packed past
+// kBInPlaceMaxRows (512) rows of A: 530.
 TEST_P(GemmIsa, RowMajorAInPlaceFourteenRows) {
-  const int64_t shapes[][3] = {{96, 64, 40}, {256, 32, 130}, {100, 64, 700}, {100, 45, 33}};
+  const int64_t shapes[][3] = {{96, 64, 40}, {256, 32, 130}, {100, 64, 700}, {100, 45, 33},
+                               {530, 64, 700}};
   for (auto& s : shapes) {
     for (bool tb : {false, true}) {
       check_gemm({s[0], s[1], s[2], false, tb, false, 1.0, 0.0, DType::Float32, DType::Float32,
@@ -497,6 +499,87 @@ TEST(GemmBatched, SmallAndLargeBatchesWithBroadcast) {
         }
     EXPECT_EQ(bad, 0) << "batch " << batch;
   }
+}
+
+// gemm_batched's in-place path for small float32 items (attention's per-head products) against
+// a naive loop, and bit for bit (beta == 0) against the same items through gemm() (the driver): row- and
+// column-major A and B (B's columns filling whole panels or not: read in place or packed), M
+// with and without a partial row panel, K up to one K block, alpha and beta.
+TEST(GemmBatched, SmallFloatItemsInPlaceEqualDriverAndNaive) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  int bad = 0, cases = 0;
+  for (Shape sh : {Shape{64, 32, 64}, Shape{64, 64, 32}, Shape{9, 16, 1}, Shape{30, 40, 7},
+                   Shape{14, 96, 640}, Shape{33, 17, 129}}) {
+    for (int layout = 0; layout < 4; ++layout) {
+      for (auto [alpha, beta] : {std::pair<double, double>{1.0, 0.0}, {0.5, -1.25}}) {
+        const bool ta = layout & 1, tb = layout & 2;
+        const int64_t batch = 5, m = sh.m, n = sh.n, k = sh.k;
+        SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " ta=" << ta
+                                          << " tb=" << tb << " beta=" << beta);
+        // Column-major items: [batch, cols, rows] storage viewed as [batch, rows, cols].
+        HostTensor a(DType::Float32, {batch, ta ? k : m, ta ? m : k});
+        HostTensor b(DType::Float32, {batch, tb ? n : k, tb ? k : n});
+        HostTensor c(DType::Float32, {batch, m, n});
+        fill_uniform(a, -1, 1);
+        fill_uniform(b, -1, 1);
+        fill_uniform(c, -1, 1);
+        if (beta == 0) c.set(0, NAN);  // beta == 0 must not read C
+        auto view = [](const HostTensor& t, bool transposed) {
+          TensorDesc d = t.desc();
+          if (transposed) {
+            std::swap(d.sizes[1], d.sizes[2]);
+            std::swap(d.strides[1], d.strides[2]);
+          }
+          return d;
+        };
+        auto a_at = [&](int64_t z, int64_t i, int64_t p) {
+          return ta ? a.get((z * k + p) * m + i) : a.get((z * m + i) * k + p);
+        };
+        auto b_at = [&](int64_t z, int64_t p, int64_t j) {
+          return tb ? b.get((z * n + j) * k + p) : b.get((z * k + p) * n + j);
+        };
+        HostTensor c_driver = c, c0 = c;
+        nk::gemm_batched(c.desc(), view(a, ta), view(b, tb), alpha, beta);
+        nk::testing::set_gemm_batched_direct(false);
+        nk::gemm_batched(c_driver.desc(), view(a, ta), view(b, tb), alpha, beta);
+        nk::testing::set_gemm_batched_direct(true);
+        ++cases;
+        // Bit for bit where both sum the same way: beta == 0 (with beta, an edge tile's
+        // alpha * AB + beta * C may be contracted into one FMA in one of the two places), and
+        // not the products gemm_small takes (M, N <= 32, K <= 64) one by one.
+        if (beta == 0 && !(m <= 32 && n <= 32 && k <= 64)) {
+          EXPECT_EQ(std::memcmp(c.buf.data(), c_driver.buf.data(), c.buf.size()), 0)
+              << "not the driver's result bit for bit";
+        }
+        for (int64_t z = 0; z < batch; ++z) {
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double ref = 0, mag = 0;
+              for (int64_t p = 0; p < k; ++p) {
+                ref += a_at(z, i, p) * b_at(z, p, j);
+                mag += std::fabs(a_at(z, i, p) * b_at(z, p, j));
+              }
+              ref *= alpha;
+              mag *= std::fabs(alpha);
+              const int64_t at = (z * m + i) * n + j;
+              if (beta != 0) {
+                ref += beta * c0.get(at);
+                mag += std::fabs(beta * c0.get(at));
+              }
+              if (!(std::fabs(c.get(at) - ref) <= 1e-5 * mag + 1e-30) && bad++ < 5) {
+                ADD_FAILURE() << "C[" << z << "," << i << "," << j << "] = " << c.get(at)
+                              << ", want " << ref;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 48);
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(Gemm, SupportedDtypes) {
