@@ -212,7 +212,11 @@ void copy(const TensorDesc& dst, const TensorDesc& src) {
 bool concat(const TensorDesc& out, const TensorDesc* parts, int count, int dim) {
   // Rows of out: every index of the dimensions before `dim`; a part's block of a row (its
   // dimensions from `dim` on) must be contiguous, its rows may be strided any way.
-  if (count < 1 || dim < 0 || dim >= out.ndim || !out.is_contiguous()) return false;
+  // Bool is left to copy(), which writes every true byte as 1 (as a same-dtype memcpy would not).
+  if (count < 1 || dim < 0 || dim >= out.ndim || !out.is_contiguous() ||
+      out.dtype == DType::Bool) {
+    return false;
+  }
   const int64_t esize = static_cast<int64_t>(dtype_size(out.dtype));
   int64_t inner = 1, rows = 1;
   for (int d = dim + 1; d < out.ndim; ++d) inner *= out.sizes[d];
@@ -236,6 +240,9 @@ bool concat(const TensorDesc& out, const TensorDesc* parts, int count, int dim) 
   NPU_KERNEL_ASSERT(columns == out.sizes[dim], "concat: the parts' sizes along dim do not add up");
   const int64_t row_bytes = columns * inner * esize;
   if (rows == 0 || row_bytes == 0) return true;
+  // Tasks are whole rows: a few large rows (cat along dim 0) would leave threads idle, so
+  // they are left to copy(), which splits long runs.
+  if (rows < 2 * num_threads() && rows * row_bytes > (int64_t{1} << 20)) return false;
   char* const base = static_cast<char*>(out.data);
   // Whole rows per task, at least 64 KB of them (a memory copy: large grains).
   const int64_t grain = std::max<int64_t>(1, (64 << 10) / row_bytes);

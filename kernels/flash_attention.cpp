@@ -577,6 +577,7 @@ void decode_block(const FlashAttentionArgs& a, const Dims& dm, const Seq& s, int
 // step's 8 attention calls in decode_bench's LLaMA at batch 1. Same statistics and masks as
 // decode_block; sums are added in another order.
 std::atomic<bool> g_decode_grouped{true};
+std::atomic<int64_t> g_decode_grouped_items{0};  // testing: items run by decode_group
 
 bool fast_path_cpu();  // AVX-512 F / BW / VL / DQ (below)
 
@@ -587,6 +588,12 @@ bool decode_grouped_applies(const FlashAttentionArgs& a, const Dims& dm) {
   return g_decode_grouped.load(std::memory_order_relaxed) && fast_path_cpu() &&
          !(a.pse && a.pse->data) && plain_f32(a.k) && plain_f32(a.v) && dm.d > 0 &&
          dm.d % 16 == 0 && dm.dv > 0 && dm.dv % 16 == 0;
+}
+
+// One item per (sequence, kv head) leaves threads idle when there are fewer items than
+// threads (batch 1 with few kv heads, multi-query attention): then one item per query head.
+bool decode_grouped_fills_pool(std::size_t seqs, const Dims& dm) {
+  return static_cast<int64_t>(seqs) * dm.nkv >= num_threads() || dm.nq == dm.nkv;
 }
 
 // acc[r][v] += p[r][j] * V[j][16 v ...] over keys j of `keys` (the keys some row sees), for
@@ -704,8 +711,6 @@ NPU_AVX512 void decode_group(const FlashAttentionArgs& a, const Dims& dm, const 
 // dV^T += dO P. Same statistics, masks and conventions as the general path (a row with nothing
 // visible: out 0, max -inf, sum 0); no bias, dropout or int8 keys (they take the general path).
 constexpr int64_t kShortRows = 64;
-
-bool fast_path_cpu();  // the AVX-512 tile path's CPU check (below)
 
 bool short_path_applies(const FlashAttentionArgs& a, const Dims& dm, const std::vector<Seq>& seqs,
                         const TensorDesc* grad_pse) {
@@ -1949,6 +1954,9 @@ bool short_attention_avx512() { return detail::short_avx512(); }
 void set_decode_attention_grouped(bool allowed) {
   detail::g_decode_grouped.store(allowed, std::memory_order_relaxed);
 }
+int64_t decode_attention_grouped_items() {
+  return detail::g_decode_grouped_items.load(std::memory_order_relaxed);
+}
 const char* attention_bf16_products() {
   return detail::amx_products(DType::BFloat16) ? "amx_bf16" : "fma_f32";
 }
@@ -1975,7 +1983,9 @@ void flash_attention_forward(const FlashAttentionArgs& a, const TensorDesc& out,
   std::vector<Seq> seqs = sequences(a);
   if (a.keep_prob >= 1.0 && a.k.dtype != DType::Int8 &&
       std::all_of(seqs.begin(), seqs.end(), [](const Seq& s) { return s.sq <= kDecodeRows; })) {
-    if (decode_grouped_applies(a, dm)) {  // one item per (sequence, kv head)
+    if (decode_grouped_applies(a, dm) && decode_grouped_fills_pool(seqs.size(), dm)) {
+      g_decode_grouped_items.fetch_add(static_cast<int64_t>(seqs.size()) * dm.nkv,
+                                       std::memory_order_relaxed);
       parallel_for(0, static_cast<int64_t>(seqs.size()) * dm.nkv, 1, [&](int64_t b, int64_t e) {
         for (int64_t it = b; it < e; ++it) {
           decode_group(a, dm, seqs[it / dm.nkv], it % dm.nkv, out, softmax_max, softmax_sum);

@@ -1270,6 +1270,11 @@ bool batched_direct(const TensorDesc& c, const TensorDesc& a, const TensorDesc& 
       K < 1 || float_kc(K) != K) {
     return false;
   }
+  // Products gemm_small takes (a few thousand flops) stay there, as before this path existed.
+  if (M <= kGemmSmallMaxMN && N <= kGemmSmallMaxMN && K <= kGemmSmallMaxK &&
+      M * N * K <= kGemmSmallMaxVolume) {
+    return false;
+  }
   const bool a_row = a.strides[2] == 1, a_col = !a_row && a.strides[1] == 1;
   const bool b_row = b.strides[2] == 1, b_col = !b_row && b.strides[1] == 1;
   if ((!a_row && !a_col) || (!b_row && !b_col) || c.strides[2] != 1) return false;

@@ -101,6 +101,8 @@ bool short_attention_avx512();
 // AVX-512; true, the default, runs a grouped-query group per item where the keys and values
 // are float32 rows and the head dims multiples of 16.
 void set_decode_attention_grouped(bool allowed);
+// How many (sequence, kv head) items the grouped decode path has run in this process.
+int64_t decode_attention_grouped_items();
 }  // namespace testing
 
 }  // namespace npu::kernels

@@ -330,6 +330,7 @@ TEST(FlashAttention, DecodeRowsReadKeysAndValuesInPlace) {
 // 2; a value width of 80 (a 64-column block and a 16-column one); 1, 3 (rows padded to
 // fours) and 8 query rows; no mask, a boolean mask, the causal band of a static cache.
 TEST(FlashAttention, DecodeGroupedHeadsAndOneHeadPerItem) {
+  nk::testing::set_short_attention_avx512(true);  // (read below as "this CPU has AVX-512")
   const std::pair<int64_t, int64_t> heads[] = {{8, 1}, {3, 3}, {8, 2}};
   for (bool grouped : {true, false}) {
     nk::testing::set_decode_attention_grouped(grouped);
@@ -348,7 +349,13 @@ TEST(FlashAttention, DecodeGroupedHeadsAndOneHeadPerItem) {
           c.Dv = 80;
           c.random_mask = mode == 1 && sq > 3;  // (the check fully masks query row 3)
           if (mode == 2) c.band = causal(true);
+          const int64_t before = nk::testing::decode_attention_grouped_items();
           run_case(c);
+          // The grouped path runs where it applies (AVX-512) and fills the pool: a test that
+          // silently ran the per-head path twice could not fail.
+          const bool fills = c.B * nkv >= nk::num_threads() || nq == nkv;
+          EXPECT_EQ(nk::testing::decode_attention_grouped_items() > before,
+                    grouped && fills && nk::testing::short_attention_avx512());
         }
       }
     }
