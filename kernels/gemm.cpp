@@ -1254,6 +1254,7 @@ void gemm_typed(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, d
 // Returns false (nothing done) where these conditions do not hold.
 constexpr int64_t kBatchedDirectMaxMN = 256;
 std::atomic<bool> g_batched_direct{true};
+std::atomic<int64_t> g_batched_direct_calls{0};  // testing: calls the path took
 
 bool batched_direct(const TensorDesc& c, const TensorDesc& a, const TensorDesc& b, float alpha,
                     float beta, CubeMath math) {
@@ -1298,6 +1299,7 @@ bool batched_direct(const TensorDesc& c, const TensorDesc& a, const TensorDesc& 
   const int64_t ldc = c.strides[1];
   const double flops = 2.0 * M * N * K;
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kThreadedFlops / 4 / flops));
+  g_batched_direct_calls.fetch_add(1, std::memory_order_relaxed);
   parallel_for(0, batch, grain, [&](int64_t i0, int64_t i1) {
     alignas(64) float tile[14 * 32];
     float* const bp = b_in_place ? nullptr : scratch<float>(1, static_cast<size_t>(n_panels * nr * K));
@@ -1505,6 +1507,10 @@ void set_gemm_isa(const char* isa) {
 
 void set_gemm_batched_direct(bool on) {
   detail::gemm::g_batched_direct.store(on, std::memory_order_relaxed);
+}
+
+int64_t gemm_batched_direct_calls() {
+  return detail::gemm::g_batched_direct_calls.load(std::memory_order_relaxed);
 }
 
 void set_gemm_private_a_panels(bool on) {

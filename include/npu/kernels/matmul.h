@@ -127,4 +127,6 @@ void set_gemm_private_a_panels(bool on);
 // For tests only: false sends gemm_batched's small float32 items through gemm() one by one (the
 // driver) instead of its batched in-place path, to compare the two.
 void set_gemm_batched_direct(bool on);
+// How many gemm_batched calls took that path in this process (tests: the path really ran).
+int64_t gemm_batched_direct_calls();
 }  // namespace npu::kernels::testing

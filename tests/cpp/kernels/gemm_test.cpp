@@ -541,7 +541,14 @@ TEST(GemmBatched, SmallFloatItemsInPlaceEqualDriverAndNaive) {
           return tb ? b.get((z * n + j) * k + p) : b.get((z * k + p) * n + j);
         };
         HostTensor c_driver = c, c0 = c;
+        const int64_t calls = nk::testing::gemm_batched_direct_calls();
         nk::gemm_batched(c.desc(), view(a, ta), view(b, tb), alpha, beta);
+        // The in-place path ran (on AVX-512, beside gemm_small's products): else both runs
+        // below would be the driver's and the comparison could not fail.
+        EXPECT_EQ(nk::testing::gemm_batched_direct_calls() > calls,
+                  std::string(nk::testing::gemm_isa(DType::Float32, DType::Float32)) ==
+                          "avx512" &&
+                      !(m <= 32 && n <= 32 && k <= 64));
         nk::testing::set_gemm_batched_direct(false);
         nk::gemm_batched(c_driver.desc(), view(a, ta), view(b, tb), alpha, beta);
         nk::testing::set_gemm_batched_direct(true);
