@@ -669,21 +669,12 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
   if constexpr (std::is_same_v<P, float> && std::is_same_v<T, float>) {
     const bool plain = !imp && !post && !packed && use_avx512() && (mr == 8 || mr == 14) &&
                        !g_private_a_panels.load(std::memory_order_relaxed);
-    const bool nv2 = nr == 32;
-    if (plain) {
-      packed_a_fn = mr == 14 ? (nv2 ? &kernel_avx512_f32_direct<14, 2, true>
-                                    : &kernel_avx512_f32_direct<14, 1, true>)
-                             : (nv2 ? &kernel_avx512_f32_direct<8, 2, true>
-                                    : &kernel_avx512_f32_direct<8, 1, true>);
-    }
+    if (plain) packed_a_fn = direct_kernel_f32(mr, nr, true);
     if (plain && a.dtype == DType::Float32 && !a.hf32) {
       if (a.rs == 1 && a.cs != 1) {
         direct_fn = packed_a_fn;
       } else if (a.cs == 1) {
-        direct_fn = mr == 14 ? (nv2 ? &kernel_avx512_f32_direct<14, 2, false>
-                                    : &kernel_avx512_f32_direct<14, 1, false>)
-                             : (nv2 ? &kernel_avx512_f32_direct<8, 2, false>
-                                    : &kernel_avx512_f32_direct<8, 1, false>);
+        direct_fn = direct_kernel_f32(mr, nr, false);
       }
     }
     b_direct = plain && M <= kBInPlaceMaxRows && b.dtype == DType::Float32 && !b.hf32 &&
@@ -1282,13 +1273,8 @@ bool batched_direct(const TensorDesc& c, const TensorDesc& a, const TensorDesc& 
   const Kernel<float, float> kern = select_float_kernel(M, N);
   const int mr = kern.mr, nr = kern.nr;
   if (mr != 8 && mr != 14) return false;
-  const bool nv2 = nr == 32;
-  const DirectKernelF packed_fn =
-      mr == 14 ? (nv2 ? &kernel_avx512_f32_direct<14, 2, true> : &kernel_avx512_f32_direct<14, 1, true>)
-               : (nv2 ? &kernel_avx512_f32_direct<8, 2, true> : &kernel_avx512_f32_direct<8, 1, true>);
-  const DirectKernelF row_fn =
-      mr == 14 ? (nv2 ? &kernel_avx512_f32_direct<14, 2, false> : &kernel_avx512_f32_direct<14, 1, false>)
-               : (nv2 ? &kernel_avx512_f32_direct<8, 2, false> : &kernel_avx512_f32_direct<8, 1, false>);
+  const DirectKernelF packed_fn = direct_kernel_f32(mr, nr, true);
+  const DirectKernelF row_fn = direct_kernel_f32(mr, nr, false);
   const DirectKernelF a_fn = a_row ? row_fn : packed_fn;
   const int64_t lda = a_row ? a.strides[1] : a.strides[2];
   const bool b_in_place = b_row && N % nr == 0;

@@ -207,6 +207,25 @@ NPU_AVX512 void kernel_avx512_f32_direct(int64_t k, const float* a, int64_t lda,
 using DirectKernelF = void (*)(int64_t k, const float* a, int64_t lda, const float* b,
                                int64_t ldb, float* c, int64_t ldc, float alpha, float beta);
 
+// The in-place kernel for an MR x NR tile (MR 8 or 14, NR 16 or 32; else nullptr), reading a
+// column-major A (or a packed panel) when col_a, a row-major A otherwise.
+inline DirectKernelF direct_kernel_f32(int mr, int nr, bool col_a) {
+  const bool nv2 = nr == 32;
+  if (mr == 14 && col_a) {
+    return nv2 ? &kernel_avx512_f32_direct<14, 2, true> : &kernel_avx512_f32_direct<14, 1, true>;
+  }
+  if (mr == 14) {
+    return nv2 ? &kernel_avx512_f32_direct<14, 2, false> : &kernel_avx512_f32_direct<14, 1, false>;
+  }
+  if (mr == 8 && col_a) {
+    return nv2 ? &kernel_avx512_f32_direct<8, 2, true> : &kernel_avx512_f32_direct<8, 1, true>;
+  }
+  if (mr == 8) {
+    return nv2 ? &kernel_avx512_f32_direct<8, 2, false> : &kernel_avx512_f32_direct<8, 1, false>;
+  }
+  return nullptr;
+}
+
 NPU_AVX512 inline void kernel_avx512_f64_14x16(int64_t k, const double* a, const double* b,
                                                double* c, int64_t ldc, double alpha,
                                                double beta) {
