@@ -598,6 +598,10 @@ bool decode_grouped_fills_pool(std::size_t seqs, const Dims& dm) {
 
 // acc[r][v] += p[r][j] * V[j][16 v ...] over keys j of `keys` (the keys some row sees), for
 // four rows of P (leading dim ldp) and NV vectors of 16 values from column d0; stored to O.
+// A row that cannot see a key some other row of the group sees adds 0 * V[j]: an Inf or NaN in
+// such a value row makes that output NaN, where decode_block (which skips p == 0) stays finite,
+// as does the CPU's flash kernel for keys outside its causal blocks (masks per head or causal
+// rows of 3-8 queries only; finite caches, the usual case, give the same result either way).
 template <int NV>
 NPU_AVX512 void pv_rows4(const float* P, int64_t ldp, const float* V, int64_t ldv,
                          const int32_t* keys, int64_t nkeys, int64_t d0, float* O, int64_t ldo) {
