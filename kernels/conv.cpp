@@ -913,11 +913,12 @@ void conv2d_winograd(const TensorDesc& out, const TensorDesc& input, const Tenso
                         pool, pair};
     parallel_for(0, nb * blocks, 1, [&](int64_t b0, int64_t b1) {
       // The lanes of V past a block's tiles are read (never stored): zeros or stale values.
+      // + 16: the last tile's 16-lane loads of V and M run up to 16 floats past 16 * rows * T.
       AlignedBuffer v_big, m_big;
-      float* const V =
-          scratch_up_to<float>(kWinoV, static_cast<size_t>(16 * C * T), kWinoKeptBytes, v_big);
-      float* const M =
-          scratch_up_to<float>(kWinoM, static_cast<size_t>(16 * MR * T), kWinoKeptBytes, m_big);
+      float* const V = scratch_up_to<float>(kWinoV, static_cast<size_t>(16 * C * T + 16),
+                                            kWinoKeptBytes, v_big);
+      float* const M = scratch_up_to<float>(kWinoM, static_cast<size_t>(16 * MR * T + 16),
+                                            kWinoKeptBytes, m_big);
       for (int64_t bi = b0; bi < b1; ++bi) {
         const int64_t th0 = bi % blocks * rows_blk;
         wino_block(plan, V, M, bi / blocks, th0, std::min(rows_blk, TH - th0));
