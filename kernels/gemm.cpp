@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -181,6 +182,9 @@ struct MatRef {
   DType dtype;
   int64_t rs, cs;
   bool hf32 = false;
+  // The packed float panels are multiplied by 2^scale_exp (denormal_scaling below); the
+  // driver divides the product by it again through alpha.
+  int scale_exp = 0;
 };
 
 // Below this many flops a GEMM is not worth waking the pool's workers for.
@@ -192,6 +196,148 @@ constexpr double kThreadedBytes = 256 * 1024;
 // over a panel that was just written, so it is still in cache; zero padding stays zero.
 void round_panel_to_hf32(float* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i) p[i] = round_to_hf32(p[i]);
+}
+
+// ---- subnormal operands ----------------------------------------------------------------------
+// A multiply-add with a subnormal operand or result takes a microcode assist on x86 (~150
+// cycles): a float32 GEMM whose A is 50% subnormal runs ~85x slower (a [4096 x 256] @
+// [256 x 128] product: 186 ms against 2.2 ms, one thread). Such operands are common: the
+// gradient of a saturated softmax or cross-entropy (probabilities below 2^-126, divided by the
+// batch) feeds the output layer's two backward products. A GPU handles subnormals at full
+// speed; here an operand found to hold them is packed multiplied by 2^24 (every subnormal
+// becomes normal: the smallest is 2^-149), and alpha carries the 2^-24 back, applied to each K
+// block's sum. Scaling by a power of two is exact, so each product and sum is the one IEEE
+// arithmetic would give, or a more precise one where IEEE would have rounded a subnormal
+// intermediate; a result that is itself subnormal is rounded once, as IEEE rounds it.
+
+// The power of two a subnormal operand is scaled by.
+constexpr int kSubnormalScaleExp = 24;
+// testing::set_gemm_subnormal_scaling / gemm_subnormal_scaled_calls.
+std::atomic<bool> g_subnormal_scaling{true};
+std::atomic<int64_t> g_subnormal_scaled_calls{0};
+
+// What a scan of float32 values found: the largest magnitude's bits (a NaN's exceed an Inf's,
+// 0x7f800000, which exceed every finite value's: the integer maximum is NaN-safe), and whether
+// a nonzero value below 2^-126 (a subnormal) was seen.
+struct Magnitudes {
+  uint32_t max_bits = 0;
+  bool subnormal = false;
+  void add(const Magnitudes& o) {
+    max_bits = std::max(max_bits, o.max_bits);
+    subnormal = subnormal || o.subnormal;
+  }
+};
+
+// Scans n float32 values at p (p[i * stride]).
+Magnitudes scan_magnitudes(const float* p, int64_t n, int64_t stride) {
+  Magnitudes m;
+  int64_t i = 0;
+  if (stride == 1) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    const __m256i below_normal = _mm256_set1_epi32(0x007fffff);  // |x| bits - 1 < this: subnormal
+    const __m256i one = _mm256_set1_epi32(1);
+    __m256i mx = _mm256_setzero_si256(), sub = _mm256_setzero_si256();
+    for (; i + 8 <= n; i += 8) {
+      const __m256i bits = _mm256_and_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), abs_mask);
+      mx = _mm256_max_epu32(mx, bits);
+      // bits - 1 <= 0x007ffffe (unsigned) exactly for 0 < bits < 0x00800000.
+      const __m256i d = _mm256_sub_epi32(bits, one);
+      sub = _mm256_or_si256(sub, _mm256_cmpeq_epi32(_mm256_min_epu32(d, below_normal), d));
+    }
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), mx);
+    for (uint32_t v : lanes) m.max_bits = std::max(m.max_bits, v);
+    m.subnormal = !_mm256_testz_si256(sub, sub);
+  }
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i * stride, 4);
+    bits &= 0x7fffffffu;
+    m.max_bits = std::max(m.max_bits, bits);
+    m.subnormal = m.subnormal || (bits != 0 && bits < 0x00800000u);
+  }
+  return m;
+}
+
+// Scans the float32 matrix m (rows x cols) along its contiguous dimension, every `every`-th line
+// of it (1: all of it).
+Magnitudes scan_matrix(const MatRef& m, int64_t rows, int64_t cols, int64_t every) {
+  const float* d = static_cast<const float*>(m.data);
+  const bool by_rows = m.cs == 1 || m.rs != 1;  // lines are rows (else columns: rs == 1)
+  const int64_t lines = by_rows ? rows : cols, len = by_rows ? cols : rows;
+  const int64_t line_stride = by_rows ? m.rs : m.cs, step = by_rows ? m.cs : m.rs;
+  Magnitudes out;
+  for (int64_t l = 0; l < lines; l += every) out.add(scan_magnitudes(d + l * line_stride, len, step));
+  return out;
+}
+
+// Multiplies n packed floats by 2^e (0 < e <= kSubnormalScaleExp) in place, exactly, with no
+// floating-point operation on a subnormal (a multiply by 2^e would take the assist once per
+// vector holding one): a normal value's exponent field grows by e (choose_subnormal_scaling
+// made sure it stays finite); a subnormal's magnitude is its mantissa times 2^-149, so it
+// becomes float(mantissa) * 2^(e - 149), a product of two normal values. Zeros stay zeros.
+void scale_panel(float* p, int64_t n, int e) {
+  const float sub_scale = std::ldexp(1.0f, e - 149);
+  int64_t i = 0;
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), exp_step = _mm256_set1_epi32(e << 23);
+  const __m256i min_normal = _mm256_set1_epi32(0x00800000);
+  const __m256 s = _mm256_set1_ps(sub_scale);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
+    const __m256i mag = _mm256_and_si256(bits, abs_mask);
+    const __m256i sign = _mm256_andnot_si256(abs_mask, bits);
+    const __m256i normal = _mm256_cmpgt_epi32(mag, _mm256_sub_epi32(min_normal, _mm256_set1_epi32(1)));
+    const __m256i small = _mm256_or_si256(
+        sign, _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mag), s)));
+    const __m256i out = _mm256_blendv_epi8(small, _mm256_add_epi32(bits, exp_step), normal);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i), out);
+  }
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, 4);
+    const uint32_t mag = bits & 0x7fffffffu;
+    if (mag >= 0x00800000u) {
+      bits += uint32_t(e) << 23;
+    } else {
+      const float v = float(int32_t(mag)) * sub_scale;
+      uint32_t vb;
+      std::memcpy(&vb, &v, 4);
+      bits = (bits & 0x80000000u) | vb;
+    }
+    std::memcpy(p + i, &bits, 4);
+  }
+}
+
+// Below this many multiply-adds a GEMM is not sampled for subnormals (its sample would cost
+// more than the assists it could save).
+constexpr double kSubnormalSampleMinFmas = 1 << 20;
+// The sample reads every kSubnormalSampleEvery-th line of an operand (1/16: 0.3-1% of a
+// [4096 x 256] @ [256 x 128] product's time when none is found).
+constexpr int64_t kSubnormalSampleEvery = 16;
+
+// Sets a.scale_exp / b.scale_exp for a float32 GEMM (M x K) @ (K x N) whose operands hold
+// subnormals, found in a sample of their lines; then both operands are scanned in full for
+// their largest magnitude, and the scaling is taken only if no partial sum of the scaled
+// product can overflow (K * max|A| * 2^ea * max|B| * 2^eb < 2^125) and both are finite.
+// Returns whether it set any.
+bool choose_subnormal_scaling(int64_t M, int64_t N, int64_t K, MatRef& a, MatRef& b) {
+  if (!g_subnormal_scaling.load(std::memory_order_relaxed)) return false;
+  if (a.dtype != DType::Float32 || b.dtype != DType::Float32 || a.hf32 || b.hf32) return false;
+  if (double(M) * N * K < kSubnormalSampleMinFmas) return false;
+  const bool sub_a = scan_matrix(a, M, K, kSubnormalSampleEvery).subnormal;
+  const bool sub_b = scan_matrix(b, K, N, kSubnormalSampleEvery).subnormal;
+  if (!sub_a && !sub_b) return false;
+  const uint32_t max_a = scan_matrix(a, M, K, 1).max_bits, max_b = scan_matrix(b, K, N, 1).max_bits;
+  if (max_a >= 0x7f800000u || max_b >= 0x7f800000u) return false;  // Inf or NaN: keep IEEE's
+  auto as_float = [](uint32_t bits) { float f; std::memcpy(&f, &bits, 4); return double(f); };
+  const int ea = sub_a ? kSubnormalScaleExp : 0, eb = sub_b ? kSubnormalScaleExp : 0;
+  const double bound = double(K) * std::ldexp(as_float(max_a), ea) * std::ldexp(as_float(max_b), eb);
+  if (!(bound < std::ldexp(1.0, 125))) return false;
+  a.scale_exp = ea;
+  b.scale_exp = eb;
+  g_subnormal_scaled_calls.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 // 8x8 float transpose in registers: r[j] becomes column j.
@@ -577,6 +723,7 @@ void pack_a_any(const MatRef& a, int64_t r0, int64_t k0, int64_t mc, int64_t kc,
         pack_a<P>(base, a.rs, a.cs, mc, kc, mr, p0, p1, dst);
         if constexpr (std::is_same_v<P, float>) {
           if (a.hf32) round_panel_to_hf32(dst + p0 * kc * mr, (p1 - p0) * kc * mr);
+          if (a.scale_exp) scale_panel(dst + p0 * kc * mr, (p1 - p0) * kc * mr, a.scale_exp);
         }
       } else {
         NPU_KERNEL_ASSERT(false, "integer GEMM operands");
@@ -598,6 +745,7 @@ void pack_b_any(const MatRef& b, int64_t k0, int64_t c0, int64_t kc, int64_t nc,
         pack_b<P>(base, b.rs, b.cs, kc, nc, nr, dst);
         if constexpr (std::is_same_v<P, float>) {
           if (b.hf32) round_panel_to_hf32(dst, (nc + nr - 1) / nr * nr * kc);
+          if (b.scale_exp) scale_panel(dst, (nc + nr - 1) / nr * nr * kc, b.scale_exp);
         }
       } else {
         NPU_KERNEL_ASSERT(false, "integer GEMM operands");
@@ -634,11 +782,18 @@ inline constexpr int64_t kBf16DirectBBytes = 512 << 10;
 // stage (float only): an output stage fused into the stores of C's final values (for imp, its
 // own stage is used).
 template <class T, class P, class CT = T>
-void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const MatRef& b, T beta,
-            CT* c, int64_t ldc, const BlockDone* block_done,
+void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a_arg, const MatRef& b_arg,
+            T beta, CT* c, int64_t ldc, const BlockDone* block_done,
             const ImplicitGemm* imp = nullptr, const PackedB* packed = nullptr,
             const GemmOutputStage* stage = nullptr) {
   constexpr bool kBf16C = std::is_same_v<CT, uint16_t>;
+  MatRef a = a_arg, b = b_arg;
+  // Operands holding subnormals are packed scaled (then never read in place); alpha undoes it.
+  if constexpr (std::is_same_v<P, float> && std::is_same_v<T, float>) {
+    if (!imp && !packed && choose_subnormal_scaling(M, N, K, a, b)) {
+      alpha = std::ldexp(alpha, -(a.scale_exp + b.scale_exp));
+    }
+  }
   static_assert(!kBf16C || std::is_same_v<P, uint16_t>, "a bfloat16 C needs the bfloat16 kernel");
   Kernel<T, P> kern = select_kernel<T, P>();
   if constexpr (std::is_same_v<P, float>) kern = select_float_kernel(M, N);
@@ -670,7 +825,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
     const bool plain = !imp && !post && !packed && use_avx512() && (mr == 8 || mr == 14) &&
                        !g_private_a_panels.load(std::memory_order_relaxed);
     if (plain) packed_a_fn = direct_kernel_f32(mr, nr, true);
-    if (plain && a.dtype == DType::Float32 && !a.hf32) {
+    if (plain && a.dtype == DType::Float32 && !a.hf32 && !a.scale_exp) {
       if (a.rs == 1 && a.cs != 1) {
         direct_fn = packed_a_fn;
       } else if (a.cs == 1) {
@@ -678,6 +833,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a, const Mat
       }
     }
     b_direct = plain && M <= kBInPlaceMaxRows && b.dtype == DType::Float32 && !b.hf32 &&
+               !b.scale_exp &&
                b.cs == 1 && N % nr == 0 &&
                std::min(float_kc(K), K) * std::min<int64_t>(N, Blocking<P>::kNC) * 4 <= (512 << 10);
   }
@@ -1497,6 +1653,14 @@ void set_gemm_batched_direct(bool on) {
 
 int64_t gemm_batched_direct_calls() {
   return detail::gemm::g_batched_direct_calls.load(std::memory_order_relaxed);
+}
+
+void set_gemm_subnormal_scaling(bool on) {
+  detail::gemm::g_subnormal_scaling.store(on, std::memory_order_relaxed);
+}
+
+int64_t gemm_subnormal_scaled_calls() {
+  return detail::gemm::g_subnormal_scaled_calls.load(std::memory_order_relaxed);
 }
 
 void set_gemm_private_a_panels(bool on) {

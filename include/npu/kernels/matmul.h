@@ -129,4 +129,10 @@ void set_gemm_private_a_panels(bool on);
 void set_gemm_batched_direct(bool on);
 // How many gemm_batched calls took that path in this process (tests: the path really ran).
 int64_t gemm_batched_direct_calls();
+// For tests only: false computes float32 GEMMs whose operands hold subnormals (values below
+// 2^-126) as they are, each multiply-add with one taking the CPU's slow assist, instead of
+// packing such an operand scaled by 2^24 (gemm.cpp: "subnormal operands").
+void set_gemm_subnormal_scaling(bool on);
+// How many GEMMs took the scaled path in this process (tests: the path really ran).
+int64_t gemm_subnormal_scaled_calls();
 }  // namespace npu::kernels::testing

@@ -408,6 +408,106 @@ TEST_P(GemmIsa, Hf32RoundsTheOperandsAndNothingElse) {
   EXPECT_EQ(c1.buf, c2.buf);
 }
 
+// Every other value of t (in memory order) times 2^-130: |x| < 1 becomes subnormal (below 2^-126),
+// as in the gradient of a saturated softmax.
+void make_half_subnormal(HostTensor& t) {
+  for (int64_t i = 0; i < t.numel(); i += 2) t.set(i, std::ldexp(t.get(i), -130));
+}
+
+// C = alpha A B + beta C0 against a double triple loop (where a subnormal product is exact), to
+// float32 rounding of the sum of |terms| plus `steps` subnormal steps (2^-149) per output.
+void expect_near_exact(const HostTensor& c, const HostTensor& a, const HostTensor& b,
+                       const HostTensor& c0, double alpha, double beta, double steps) {
+  const int64_t m = a.sizes[0], k = a.sizes[1], n = b.sizes[1];
+  int bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double t = a.get(i * k + p) * b.get(p * n + j);
+        ref += t;
+        mag += std::fabs(t);
+      }
+      ref = alpha * ref + beta * c0.get(i * n + j);
+      mag = std::fabs(alpha) * mag + std::fabs(beta * c0.get(i * n + j));
+      const double got = c.get(i * n + j);
+      if (!(std::fabs(got - ref) <= 4e-7 * mag + steps * std::ldexp(1.0, -149)) && bad++ < 5) {
+        ADD_FAILURE() << "C[" << i << "," << j << "] = " << got << ", want " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// A float32 operand holding subnormals is packed scaled by 2^24 (each multiply-add with a
+// subnormal would take the CPU's ~150-cycle assist): A, B or both, row- or column-major, a
+// short A (B read in place otherwise) and a tall one, alpha and beta. The result is float32
+// rounding of the exact one (no subnormal intermediate is rounded: within 2 subnormal steps of
+// it), the scaled path ran, and the unscaled path (the assists) is within IEEE's bound, K / 2
+// steps (each subnormal product rounded).
+TEST_P(GemmIsa, SubnormalOperandsArePackedScaled) {
+  const int64_t shapes[][3] = {{300, 64, 200}, {700, 96, 150}};
+  for (auto& s : shapes) {
+    for (int which = 1; which <= 3; ++which) {  // 1: A, 2: B, 3: both
+      for (bool ta : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << s[0] << "x" << s[1] << "x" << s[2]
+                                          << " subnormal in " << which << " ta=" << ta);
+        HostTensor a(DType::Float32, {s[0], s[2]}, ta ? Layout::Transposed : Layout::Contiguous);
+        HostTensor b(DType::Float32, {s[2], s[1]});
+        HostTensor c(DType::Float32, {s[0], s[1]});
+        fill_uniform(a, -1, 1);
+        fill_uniform(b, -1, 1);
+        fill_uniform(c, -1, 1);
+        if (which & 1) make_half_subnormal(a);
+        if (which & 2) make_half_subnormal(b);
+        for (double beta : {0.0, 0.5}) {
+          HostTensor got = c, unscaled = c;
+          const int64_t calls = nk::testing::gemm_subnormal_scaled_calls();
+          nk::gemm(got.desc(), a.desc(), b.desc(), 1.5, beta);
+          EXPECT_EQ(nk::testing::gemm_subnormal_scaled_calls(), calls + 1);
+          expect_near_exact(got, a, b, c, 1.5, beta, 2);
+          nk::testing::set_gemm_subnormal_scaling(false);
+          nk::gemm(unscaled.desc(), a.desc(), b.desc(), 1.5, beta);
+          nk::testing::set_gemm_subnormal_scaling(true);
+          EXPECT_EQ(nk::testing::gemm_subnormal_scaled_calls(), calls + 1);
+          // IEEE rounds each subnormal product to a multiple of 2^-149: up to half a step each.
+          expect_near_exact(unscaled, a, b, c, 1.5, beta, 1.5 * 0.5 * double(s[2]) + 2);
+        }
+      }
+    }
+  }
+}
+
+// Where scaling could overflow a partial sum (a B value near 1e30), or an operand holds a NaN or
+// an Inf, or the GEMM is too small to sample, the operands are used as they are: bit for bit
+// the unscaled result.
+TEST_P(GemmIsa, SubnormalScalingStepsAsideWhereItCouldChangeAResult) {
+  auto run = [](const HostTensor& a, const HostTensor& b, bool scaling) {
+    HostTensor c(DType::Float32, {a.sizes[0], b.sizes[1]});
+    nk::testing::set_gemm_subnormal_scaling(scaling);
+    nk::gemm(c.desc(), a.desc(), b.desc());
+    nk::testing::set_gemm_subnormal_scaling(true);
+    return c;
+  };
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE(::testing::Message() << "variant " << variant);
+    const int64_t m = variant == 3 ? 40 : 300, n = variant == 3 ? 32 : 64, k = 200;
+    HostTensor a(DType::Float32, {m, k}), b(DType::Float32, {k, n});
+    fill_uniform(a, -1, 1);
+    fill_uniform(b, -1, 1);
+    make_half_subnormal(a);
+    if (variant == 0) b.set(5 * n + 7, 1e30);
+    if (variant == 1) a.set(3 * k + 11, NAN);
+    if (variant == 2) b.set(9 * n + 1, INFINITY);
+    const int64_t calls = nk::testing::gemm_subnormal_scaled_calls();
+    HostTensor got = run(a, b, true);
+    EXPECT_EQ(nk::testing::gemm_subnormal_scaled_calls(), calls);
+    EXPECT_EQ(got.buf, run(a, b, false).buf);
+    if (variant == 0) EXPECT_TRUE(std::isfinite(got.get(0 * n + 7)));
+    if (variant == 1) EXPECT_TRUE(std::isnan(got.get(3 * n + 0)));
+  }
+}
+
 // The CPU's AMX-BF16 / AMX-TILE bits (CPUID leaf 7, EDX bits 22 and 24).
 bool cpu_has_amx_bf16() {
   unsigned eax, ebx, ecx, edx;
