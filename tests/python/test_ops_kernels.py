@@ -495,9 +495,15 @@ def test_gelu_of_infinities_nan_and_large_values_equals_the_cpu(dtype, approxima
     # The CPU's vectorised GELU (every contiguous tensor of two or more elements) gives NaN for
     # gelu(+inf) with approximate='none' and overflows to inf from 2^127 up; ours follows it.
     # The special values land in whole vectors and in tails (shift), among ordinary ones.
+    # float16 is the exception on the CPU's side: its gelu(+inf) is NaN on some hosts (a Xeon
+    # with AVX512-FP16 took the vectorised loop) and +inf on others (an Ice Lake Xeon, AVX-512
+    # without FP16), so there ours is held to the vectorised loop's NaN, float32's and bfloat16's
+    # answer on every host.
     x = torch.cat([torch.tensor(GELU_SPECIAL), make((37,), torch.float32, seed=shift) * 3])
     x = torch.roll(x, shift).to(dtype)
     ref = F.gelu(x, approximate=approximate)
+    if dtype == torch.float16 and approximate == "none":
+        ref = torch.where(x == float("inf"), torch.tensor(float("nan"), dtype=dtype), ref)
     with NoHost():
         got = F.gelu(x.npu(), approximate=approximate).cpu()
     assert torch.equal(got.isnan(), ref.isnan()), (x[got.isnan() != ref.isnan()], got, ref)
