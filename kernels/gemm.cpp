@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -234,7 +235,7 @@ Magnitudes scan_magnitudes(const float* p, int64_t n, int64_t stride) {
   int64_t i = 0;
   if (stride == 1) {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-    const __m256i below_normal = _mm256_set1_epi32(0x007fffff);  // |x| bits - 1 < this: subnormal
+    const __m256i below_normal = _mm256_set1_epi32(0x007ffffe);  // |x| bits - 1 <= this: subnormal
     const __m256i one = _mm256_set1_epi32(1);
     __m256i mx = _mm256_setzero_si256(), sub = _mm256_setzero_si256();
     for (; i + 8 <= n; i += 8) {
@@ -275,7 +276,7 @@ Magnitudes scan_matrix(const MatRef& m, int64_t rows, int64_t cols, int64_t ever
 // Multiplies n packed floats by 2^e (0 < e <= kSubnormalScaleExp) in place, exactly, with no
 // floating-point operation on a subnormal (a multiply by 2^e would take the assist once per
 // vector holding one): a normal value's exponent field grows by e (choose_subnormal_scaling
-// made sure it stays finite); a subnormal's magnitude is its mantissa times 2^-149, so it
+// made sure it stays below 2^127); a subnormal's magnitude is its mantissa times 2^-149, so it
 // becomes float(mantissa) * 2^(e - 149), a product of two normal values. Zeros stay zeros.
 void scale_panel(float* p, int64_t n, int e) {
   const float sub_scale = std::ldexp(1.0f, e - 149);
@@ -316,13 +317,14 @@ constexpr double kSubnormalSampleMinFmas = 1 << 20;
 // [4096 x 256] @ [256 x 128] product's time when none is found).
 constexpr int64_t kSubnormalSampleEvery = 16;
 
-// Sets a.scale_exp / b.scale_exp for a float32 GEMM (M x K) @ (K x N) whose operands hold
-// subnormals, found in a sample of their lines; then both operands are scanned in full for
-// their largest magnitude, and the scaling is taken only if no partial sum of the scaled
-// product can overflow (K * max|A| * 2^ea * max|B| * 2^eb < 2^125) and both are finite.
-// Returns whether it set any.
-bool choose_subnormal_scaling(int64_t M, int64_t N, int64_t K, MatRef& a, MatRef& b) {
-  if (!g_subnormal_scaling.load(std::memory_order_relaxed)) return false;
+// Sets a.scale_exp / b.scale_exp for a float32 GEMM alpha (M x K) @ (K x N) whose operands
+// hold subnormals, found in a sample of their lines; then both operands are scanned in full for
+// their largest magnitude, and the scaling is taken only if both are finite, each scaled
+// operand stays below 2^127, no partial sum of the scaled product can overflow (K * max|A| *
+// 2^ea * max|B| * 2^eb < 2^125), and alpha * 2^-(ea + eb) is still a normal number (a tiny
+// alpha would lose its bits there). Returns whether it set any.
+bool choose_subnormal_scaling(int64_t M, int64_t N, int64_t K, float alpha, MatRef& a, MatRef& b) {
+  if (!g_subnormal_scaling.load(std::memory_order_relaxed) || alpha == 0.0f) return false;
   if (a.dtype != DType::Float32 || b.dtype != DType::Float32 || a.hf32 || b.hf32) return false;
   if (double(M) * N * K < kSubnormalSampleMinFmas) return false;
   const bool sub_a = scan_matrix(a, M, K, kSubnormalSampleEvery).subnormal;
@@ -332,8 +334,10 @@ bool choose_subnormal_scaling(int64_t M, int64_t N, int64_t K, MatRef& a, MatRef
   if (max_a >= 0x7f800000u || max_b >= 0x7f800000u) return false;  // Inf or NaN: keep IEEE's
   auto as_float = [](uint32_t bits) { float f; std::memcpy(&f, &bits, 4); return double(f); };
   const int ea = sub_a ? kSubnormalScaleExp : 0, eb = sub_b ? kSubnormalScaleExp : 0;
-  const double bound = double(K) * std::ldexp(as_float(max_a), ea) * std::ldexp(as_float(max_b), eb);
-  if (!(bound < std::ldexp(1.0, 125))) return false;
+  const double scaled_a = std::ldexp(as_float(max_a), ea), scaled_b = std::ldexp(as_float(max_b), eb);
+  if (!(scaled_a < std::ldexp(1.0, 127) && scaled_b < std::ldexp(1.0, 127))) return false;
+  if (!(double(K) * scaled_a * scaled_b < std::ldexp(1.0, 125))) return false;
+  if (!(std::fabs(std::ldexp(double(alpha), -(ea + eb))) >= double(FLT_MIN))) return false;
   a.scale_exp = ea;
   b.scale_exp = eb;
   g_subnormal_scaled_calls.fetch_add(1, std::memory_order_relaxed);
@@ -790,7 +794,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a_arg, const
   MatRef a = a_arg, b = b_arg;
   // Operands holding subnormals are packed scaled (then never read in place); alpha undoes it.
   if constexpr (std::is_same_v<P, float> && std::is_same_v<T, float>) {
-    if (!imp && !packed && choose_subnormal_scaling(M, N, K, a, b)) {
+    if (!imp && !packed && choose_subnormal_scaling(M, N, K, alpha, a, b)) {
       alpha = std::ldexp(alpha, -(a.scale_exp + b.scale_exp));
     }
   }

@@ -410,8 +410,8 @@ TEST_P(GemmIsa, Hf32RoundsTheOperandsAndNothingElse) {
 
 // Every other value of t (in memory order) times 2^-130: |x| < 1 becomes subnormal (below 2^-126),
 // as in the gradient of a saturated softmax.
-void make_half_subnormal(HostTensor& t) {
-  for (int64_t i = 0; i < t.numel(); i += 2) t.set(i, std::ldexp(t.get(i), -130));
+void make_half_subnormal(HostTensor& t, int64_t every = 2) {
+  for (int64_t i = 0; i < t.numel(); i += every) t.set(i, std::ldexp(t.get(i), -130));
 }
 
 // C = alpha A B + beta C0 against a double triple loop (where a subnormal product is exact), to
@@ -448,7 +448,7 @@ void expect_near_exact(const HostTensor& c, const HostTensor& a, const HostTenso
 TEST_P(GemmIsa, SubnormalOperandsArePackedScaled) {
   const int64_t shapes[][3] = {{300, 64, 200}, {700, 96, 150}};
   for (auto& s : shapes) {
-    for (int which = 1; which <= 3; ++which) {  // 1: A, 2: B, 3: both
+    for (int which = 1; which <= 4; ++which) {  // 1: A, 2: B, 3: both; 4: all of A
       for (bool ta : {false, true}) {
         SCOPED_TRACE(::testing::Message() << s[0] << "x" << s[1] << "x" << s[2]
                                           << " subnormal in " << which << " ta=" << ta);
@@ -460,6 +460,7 @@ TEST_P(GemmIsa, SubnormalOperandsArePackedScaled) {
         fill_uniform(c, -1, 1);
         if (which & 1) make_half_subnormal(a);
         if (which & 2) make_half_subnormal(b);
+        if (which == 4) make_half_subnormal(a, 1);  // every term subnormal: C is all of them
         for (double beta : {0.0, 0.5}) {
           HostTensor got = c, unscaled = c;
           const int64_t calls = nk::testing::gemm_subnormal_scaled_calls();
@@ -478,20 +479,22 @@ TEST_P(GemmIsa, SubnormalOperandsArePackedScaled) {
   }
 }
 
-// Where scaling could overflow a partial sum (a B value near 1e30), or an operand holds a NaN or
-// an Inf, or the GEMM is too small to sample, the operands are used as they are: bit for bit
-// the unscaled result.
+// Where scaling could overflow a partial sum (a B value near 1e30) or an operand (an A value of
+// 2^110 beside the subnormals), or an operand holds a NaN or an Inf, or alpha * 2^-24 would be
+// subnormal (alpha 1e-36), or the GEMM is too small to sample, the operands are used as they
+// are: bit for bit the unscaled result.
 TEST_P(GemmIsa, SubnormalScalingStepsAsideWhereItCouldChangeAResult) {
-  auto run = [](const HostTensor& a, const HostTensor& b, bool scaling) {
+  auto run = [](const HostTensor& a, const HostTensor& b, bool scaling, double alpha) {
     HostTensor c(DType::Float32, {a.sizes[0], b.sizes[1]});
     nk::testing::set_gemm_subnormal_scaling(scaling);
-    nk::gemm(c.desc(), a.desc(), b.desc());
+    nk::gemm(c.desc(), a.desc(), b.desc(), alpha, 0.0);
     nk::testing::set_gemm_subnormal_scaling(true);
     return c;
   };
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 6; ++variant) {
     SCOPED_TRACE(::testing::Message() << "variant " << variant);
     const int64_t m = variant == 3 ? 40 : 300, n = variant == 3 ? 32 : 64, k = 200;
+    const double alpha = variant == 5 ? 1e-36 : 1.0;
     HostTensor a(DType::Float32, {m, k}), b(DType::Float32, {k, n});
     fill_uniform(a, -1, 1);
     fill_uniform(b, -1, 1);
@@ -499,10 +502,15 @@ TEST_P(GemmIsa, SubnormalScalingStepsAsideWhereItCouldChangeAResult) {
     if (variant == 0) b.set(5 * n + 7, 1e30);
     if (variant == 1) a.set(3 * k + 11, NAN);
     if (variant == 2) b.set(9 * n + 1, INFINITY);
+    if (variant == 4) {  // A * 2^24 would pass 2^128, though B is small enough for the sums
+      a.set(7 * k + 3, std::ldexp(1.0, 110));
+      for (int64_t i = 0; i < b.numel(); ++i) b.set(i, std::ldexp(b.get(i), -20));
+    }
     const int64_t calls = nk::testing::gemm_subnormal_scaled_calls();
-    HostTensor got = run(a, b, true);
+    HostTensor got = run(a, b, true, alpha);
     EXPECT_EQ(nk::testing::gemm_subnormal_scaled_calls(), calls);
-    EXPECT_EQ(got.buf, run(a, b, false).buf);
+    EXPECT_EQ(got.buf, run(a, b, false, alpha).buf);
+    if (variant == 4) EXPECT_TRUE(std::isfinite(got.get(7 * n + 0)));
     if (variant == 0) EXPECT_TRUE(std::isfinite(got.get(0 * n + 7)));
     if (variant == 1) EXPECT_TRUE(std::isnan(got.get(3 * n + 0)));
   }
