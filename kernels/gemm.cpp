@@ -50,7 +50,7 @@
 #include "npu/kernels/gemm_small.h"
 #include "npu/kernels/matmul.h"
 #include "npu/kernels/thread_pool.h"
-#include "scratch.h"  // scratch(slot, n): the packing buffers
+#include "scratch.h"  // scratch(slot, n): the packing buffers (kGemm* slots)
 #include "vec_math.h"
 
 namespace npu::kernels {
@@ -269,7 +269,9 @@ Magnitudes scan_matrix(const MatRef& m, int64_t rows, int64_t cols, int64_t ever
   const int64_t lines = by_rows ? rows : cols, len = by_rows ? cols : rows;
   const int64_t line_stride = by_rows ? m.rs : m.cs, step = by_rows ? m.cs : m.rs;
   Magnitudes out;
-  for (int64_t l = 0; l < lines; l += every) out.add(scan_magnitudes(d + l * line_stride, len, step));
+  for (int64_t l = 0; l < lines; l += every) {
+    out.add(scan_magnitudes(d + l * line_stride, len, step));
+  }
   return out;
 }
 
@@ -282,13 +284,13 @@ void scale_panel(float* p, int64_t n, int e) {
   const float sub_scale = std::ldexp(1.0f, e - 149);
   int64_t i = 0;
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), exp_step = _mm256_set1_epi32(e << 23);
-  const __m256i min_normal = _mm256_set1_epi32(0x00800000);
+  const __m256i below_min_normal = _mm256_set1_epi32(0x007fffff);
   const __m256 s = _mm256_set1_ps(sub_scale);
   for (; i + 8 <= n; i += 8) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
     const __m256i mag = _mm256_and_si256(bits, abs_mask);
     const __m256i sign = _mm256_andnot_si256(abs_mask, bits);
-    const __m256i normal = _mm256_cmpgt_epi32(mag, _mm256_sub_epi32(min_normal, _mm256_set1_epi32(1)));
+    const __m256i normal = _mm256_cmpgt_epi32(mag, below_min_normal);
     const __m256i small = _mm256_or_si256(
         sign, _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mag), s)));
     const __m256i out = _mm256_blendv_epi8(small, _mm256_add_epi32(bits, exp_step), normal);
@@ -334,7 +336,8 @@ bool choose_subnormal_scaling(int64_t M, int64_t N, int64_t K, float alpha, MatR
   if (max_a >= 0x7f800000u || max_b >= 0x7f800000u) return false;  // Inf or NaN: keep IEEE's
   auto as_float = [](uint32_t bits) { float f; std::memcpy(&f, &bits, 4); return double(f); };
   const int ea = sub_a ? kSubnormalScaleExp : 0, eb = sub_b ? kSubnormalScaleExp : 0;
-  const double scaled_a = std::ldexp(as_float(max_a), ea), scaled_b = std::ldexp(as_float(max_b), eb);
+  const double scaled_a = std::ldexp(as_float(max_a), ea);
+  const double scaled_b = std::ldexp(as_float(max_b), eb);
   if (!(scaled_a < std::ldexp(1.0, 127) && scaled_b < std::ldexp(1.0, 127))) return false;
   if (!(double(K) * scaled_a * scaled_b < std::ldexp(1.0, 125))) return false;
   if (!(std::fabs(std::ldexp(double(alpha), -(ea + eb))) >= double(FLT_MIN))) return false;
@@ -873,7 +876,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a_arg, const
     const int64_t m_panels = (mc + mr - 1) / mr;
     const int64_t mpad = m_panels * mr;
     // Panel p of the K block starting at pc lives at ap + pc * mpad + p * kcp * mr.
-    P* ap = scratch<P>(0, static_cast<size_t>(mpad * Kp));
+    P* ap = scratch<P>(kGemmPackedA, static_cast<size_t>(mpad * Kp));
     // A panels are packed on first use, one K block at a time, by the task that needs them
     // first (state per panel and K block; 0: not packed, 1: being packed, 2: packed), so there
     // is no packing pass with a barrier before the tasks: one hand-off between the threads
@@ -898,7 +901,7 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a_arg, const
         return shared;
       }
       if (expected == 2) return shared;
-      P* own = scratch<P>(2, static_cast<size_t>(kcp * mr));
+      P* own = scratch<P>(kGemmPanel, static_cast<size_t>(kcp * mr));
       pack_a_any<P>(a, ic + p * mr, pc, mc - p * mr, kc, mr, 0, 1, own);
       return own;
     };
@@ -932,7 +935,8 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a_arg, const
         const int64_t p_begin = m_panels * ib / ni, p_end = m_panels * (ib + 1) / ni;
         const int64_t n_panels = (nc + nr - 1) / nr;
         P* bp = packed ? nullptr
-                       : scratch<P>(1, static_cast<size_t>(n_panels * nr * std::min(kc_max, Kp)));
+                       : scratch<P>(kGemmPackedB,
+                                    static_cast<size_t>(n_panels * nr * std::min(kc_max, Kp)));
         for (int64_t pc = 0; pc < K; pc += kc_max) {
           const int64_t kc = std::min(kc_max, K - pc);
           const int64_t kcp = (kc + step - 1) / step * step;
@@ -1276,7 +1280,7 @@ bool few_rows_gemm(int64_t M, int64_t N, int64_t K, float alpha, const MatRef& a
   // waking (one core streams about half of what two stream), not the flop count.
   const bool small = static_cast<double>(N) * K * sizeof(float) < kThreadedBytes;
   if (use_avx512()) {
-    float* packed = scratch<float>(0, static_cast<size_t>(
+    float* packed = scratch<float>(kGemmPackedA, static_cast<size_t>(
         (K + kFewRowsStep - 1) / kFewRowsStep * kFewRowsStep * M));
     pack_few_rows(ap, lda, M, K, packed);
     parallel_for(0, N, small ? N : 48, [&](int64_t n0, int64_t n1) {
@@ -1448,8 +1452,9 @@ bool batched_direct(const TensorDesc& c, const TensorDesc& a, const TensorDesc& 
   g_batched_direct_calls.fetch_add(1, std::memory_order_relaxed);
   parallel_for(0, batch, grain, [&](int64_t i0, int64_t i1) {
     alignas(64) float tile[14 * 32];
-    float* const bp = b_in_place ? nullptr : scratch<float>(1, static_cast<size_t>(n_panels * nr * K));
-    float* const ap = scratch<float>(2, static_cast<size_t>(mr * K));
+    float* const bp =
+        b_in_place ? nullptr : scratch<float>(kGemmPackedB, static_cast<size_t>(n_panels * nr * K));
+    float* const ap = scratch<float>(kGemmPanel, static_cast<size_t>(mr * K));
     for (int64_t item = i0; item < i1; ++item) {
       const float* A = a0 + item * a.strides[0];
       const float* B = b0 + item * b.strides[0];

@@ -55,7 +55,9 @@ class AlignedBuffer {
 // The slots of scratch(): each call site that may be live at once with another on one thread
 // has its own.
 enum ScratchSlot : int {
-  // 0-2: gemm.cpp's packing buffers (packed A, packed B, a few-row A panel)
+  kGemmPackedA = 0,  // gemm.cpp's packing buffers: a row block's A panels (or a few-row A),
+  kGemmPackedB = 1,  // a task's block of B panels,
+  kGemmPanel = 2,    // one A panel (a private copy, or a batch item's)
   kWinoInput = 3,    // conv.cpp's Winograd: the padded input slice,
   kWinoV = 4,        // the input transform of a block of tiles,
   kWinoM = 5,        // and its products
