@@ -183,8 +183,8 @@ struct MatRef {
   DType dtype;
   int64_t rs, cs;
   bool hf32 = false;
-  // The packed float panels are multiplied by 2^scale_exp (denormal_scaling below); the
-  // driver divides the product by it again through alpha.
+  // The packed float panels are multiplied by 2^scale_exp (choose_subnormal_scaling below);
+  // the driver divides the product by it again through alpha.
   int scale_exp = 0;
 };
 

@@ -376,17 +376,27 @@ HostTensor rounded(const HostTensor& t) {
 
 // HF32 GEMM == float32 GEMM of operands rounded beforehand, bit for bit: the rounding happens
 // where the operands are packed, and nothing else changes. C (beta) is not rounded.
+// Float32 A [m x k] (column-major when ta), B [k x n] and C [m x n] of uniform values in
+// [-1, 1), for shape {m, n, k}.
+struct F32Operands {
+  HostTensor a, b, c;
+};
+F32Operands uniform_f32_operands(const int64_t (&s)[3], bool ta) {
+  F32Operands o{
+      HostTensor(DType::Float32, {s[0], s[2]}, ta ? Layout::Transposed : Layout::Contiguous),
+      HostTensor(DType::Float32, {s[2], s[1]}), HostTensor(DType::Float32, {s[0], s[1]})};
+  fill_uniform(o.a, -1, 1);
+  fill_uniform(o.b, -1, 1);
+  fill_uniform(o.c, -1, 1);
+  return o;
+}
+
 TEST_P(GemmIsa, Hf32RoundsTheOperandsAndNothingElse) {
   const int64_t shapes[][3] = {{1, 1, 1}, {15, 33, 17}, {131, 257, 385}, {40, 7, 900}};
   for (auto& s : shapes) {
     for (bool ta : {false, true}) {
       SCOPED_TRACE(::testing::Message() << s[0] << "x" << s[1] << "x" << s[2] << " ta=" << ta);
-      HostTensor a(DType::Float32, {s[0], s[2]}, ta ? Layout::Transposed : Layout::Contiguous);
-      HostTensor b(DType::Float32, {s[2], s[1]});
-      HostTensor c(DType::Float32, {s[0], s[1]});
-      fill_uniform(a, -1, 1);
-      fill_uniform(b, -1, 1);
-      fill_uniform(c, -1, 1);
+      auto [a, b, c] = uniform_f32_operands(s, ta);
       HostTensor got = c, want = c;
       nk::gemm(got.desc(), a.desc(), b.desc(), 1.5, 0.5, nk::CubeMath::HF32);
       nk::gemm(want.desc(), rounded(a).desc(), rounded(b).desc(), 1.5, 0.5);
@@ -408,9 +418,9 @@ TEST_P(GemmIsa, Hf32RoundsTheOperandsAndNothingElse) {
   EXPECT_EQ(c1.buf, c2.buf);
 }
 
-// Every other value of t (in memory order) times 2^-130: |x| < 1 becomes subnormal (below 2^-126),
-// as in the gradient of a saturated softmax.
-void make_half_subnormal(HostTensor& t, int64_t every = 2) {
+// Every `every`-th value of t (in memory order) times 2^-130: |x| < 1 becomes subnormal (below
+// 2^-126), as in the gradient of a saturated softmax.
+void make_subnormal(HostTensor& t, int64_t every) {
   for (int64_t i = 0; i < t.numel(); i += every) t.set(i, std::ldexp(t.get(i), -130));
 }
 
@@ -452,15 +462,10 @@ TEST_P(GemmIsa, SubnormalOperandsArePackedScaled) {
       for (bool ta : {false, true}) {
         SCOPED_TRACE(::testing::Message() << s[0] << "x" << s[1] << "x" << s[2]
                                           << " subnormal in " << which << " ta=" << ta);
-        HostTensor a(DType::Float32, {s[0], s[2]}, ta ? Layout::Transposed : Layout::Contiguous);
-        HostTensor b(DType::Float32, {s[2], s[1]});
-        HostTensor c(DType::Float32, {s[0], s[1]});
-        fill_uniform(a, -1, 1);
-        fill_uniform(b, -1, 1);
-        fill_uniform(c, -1, 1);
-        if (which & 1) make_half_subnormal(a);
-        if (which & 2) make_half_subnormal(b);
-        if (which == 4) make_half_subnormal(a, 1);  // every term subnormal: C is all of them
+        auto [a, b, c] = uniform_f32_operands(s, ta);
+        if (which & 1) make_subnormal(a, 2);
+        if (which & 2) make_subnormal(b, 2);
+        if (which == 4) make_subnormal(a, 1);  // every term subnormal: C is all of them
         for (double beta : {0.0, 0.5}) {
           HostTensor got = c, unscaled = c;
           const int64_t calls = nk::testing::gemm_subnormal_scaled_calls();
@@ -498,7 +503,7 @@ TEST_P(GemmIsa, SubnormalScalingStepsAsideWhereItCouldChangeAResult) {
     HostTensor a(DType::Float32, {m, k}), b(DType::Float32, {k, n});
     fill_uniform(a, -1, 1);
     fill_uniform(b, -1, 1);
-    make_half_subnormal(a);
+    make_subnormal(a, 2);
     if (variant == 0) b.set(5 * n + 7, 1e30);
     if (variant == 1) a.set(3 * k + 11, NAN);
     if (variant == 2) b.set(9 * n + 1, INFINITY);
@@ -510,9 +515,15 @@ TEST_P(GemmIsa, SubnormalScalingStepsAsideWhereItCouldChangeAResult) {
     HostTensor got = run(a, b, true, alpha);
     EXPECT_EQ(nk::testing::gemm_subnormal_scaled_calls(), calls);
     EXPECT_EQ(got.buf, run(a, b, false, alpha).buf);
-    if (variant == 4) EXPECT_TRUE(std::isfinite(got.get(7 * n + 0)));
-    if (variant == 0) EXPECT_TRUE(std::isfinite(got.get(0 * n + 7)));
-    if (variant == 1) EXPECT_TRUE(std::isnan(got.get(3 * n + 0)));
+    if (variant == 4) {
+      EXPECT_TRUE(std::isfinite(got.get(7 * n + 0)));
+    }
+    if (variant == 0) {
+      EXPECT_TRUE(std::isfinite(got.get(0 * n + 7)));
+    }
+    if (variant == 1) {
+      EXPECT_TRUE(std::isnan(got.get(3 * n + 0)));
+    }
   }
 }
 
