@@ -179,8 +179,28 @@ NPU_AVX512 void kernel_avx512_f32_direct(int64_t k, const float* a, int64_t lda,
   // measured 1-2% slower. A prefetch never faults, so the last panel's run past A's end is
   // harmless; the address is formed as an integer for that reason.
   const uintptr_t next_rows = reinterpret_cast<uintptr_t>(a) + MR * lda * sizeof(float);
+  // A column-major A: both operands are k-strided streams (x^T's rows and the output gradient's
+  // rows for a Linear's weight gradient, K = the tokens), each k a new line of A (two when its
+  // MR values straddle one) and NV new lines of B. Those are fetched into L1 kPrefetchK values
+  // of k ahead: with operands that the step's earlier kernels left in L3 or memory, the
+  // [128 x 4096] @ [4096 x 128] weight gradient took 1709 us without (one thread, ICL Xeon;
+  // MKL 1286), 1466 with; with two threads 1325 -> 1159 (MKL 1036). Only the first line of
+  // each row or vector is named, so a row of B one line long costs a prefetch per k, no more.
+  constexpr int64_t kPrefetchK = 16;
+  const uintptr_t a_ahead = reinterpret_cast<uintptr_t>(a) + kPrefetchK * lda * sizeof(float);
+  const uintptr_t b_ahead = reinterpret_cast<uintptr_t>(b) + kPrefetchK * ldb * sizeof(float);
 #pragma GCC unroll 2
   for (int64_t p = 0; p < k; ++p) {
+    if constexpr (kColA) {
+      const uintptr_t ap = a_ahead + p * lda * sizeof(float);
+      _mm_prefetch(reinterpret_cast<const char*>(ap), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ap + (MR - 1) * sizeof(float)), _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(b_ahead + (p * ldb + j * 16) * sizeof(float)),
+                     _MM_HINT_T0);
+      }
+    }
     if constexpr (!kColA) {
       if ((p & 15) == 0) {
 #pragma GCC unroll 16
