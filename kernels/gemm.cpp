@@ -127,18 +127,38 @@ Kernel<T, P> select_kernel() {
 // thread), while a short A (a head's [64 x 64] @ [64 x 32]) gains the packing's time.
 constexpr int64_t kBInPlaceMaxRows = 512;
 
-// The float32 kernel for an M x N product: 8-row panels where 14-row ones pad more than 8% more
-// rows (convolutions' 8, 16 or 32 output channels: 14-row panels pad them by up to 75%; a batch
-// of 64 rows: 70). The 14-row kernel does 28 FMAs per 16 loads against the 8-row one's 16 per 10
-// and measured 5-10% faster (one thread, [4096 x 128..352] row blocks), so a few padded rows
-// (4096 rows: 4102; 256: 266) cost less than the smaller tile), 16-column panels for an N of at most 16 (a classifier's 10 outputs: 32-column
-// panels would be two thirds padding). Each C value sums its k in the same order with any of
-// them, so the choice never changes a result.
+// What an 8-row panel costs per row against a 14-row one, as num / den. The 14-row kernel does
+// 28 FMAs per 16 loads, the 8-row one 16 per 10; how much that matters depends on the core's
+// load ports. Sapphire Rapids (three load ports; its cores are the ones with AMX): the 14-row
+// kernel measured 5-10% faster per row (one thread, [4096 x 128..352] row blocks): 27 / 25.
+// Ice Lake server (two load ports, no AMX): 1.35-1.44x on L1-resident panels (69-71 against
+// 48-53 GFMA/s, K 256 and 512): 4 / 3. CPUID names the core's generation, not the OS's grant
+// of AMX state, so this does not ask for the tile permission.
+struct RowCost {
+  int num, den;
+};
+RowCost eight_row_cost() {
+  static const RowCost cost = [] {
+    unsigned eax, ebx, ecx, edx;
+    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+    const bool amx_tile = (edx >> 24) & 1;
+    return amx_tile ? RowCost{27, 25} : RowCost{4, 3};
+  }();
+  return cost;
+}
+
+// The float32 kernel for an M x N product: 8-row panels where 14-row ones pad enough rows to
+// cost more (eight_row_cost: convolutions' 8 or 16 output channels, which 14-row panels pad by
+// up to 75%; on Sapphire Rapids also 32, 64 or 128 rows, which a two-load-port core runs
+// faster on 14-row panels of 42, 70 or 140), 16-column panels for an N of at most 16 (a classifier's 10 outputs: 32-column panels would
+// be two thirds padding). Each C value sums its k in the same order with any of them, so the
+// choice never changes a result.
 Kernel<float, float> select_float_kernel(int64_t M, int64_t N) {
   Kernel<float, float> kern = select_kernel<float, float>();
   if (kern.mr != 14) return kern;  // AVX2
   const bool narrow = N <= 16;
-  if ((M + 7) / 8 * 8 * 27 < (M + 13) / 14 * 14 * 25) {  // 27 / 25 = 1.08
+  const RowCost cost = eight_row_cost();
+  if ((M + 7) / 8 * 8 * cost.num < (M + 13) / 14 * 14 * cost.den) {
     return narrow ? Kernel<float, float>{8, 16, &kernel_avx512_f32_8x16}
                   : Kernel<float, float>{8, 32, &kernel_avx512_f32_8x32};
   }

@@ -88,10 +88,13 @@ TEST_P(GemmIsa, ShapesAroundTileAndBlockEdges) {
 
 // 16-column panels (N <= 16, a classifier's last layer) and 8-row panels (M a multiple of 8 that
 // 14 rows would pad), in one K block (K <= 640) and across equal K blocks (K > 640), every
-// layout, alpha and beta.
+// layout, alpha and beta. Which M take 8-row panels depends on the core (eight_row_cost in
+// gemm.cpp: 64 does on Sapphire Rapids, not on Ice Lake); 8 and 16 do on every AVX-512 core, so
+// both 8-row kernels (16 and 32 columns) run everywhere.
 TEST_P(GemmIsa, NarrowAndEightRowPanels) {
   const int64_t shapes[][3] = {{64, 10, 512}, {64, 10, 1100}, {23, 16, 700}, {9, 15, 33},
-                               {70, 12, 40},  {16, 17, 600},  {64, 40, 1030}};
+                               {70, 12, 40},  {16, 17, 600},  {64, 40, 1030}, {16, 10, 700},
+                               {8, 40, 1030},  {8, 16, 64}};
   for (auto& s : shapes) {
     for (int mask = 0; mask < 8; ++mask) {
       check_gemm({s[0], s[1], s[2], bool(mask & 1), bool(mask & 2), bool(mask & 4), 1.0, 0.0,
