@@ -794,24 +794,23 @@ inline constexpr int64_t kBf16DirectMaxK = 2048;
 // AVX512-BF16 CPUs: Zen 4 / Zen 5 have 1 MB per core, Sapphire Rapids 2 MB).
 inline constexpr int64_t kBf16DirectBBytes = 512 << 10;
 
-// An edge tile (fewer than MR rows or NR columns) of a product with a fused output stage, through
-// the full tile's vector stage kernel: on the tile buffer (C's rows copied in where beta reads
-// them), with the stage's biases copied into padded buffers (the kernel reads a whole tile's
-// worth of each), then the tile's rows and columns copied out. The same float operations as a
-// full tile's, where a scalar loop over alpha * tile and post_value took 8% of the offline
-// engine's MLP (a batch of 64 rows: the 14-row kernel's last panel holds 8).
+// An edge tile (fewer than MR rows or NR columns) of a product with a fused output stage and
+// beta = 0 (K in one block: the offline engine's Linear layers), through the full tile's vector
+// stage kernel: on the tile buffer, with the stage's biases copied into padded buffers (the
+// kernel reads a whole tile's worth of each), then the tile's rows and columns copied out. The
+// same float operations as a full tile's and as the scalar loop it replaces (alpha * tile, then
+// post_value), which took 8% of the engine's MLP (a batch of 64 rows: the 14-row kernel's last
+// panel holds 8). With beta != 0 (the last of several K blocks) edge tiles keep the scalar loop,
+// whose alpha * tile + beta * C the compiler may or may not fuse: the stage must give the bits
+// of the same product without it followed by a pass (gemm_test), so both take that loop.
 void stage_edge_tile(StageKernelF fn, int64_t kcp, const float* a_panel, const float* b_panel,
                      float* c, int64_t ldc, int rows, int cols, int mr, int nr, float alpha,
-                     float beta, const GemmOutputStage& st, int64_t row, int64_t col,
-                     float* tile) {
+                     const GemmOutputStage& st, int64_t row, int64_t col, float* tile) {
   alignas(64) float row_bias[14] = {}, col_bias[32] = {};
   std::fill(tile, tile + mr * nr, 0.0f);
-  if (beta != 0.0f) {
-    for (int i = 0; i < rows; ++i) std::copy(c + i * ldc, c + i * ldc + cols, tile + i * nr);
-  }
   if (st.row_bias) std::copy(st.row_bias + row, st.row_bias + row + rows, row_bias);
   if (st.col_bias) std::copy(st.col_bias + col, st.col_bias + col + cols, col_bias);
-  fn(kcp, a_panel, b_panel, tile, nr, alpha, beta,
+  fn(kcp, a_panel, b_panel, tile, nr, alpha, 0.0f,
      OutputStageF{st.row_bias ? row_bias : nullptr, st.col_bias ? col_bias : nullptr, st.col_scale,
                   st.relu});
   for (int i = 0; i < rows; ++i) std::copy(tile + i * nr, tile + i * nr + cols, c + i * ldc);
@@ -1055,10 +1054,10 @@ void driver(int64_t M, int64_t N, int64_t K, T alpha, const MatRef& a_arg, const
                     }
                   }
                 }
-              } else if (post_now && stage_fn) {
+              } else if (post_now && stage_fn && beta_eff == T(0)) {
                 if constexpr (std::is_same_v<T, float> && std::is_same_v<P, float>) {
                   stage_edge_tile(stage_fn, kcp, a_panel, b_panel, cp, ldc, rows, cols, mr, nr,
-                                  alpha, beta_eff, st, row, col, tile);
+                                  alpha, st, row, col, tile);
                 }
               } else {
                 if constexpr (std::is_same_v<P, float> && std::is_same_v<T, float>) {
