@@ -1024,9 +1024,10 @@ NPU_FA512 void tile_product(int64_t M, int64_t N, int64_t ksteps, const float* a
   while ((M - 14 * wide) % 8 != 0) --wide;
   const int64_t wide_rows = 14 * wide;
   for (int64_t j = 0; j < N; j += 32) {
-    for (int64_t i = 0; i < wide_rows; i += 14) {
-      micro_x32<kRowA, 14>(ksteps, kRowA ? a + i * lda : a + i, lda, b + j, ldb,
-                           c + i * ldc + j, ldc, accumulate);
+    if constexpr (!kRowA) {  // (no 14-row kernel for a row-major A is compiled)
+      for (int64_t i = 0; i < wide_rows; i += 14) {
+        micro_x32<false, 14>(ksteps, a + i, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+      }
     }
     for (int64_t i = wide_rows; i < M; i += 8) {
       micro_x32<kRowA, 8>(ksteps, kRowA ? a + i * lda : a + i, lda, b + j, ldb, c + i * ldc + j,

@@ -56,10 +56,16 @@
 namespace npu::kernels {
 namespace detail::gemm {
 
+// EDX of CPUID leaf 7, subleaf 0: the AMX feature bits (22: AMX-BF16, 24: AMX-TILE).
+unsigned cpuid7_edx() {
+  unsigned eax, ebx, ecx, edx;
+  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+  return edx;
+}
+
 bool amx_bf16_usable() {
   static const bool usable = [] {
-    unsigned eax, ebx, ecx, edx;
-    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+    const unsigned edx = cpuid7_edx();
     const bool amx_bf16 = (edx >> 22) & 1, amx_tile = (edx >> 24) & 1;
     if (!amx_bf16 || !amx_tile) return false;
     // Linux hands out the 8 KB tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
@@ -138,21 +144,16 @@ struct RowCost {
   int num, den;
 };
 RowCost eight_row_cost() {
-  static const RowCost cost = [] {
-    unsigned eax, ebx, ecx, edx;
-    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
-    const bool amx_tile = (edx >> 24) & 1;
-    return amx_tile ? RowCost{27, 25} : RowCost{4, 3};
-  }();
+  static const RowCost cost = (cpuid7_edx() >> 24) & 1 ? RowCost{27, 25} : RowCost{4, 3};
   return cost;
 }
 
 // The float32 kernel for an M x N product: 8-row panels where 14-row ones pad enough rows to
 // cost more (eight_row_cost: convolutions' 8 or 16 output channels, which 14-row panels pad by
 // up to 75%; on Sapphire Rapids also 32, 64 or 128 rows, which a two-load-port core runs
-// faster on 14-row panels of 42, 70 or 140), 16-column panels for an N of at most 16 (a classifier's 10 outputs: 32-column panels would
-// be two thirds padding). Each C value sums its k in the same order with any of them, so the
-// choice never changes a result.
+// faster on 14-row panels of 42, 70 or 140), 16-column panels for an N of at most 16 (a
+// classifier's 10 outputs: 32-column panels would be two thirds padding). Each C value sums its
+// k in the same order with any of them, so the choice never changes a result.
 Kernel<float, float> select_float_kernel(int64_t M, int64_t N) {
   Kernel<float, float> kern = select_kernel<float, float>();
   if (kern.mr != 14) return kern;  // AVX2
@@ -807,7 +808,6 @@ void stage_edge_tile(StageKernelF fn, int64_t kcp, const float* a_panel, const f
                      float* c, int64_t ldc, int rows, int cols, int mr, int nr, float alpha,
                      const GemmOutputStage& st, int64_t row, int64_t col, float* tile) {
   alignas(64) float row_bias[14] = {}, col_bias[32] = {};
-  std::fill(tile, tile + mr * nr, 0.0f);
   if (st.row_bias) std::copy(st.row_bias + row, st.row_bias + row + rows, row_bias);
   if (st.col_bias) std::copy(st.col_bias + col, st.col_bias + col + cols, col_bias);
   fn(kcp, a_panel, b_panel, tile, nr, alpha, 0.0f,
